@@ -1,0 +1,302 @@
+//! The gateway's configuration: loaded from TOML, compiled into types that
+//! cannot be invalid.
+//!
+//! Place in the path: read at start (and at reload); every request then reads
+//! the compiled [`Config`] it started with.
+//!
+//! Invariants: a file is accepted whole or refused whole; a refusal names the
+//! file, line, column, key and what was expected; secrets read from the
+//! environment (`${NAME}`, `api_key_env`) are never printed.
+
+// A refusal happens once, at load: its size on the stack does not matter.
+#![allow(clippy::result_large_err)]
+
+mod compile;
+pub(crate) mod duration;
+mod raw;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue};
+
+use crate::auth::ClientTable;
+use crate::policy::Policy;
+
+/// A compiled configuration.
+#[derive(Debug)]
+pub struct Config {
+    /// Where it was read from (for messages).
+    pub source: String,
+    /// `[gateway]`.
+    pub gateway: GatewaySettings,
+    /// `[servers.NAME]`, by name.
+    pub servers: BTreeMap<String, Arc<ServerSettings>>,
+    /// `[clients.NAME]`.
+    pub clients: ClientTable,
+    /// `[[rules]]`.
+    pub policy: Policy,
+    /// `[rate_limit]`.
+    pub rate_limit: RateLimitSettings,
+    /// `[sanitize]`.
+    pub sanitize: SanitizeSettings,
+    /// `[audit]`.
+    pub audit: AuditSettings,
+    /// `[telemetry]`.
+    pub telemetry: TelemetrySettings,
+}
+
+/// `[gateway]`.
+#[derive(Debug, Clone)]
+pub struct GatewaySettings {
+    /// MCP listener (default `127.0.0.1:8080`).
+    pub listen: SocketAddr,
+    /// Admin listener: health now, dashboard and metrics (default `127.0.0.1:9090`).
+    pub admin_listen: SocketAddr,
+    /// SHA-256 of the admin token.
+    pub admin_token_sha256: Option<[u8; 32]>,
+    /// Origins a browser-borne request may come from; any other present `Origin` gets 403.
+    pub allowed_origins: Vec<String>,
+    /// Host names accepted besides the loopback ones while the listener is on loopback.
+    pub allowed_hosts: Vec<String>,
+    /// Largest request body (default 1 MiB); larger gets 413.
+    pub max_request_bytes: usize,
+    /// Deepest JSON nesting in a request (default 64); deeper gets 400.
+    pub max_json_depth: usize,
+    /// Largest upstream JSON response or SSE event (default 16 MiB).
+    pub max_response_bytes: usize,
+    /// Most upstream sessions tracked at once (default 10,000); the oldest is dropped past it.
+    pub max_sessions: usize,
+    /// `enforce` (the only mode this version runs).
+    pub mode: Mode,
+    /// How long in-flight requests may finish after SIGTERM (default 10 s).
+    pub shutdown_grace: Duration,
+}
+
+/// What the gateway does with its decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Refusals are enforced.
+    Enforce,
+}
+
+/// `[servers.NAME]`: one upstream.
+#[derive(Debug)]
+pub struct ServerSettings {
+    /// The server's name, as in `/mcp/<name>`.
+    pub name: String,
+    /// Streamable HTTP endpoint.
+    pub url: reqwest::Url,
+    /// Headers the gateway adds (its own credentials); values are secrets.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Longest wait for a response, and for each SSE event of a response (default 30 s).
+    pub timeout: Duration,
+    /// Longest wait for a TCP/TLS connection (default 5 s).
+    pub connect_timeout: Duration,
+    /// What a changed tool definition gets.
+    pub pinning: Pinning,
+}
+
+/// `pinning` of a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pinning {
+    /// Definitions are not pinned.
+    Off,
+    /// A changed definition passes and is flagged.
+    Warn,
+    /// A changed definition is quarantined until approved.
+    Block,
+}
+
+/// `[rate_limit]`.
+#[derive(Debug, Clone)]
+pub struct RateLimitSettings {
+    /// Where buckets live.
+    pub backend: RateBackend,
+    /// What a call gets when the backend cannot answer.
+    pub on_backend_error: OnBackendError,
+}
+
+/// Bucket storage.
+#[derive(Debug, Clone)]
+pub enum RateBackend {
+    /// In this process.
+    Memory,
+    /// Shared by replicas through Redis.
+    Redis(String),
+}
+
+/// Failure policy of the rate-limit backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnBackendError {
+    /// Refuse the call.
+    Deny,
+    /// Let the call through.
+    Allow,
+}
+
+/// `[sanitize]`.
+#[derive(Debug, Clone)]
+pub struct SanitizeSettings {
+    /// Strip terminal control sequences.
+    pub ansi: bool,
+    /// Strip invisible Unicode.
+    pub invisible_unicode: bool,
+    /// What a detected secret gets.
+    pub secrets: SecretsAction,
+    /// Longest text passed to the model.
+    pub max_output_bytes: usize,
+    /// Operators' own redactions.
+    pub patterns: Vec<(String, regex::Regex)>,
+}
+
+/// `secrets` of `[sanitize]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretsAction {
+    /// Secrets pass.
+    Off,
+    /// Replaced by `[REDACTED:<kind>]`.
+    Redact,
+    /// The whole result is withheld.
+    Block,
+}
+
+/// `[audit]`.
+#[derive(Debug, Clone)]
+pub struct AuditSettings {
+    /// SQLite file.
+    pub database: String,
+    /// How long events are kept.
+    pub retention: Duration,
+    /// How arguments are recorded.
+    pub arguments: AuditArguments,
+}
+
+/// `arguments` of `[audit]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditArguments {
+    /// Not recorded.
+    None,
+    /// Keys and types only.
+    Shape,
+    /// Values with secrets redacted.
+    Redacted,
+    /// Values as sent.
+    Full,
+}
+
+/// `[telemetry]`.
+#[derive(Debug, Clone)]
+pub struct TelemetrySettings {
+    /// OTLP/HTTP endpoint for traces.
+    pub otlp_endpoint: Option<reqwest::Url>,
+    /// Log line format.
+    pub log_format: LogFormat,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// Human-readable.
+    Pretty,
+}
+
+/// A configuration that was refused, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file (or label) that was read.
+    pub file: String,
+    /// 1-based line, when the fault has a place in the file.
+    pub line: Option<usize>,
+    /// 1-based column.
+    pub column: Option<usize>,
+    /// Dotted key of the offending value (`rules[2].tools[0]`).
+    pub key: String,
+    /// What is wrong and what is expected.
+    pub reason: String,
+    /// The offending line of the file, for the caret display.
+    pub excerpt: Option<String>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.line, self.column) {
+            (Some(l), Some(c)) => write!(f, "{}:{l}:{c}: ", self.file)?,
+            _ => write!(f, "{}: ", self.file)?,
+        }
+        if self.key.is_empty() {
+            write!(f, "{}", self.reason)?;
+        } else {
+            write!(f, "`{}`: {}", self.key, self.reason)?;
+        }
+        if let (Some(excerpt), Some(l), Some(c)) = (&self.excerpt, self.line, self.column) {
+            let gutter = l.to_string();
+            write!(
+                f,
+                "\n {pad} |\n {gutter} | {excerpt}\n {pad} | {caret:>width$}",
+                pad = " ".repeat(gutter.len()),
+                caret = "^",
+                width = c,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Reads and compiles the file at `path`, taking `${NAME}` values from the process environment.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: file.clone(),
+        line: None,
+        column: None,
+        key: String::new(),
+        reason: format!("cannot read the file: {e}"),
+        excerpt: None,
+    })?;
+    load_str(&text, &file, &|name| std::env::var(name).ok())
+}
+
+/// Compiles `text` (labelled `file` in messages), looking environment variables up with `env`.
+pub fn load_str(
+    text: &str,
+    file: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    compile::compile(text, file, env)
+}
+
+impl Config {
+    /// The effective policy, as `portcullis check` prints it.
+    pub fn describe(&self) -> String {
+        let servers: Vec<&str> = self.servers.keys().map(String::as_str).collect();
+        let clients = self.clients.ids();
+        let mut out = format!(
+            "{}: OK — {} server(s), {} client(s), {} rule(s)\n\nservers\n",
+            self.source,
+            servers.len(),
+            clients.len(),
+            self.policy.rules.len()
+        );
+        for server in self.servers.values() {
+            out.push_str(&format!(
+                "  {:<12} {}  (timeout {}, pinning {:?})\n",
+                server.name,
+                server.url,
+                crate::proxy::humanize(server.timeout),
+                server.pinning
+            ));
+        }
+        out.push_str("\neffective policy (deny by default; a deny rule overrides every allow)\n");
+        out.push_str(&self.policy.describe(&clients, &servers));
+        out
+    }
+}

@@ -1,0 +1,181 @@
+use super::*;
+
+const KEY: &str = "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8";
+
+fn base() -> String {
+    format!(
+        "[servers.flights]\nurl = \"http://127.0.0.1:3001/mcp\"\n\n[clients.alice]\napi_key_sha256 = \"{KEY}\"\n"
+    )
+}
+
+fn refuse(text: &str) -> ConfigError {
+    compile(text, "p.toml", &|name| {
+        (name == "SET").then(|| "value".to_owned())
+    })
+    .expect_err("must be refused")
+}
+
+fn accept(text: &str) -> Config {
+    compile(text, "p.toml", &|name| {
+        (name == "SET").then(|| "value".to_owned())
+    })
+    .expect("must compile")
+}
+
+#[test]
+fn a_minimal_file_compiles_with_secure_defaults() {
+    let c = accept(&base());
+    assert_eq!(c.gateway.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(c.gateway.admin_listen.to_string(), "127.0.0.1:9090");
+    assert_eq!(c.gateway.max_request_bytes, 1 << 20);
+    assert!(c.sanitize.ansi && c.sanitize.invisible_unicode);
+    assert_eq!(c.sanitize.secrets, SecretsAction::Redact);
+    assert!(
+        c.policy.rules.is_empty(),
+        "deny by default: no rule, no access"
+    );
+    assert_eq!(c.servers["flights"].timeout, Duration::from_secs(30));
+}
+
+#[test]
+fn unknown_keys_are_refused_with_their_place() {
+    let e = refuse(&format!(
+        "[gateway]\nlisten = \"127.0.0.1:1\"\nlistn = \"x\"\n{}",
+        base()
+    ));
+    assert_eq!((e.line, e.column), (Some(3), Some(1)));
+    assert_eq!(e.key, "gateway.listn");
+    assert!(e.reason.contains("unknown field `listn`"), "{}", e.reason);
+}
+
+#[test]
+fn rules_must_name_defined_clients_and_servers() {
+    let e = refuse(&format!(
+        "{}\n[[rules]]\nclients = [\"alice\", \"bobb\"]\nservers = [\"flights\"]\ntools = [\"*\"]\naction = \"allow\"\n",
+        base()
+    ));
+    assert_eq!(e.key, "rules[0].clients[1]");
+    assert_eq!(e.line, Some(8));
+    assert!(
+        e.reason
+            .contains("no client named \"bobb\" is defined; defined clients: alice"),
+        "{}",
+        e.reason
+    );
+    let e = refuse(&format!(
+        "{}\n[[rules]]\nclients = [\"*\"]\nservers = [\"flight\"]\ntools = [\"*\"]\naction = \"allow\"\n",
+        base()
+    ));
+    assert_eq!(e.key, "rules[0].servers[0]");
+}
+
+#[test]
+fn bad_globs_durations_and_actions_are_explained() {
+    let e = refuse(&format!(
+        "{}\n[[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"search_[a-\"]\naction = \"allow\"\n",
+        base()
+    ));
+    assert_eq!(e.key, "rules[0].tools[0]");
+    assert!(e.reason.contains("never closed"), "{}", e.reason);
+    let e = refuse(&base().replace("mcp\"\n", "mcp\"\ntimeout = \"30\"\n"));
+    assert_eq!(e.key, "servers.flights.timeout");
+    assert!(e.reason.contains("has no unit"), "{}", e.reason);
+    let e = refuse(&format!(
+        "{}\n[[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"*\"]\naction = \"permit\"\n",
+        base()
+    ));
+    assert_eq!(e.key, "rules[0].action");
+    assert!(
+        e.reason.contains("expected one of \"allow\", \"deny\""),
+        "{}",
+        e.reason
+    );
+}
+
+#[test]
+fn environment_values_must_exist() {
+    let ok = accept(&base().replace(
+        "mcp\"\n",
+        "mcp\"\nheaders = { Authorization = \"Bearer ${SET}\" }\n",
+    ));
+    assert_eq!(ok.servers["flights"].headers[0].1, "Bearer value");
+    let e = refuse(&base().replace(
+        "mcp\"\n",
+        "mcp\"\nheaders = { Authorization = \"Bearer ${MISSING}\" }\n",
+    ));
+    assert_eq!(e.key, "servers.flights.headers.Authorization");
+    assert!(e.reason.contains("MISSING is not set"), "{}", e.reason);
+    let e = refuse(
+        "[servers.s]\nurl = \"http://127.0.0.1:1/mcp\"\n[clients.ci]\napi_key_env = \"MISSING\"\n",
+    );
+    assert_eq!(e.key, "clients.ci.api_key_env");
+}
+
+#[test]
+fn clients_need_keys_unless_anonymous() {
+    let e = refuse("[servers.s]\nurl = \"http://127.0.0.1:1/mcp\"\n[clients.bob]\n");
+    assert!(e.reason.contains("the client has no key"), "{}", e.reason);
+    let c = accept("[servers.s]\nurl = \"http://127.0.0.1:1/mcp\"\n[clients.anonymous]\n");
+    assert_eq!(c.clients.ids().len(), 1);
+    let e = refuse(&format!(
+        "{}[clients.bob]\napi_key_sha256 = \"{KEY}\"\n",
+        base()
+    ));
+    assert!(
+        e.reason.contains("same key as [clients.alice]"),
+        "{}",
+        e.reason
+    );
+    let e = refuse(
+        "[servers.s]\nurl = \"http://127.0.0.1:1/mcp\"\n[clients.bob]\napi_key_sha256 = \"abc\"\n",
+    );
+    assert!(e.reason.contains("64 hexadecimal"), "{}", e.reason);
+}
+
+#[test]
+fn arguments_and_rates_are_validated() {
+    let rule = "\n[[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"book\"]\naction = \"allow\"\n";
+    let e = refuse(&format!(
+        "{}{rule}arguments = {{ properties = {{ n = {{ maximum = \"four\" }} }} }}\n",
+        base()
+    ));
+    assert_eq!(e.key, "rules[0].arguments");
+    let e = refuse(&format!(
+        "{}{rule}rate = {{ burst = 0, per_second = 1.0 }}\n",
+        base()
+    ));
+    assert_eq!(e.key, "rules[0].rate.burst");
+    let e = refuse(&format!(
+        "{}{rule}rate = {{ burst = 3, per_second = 0.0 }}\n",
+        base()
+    ));
+    assert_eq!(e.key, "rules[0].rate.per_second");
+    let c = accept(&format!(
+        "{}{rule}rate = {{ burst = 3, per_second = 0.05, key = \"client+tool\" }}\n",
+        base()
+    ));
+    assert!(c.policy.rules[0].rate.is_some());
+}
+
+#[test]
+fn the_display_points_at_the_fault() {
+    let e = refuse(&format!(
+        "{}\n[[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"*\"]\naction = \"alow\"\n",
+        base()
+    ));
+    let text = e.to_string();
+    assert!(
+        text.starts_with("p.toml:11:10: `rules[0].action`: \"alow\" is not allowed here"),
+        "{text}"
+    );
+    assert!(text.contains("11 | action = \"alow\""), "{text}");
+}
+
+#[test]
+fn a_non_loopback_admin_listener_needs_a_token() {
+    let e = refuse(&format!(
+        "[gateway]\nadmin_listen = \"0.0.0.0:9090\"\n{}",
+        base()
+    ));
+    assert_eq!(e.key, "gateway.admin_listen");
+}

@@ -1,0 +1,156 @@
+//! The TOML file as written: serde mirrors of every table, nothing interpreted.
+//!
+//! Place in the path: read once at load (and later at reload), then handed to
+//! [`super::compile`], which turns it into types that cannot be invalid.
+//!
+//! Invariants: every struct denies unknown fields, so a typo in a security
+//! policy fails loudly instead of silently widening access. Values that a
+//! later check must point at (names, globs, durations, URLs) keep their span.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConfig {
+    #[serde(default)]
+    pub gateway: RawGateway,
+    #[serde(default)]
+    pub servers: BTreeMap<Spanned<String>, RawServer>,
+    #[serde(default)]
+    pub clients: BTreeMap<Spanned<String>, RawClient>,
+    #[serde(default)]
+    pub auth: RawAuth,
+    #[serde(default)]
+    pub rules: Vec<RawRule>,
+    #[serde(default)]
+    pub rate_limit: RawRateLimit,
+    #[serde(default)]
+    pub sanitize: RawSanitize,
+    #[serde(default)]
+    pub audit: RawAudit,
+    #[serde(default)]
+    pub telemetry: RawTelemetry,
+}
+
+/// `[gateway]`: listeners and request limits.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawGateway {
+    pub listen: Option<Spanned<String>>,
+    pub admin_listen: Option<Spanned<String>>,
+    pub admin_token_sha256: Option<Spanned<String>>,
+    #[serde(default)]
+    pub allowed_origins: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub allowed_hosts: Vec<Spanned<String>>,
+    pub max_request_bytes: Option<Spanned<i64>>,
+    pub max_json_depth: Option<Spanned<i64>>,
+    pub max_response_bytes: Option<Spanned<i64>>,
+    pub max_sessions: Option<Spanned<i64>>,
+    pub mode: Option<Spanned<String>>,
+    pub shutdown_grace: Option<Spanned<String>>,
+}
+
+/// `[servers.NAME]`: one upstream MCP server.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawServer {
+    pub url: Option<Spanned<String>>,
+    pub command: Option<Spanned<Vec<String>>>,
+    #[serde(default)]
+    pub env: BTreeMap<String, Spanned<String>>,
+    pub cwd: Option<Spanned<String>>,
+    #[serde(default)]
+    pub headers: BTreeMap<Spanned<String>, Spanned<String>>,
+    pub timeout: Option<Spanned<String>>,
+    pub connect_timeout: Option<Spanned<String>>,
+    pub pinning: Option<Spanned<String>>,
+}
+
+/// `[clients.NAME]`: who may connect, and with which key.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawClient {
+    pub api_key_sha256: Option<Spanned<String>>,
+    pub api_key_env: Option<Spanned<String>>,
+}
+
+/// `[auth]`: optional identity providers beside API keys.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAuth {
+    pub jwt: Option<Spanned<toml::Value>>,
+}
+
+/// `[[rules]]`: one allow or deny rule.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRule {
+    pub clients: Spanned<Vec<Spanned<String>>>,
+    pub servers: Spanned<Vec<Spanned<String>>>,
+    pub tools: Option<Vec<Spanned<String>>>,
+    pub resources: Option<Vec<Spanned<String>>>,
+    pub prompts: Option<Vec<Spanned<String>>>,
+    pub action: Spanned<String>,
+    pub rate: Option<Spanned<RawRate>>,
+    pub arguments: Option<Spanned<toml::Value>>,
+}
+
+/// `rate = { burst, per_second, key }` inside a rule.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRate {
+    pub burst: Spanned<i64>,
+    pub per_second: Spanned<f64>,
+    pub key: Option<Spanned<String>>,
+}
+
+/// `[rate_limit]`: where token buckets live.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRateLimit {
+    pub backend: Option<Spanned<String>>,
+    pub redis_url: Option<Spanned<String>>,
+    pub on_backend_error: Option<Spanned<String>>,
+}
+
+/// `[sanitize]`: what is removed from upstream output.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSanitize {
+    pub ansi: Option<bool>,
+    pub invisible_unicode: Option<bool>,
+    pub secrets: Option<Spanned<String>>,
+    pub max_output_bytes: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub patterns: Vec<RawPattern>,
+}
+
+/// `[[sanitize.patterns]]`: an operator's own redaction.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPattern {
+    pub name: Spanned<String>,
+    pub regex: Spanned<String>,
+}
+
+/// `[audit]`: the SQLite audit trail.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAudit {
+    pub database: Option<Spanned<String>>,
+    pub retention: Option<Spanned<String>>,
+    pub arguments: Option<Spanned<String>>,
+}
+
+/// `[telemetry]`: traces and logs.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTelemetry {
+    pub otlp_endpoint: Option<Spanned<String>>,
+    pub log_format: Option<Spanned<String>>,
+}

@@ -1,0 +1,32 @@
+//! Portcullis: a security gateway for MCP servers.
+//!
+//! It sits between MCP clients and MCP servers the operator does not fully
+//! trust, and performs on their behalf the duties the MCP tools spec puts on
+//! every server: validate all tool inputs, enforce access rules, rate-limit
+//! tool calls, sanitize tool outputs.
+//!
+//! The data path, one module per stage:
+//!
+//! ```text
+//! client ─POST /mcp/<server>─▶ proxy::ingress ─▶ auth ─▶ policy ─▶ validate ─▶ proxy::upstream ─▶ MCP server
+//!                               (mcp::jsonrpc, mcp::headers)                          │
+//! client ◀──── JSON | SSE ───── proxy::respond ◀──── mcp::sse / mcp::jsonrpc ◀─────────┘
+//! ```
+//!
+//! Every refusal is an [`error::Rejection`], rendered to HTTP, JSON-RPC or an
+//! `isError` tool result in exactly one place.
+
+pub mod auth;
+pub mod config;
+pub mod demo;
+pub mod policy;
+
+pub mod app;
+pub(crate) mod error;
+pub(crate) mod mcp;
+pub(crate) mod proxy;
+pub mod validate;
+
+pub use app::{Gateway, GatewayHandle};
+pub use config::Config;
+pub mod telemetry;

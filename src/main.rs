@@ -1,0 +1,147 @@
+//! The `portcullis` command: parse arguments, load configuration, run.
+
+use std::io::Read as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use portcullis::{Gateway, config, demo, telemetry};
+
+/// A security gateway for MCP servers.
+#[derive(Debug, Parser)]
+#[command(name = "portcullis", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve MCP clients with the given configuration.
+    Run {
+        /// The TOML configuration file.
+        #[arg(long, short, env = "PORTCULLIS_CONFIG")]
+        config: PathBuf,
+    },
+    /// Check a configuration and print the effective policy.
+    Check {
+        /// The TOML configuration file.
+        #[arg(long, short, env = "PORTCULLIS_CONFIG")]
+        config: PathBuf,
+    },
+    /// Read an API key on stdin and print its SHA-256, for `api_key_sha256`.
+    HashKey,
+    /// Start a bundled demo server with flawed tools behind a demo configuration.
+    Demo {
+        /// Port of the demo's MCP endpoint on 127.0.0.1 (0 picks a free one).
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check { config } => check(&config),
+        Command::HashKey => hash_key(),
+        Command::Run { config } => serve(|| run(config)),
+        Command::Demo { port } => serve(|| run_demo(port)),
+    }
+}
+
+fn check(path: &std::path::Path) -> ExitCode {
+    match config::load(path) {
+        Ok(config) => {
+            print!("{}", config.describe());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn hash_key() -> ExitCode {
+    let mut key = String::new();
+    if let Err(e) = std::io::stdin().read_to_string(&mut key) {
+        eprintln!("error: cannot read the key from stdin: {e}");
+        return ExitCode::from(2);
+    }
+    let key = key.trim_end_matches(['\n', '\r']);
+    if key.is_empty() {
+        eprintln!("error: the key on stdin is empty");
+        return ExitCode::from(2);
+    }
+    println!("{}", hex::encode(portcullis::auth::hash_key(key)));
+    ExitCode::SUCCESS
+}
+
+fn serve<F, Fut>(body: F) -> ExitCode
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(body()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(path: PathBuf) -> anyhow::Result<()> {
+    let config = config::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    telemetry::init(config.telemetry.log_format);
+    let gateway = Gateway::bind(config)
+        .await
+        .context("cannot bind the listeners")?;
+    tracing::info!(mcp = %gateway.local_addr()?, admin = %gateway.admin_addr()?, "listening");
+    gateway
+        .run(shutdown_signal())
+        .await
+        .context("the server failed")
+}
+
+async fn run_demo(port: u16) -> anyhow::Result<()> {
+    telemetry::init(config::LogFormat::Pretty);
+    let demo = demo::start(port).await.context("cannot start the demo")?;
+    let addr = demo.gateway.local_addr()?;
+    let admin = demo.gateway.admin_addr()?;
+    println!("{}", demo::banner(addr, admin));
+    demo.gateway
+        .run(shutdown_signal())
+        .await
+        .context("the server failed")
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

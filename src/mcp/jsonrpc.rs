@@ -1,0 +1,249 @@
+//! JSON-RPC 2.0 as MCP uses it: one message per HTTP body, ids that are strings
+//! or integers, `params` that are objects.
+//!
+//! Invariants: classification reads the body once; nesting is bounded by a byte
+//! scan *before* the JSON parser runs, so a hostile body cannot drive a deep
+//! recursion; batches are recognised and refused (removed in 2025-06-18).
+
+use serde_json::{Map, Value};
+
+/// Parse error (invalid JSON).
+pub(crate) const PARSE_ERROR: i64 = -32700;
+/// The JSON is not a valid request object.
+pub(crate) const INVALID_REQUEST: i64 = -32600;
+/// Invalid params (also: unknown resource or prompt in 2026).
+pub(crate) const INVALID_PARAMS: i64 = -32602;
+/// A standard header disagrees with the body (2026-07-28).
+pub(crate) const HEADER_MISMATCH: i64 = -32020;
+/// The protocol version is not supported (2026-07-28).
+pub(crate) const UNSUPPORTED_VERSION: i64 = -32022;
+
+/// One message a client POSTed.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Message {
+    /// Expects a response.
+    Request {
+        id: Value,
+        method: String,
+        params: Option<Map<String, Value>>,
+    },
+    /// Expects nothing back.
+    Notification {
+        method: String,
+        params: Option<Map<String, Value>>,
+    },
+    /// A client's answer to a server→client request (legacy era).
+    Response { id: Value },
+}
+
+/// Why a body is not one JSON-RPC message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ClassifyError {
+    #[error("the body is not valid JSON: {0}")]
+    Parse(String),
+    #[error("the body nests JSON deeper than {0} levels")]
+    TooDeep(usize),
+    #[error("JSON-RPC batches are not supported: send one message per request")]
+    Batch,
+    #[error("{0}")]
+    Invalid(&'static str),
+}
+
+impl ClassifyError {
+    /// The JSON-RPC code this refusal carries.
+    pub(crate) fn code(&self) -> i64 {
+        match self {
+            ClassifyError::Parse(_) => PARSE_ERROR,
+            _ => INVALID_REQUEST,
+        }
+    }
+}
+
+// === impl Message ===
+
+impl Message {
+    /// Reads one message from `body`.
+    pub(crate) fn classify(body: &[u8], max_depth: usize) -> Result<Self, ClassifyError> {
+        check_depth(body, max_depth)?;
+        let value: Value =
+            serde_json::from_slice(body).map_err(|e| ClassifyError::Parse(e.to_string()))?;
+        let mut object = match value {
+            Value::Object(o) => o,
+            Value::Array(_) => return Err(ClassifyError::Batch),
+            _ => {
+                return Err(ClassifyError::Invalid(
+                    "a JSON-RPC message must be a JSON object",
+                ));
+            }
+        };
+        if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            return Err(ClassifyError::Invalid(
+                "the message must carry \"jsonrpc\": \"2.0\"",
+            ));
+        }
+        let id = match object.remove("id") {
+            None => None,
+            Some(id @ Value::String(_)) => Some(id),
+            Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Some(Value::Number(n)),
+            Some(_) => {
+                return Err(ClassifyError::Invalid(
+                    "the id must be a string or an integer (never null)",
+                ));
+            }
+        };
+        let params = match object.remove("params") {
+            None => None,
+            Some(Value::Object(p)) => Some(p),
+            Some(_) => return Err(ClassifyError::Invalid("params must be a JSON object")),
+        };
+        match (object.remove("method"), id) {
+            (Some(Value::String(method)), Some(id)) => Ok(Message::Request { id, method, params }),
+            (Some(Value::String(method)), None) => Ok(Message::Notification { method, params }),
+            (Some(_), _) => Err(ClassifyError::Invalid("the method must be a string")),
+            (None, Some(id)) if object.contains_key("result") || object.contains_key("error") => {
+                Ok(Message::Response { id })
+            }
+            (None, _) => Err(ClassifyError::Invalid(
+                "the message has no method and is not a response",
+            )),
+        }
+    }
+
+    /// The method, for requests and notifications.
+    pub(crate) fn method(&self) -> Option<&str> {
+        match self {
+            Message::Request { method, .. } | Message::Notification { method, .. } => Some(method),
+            Message::Response { .. } => None,
+        }
+    }
+
+    /// The id, for requests (and responses).
+    pub(crate) fn id(&self) -> Option<&Value> {
+        match self {
+            Message::Request { id, .. } | Message::Response { id } => Some(id),
+            Message::Notification { .. } => None,
+        }
+    }
+
+    /// The params object, when present.
+    pub(crate) fn params(&self) -> Option<&Map<String, Value>> {
+        match self {
+            Message::Request { params, .. } | Message::Notification { params, .. } => {
+                params.as_ref()
+            }
+            Message::Response { .. } => None,
+        }
+    }
+
+    /// `params._meta[key]` as a string.
+    pub(crate) fn meta_str(&self, key: &str) -> Option<&str> {
+        self.params()?.get("_meta")?.get(key)?.as_str()
+    }
+}
+
+/// Refuses bodies that nest arrays/objects deeper than `max_depth`, counting only
+/// brackets outside strings.
+fn check_depth(body: &[u8], max_depth: usize) -> Result<(), ClassifyError> {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in body {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > max_depth {
+                    return Err(ClassifyError::TooDeep(max_depth));
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A JSON-RPC success response.
+pub(crate) fn result(id: &Value, result: Value) -> Value {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// A JSON-RPC error response; `id` is `null` when it could not be read.
+pub(crate) fn error(id: Option<&Value>, code: i64, message: &str, data: Option<Value>) -> Value {
+    let mut err = serde_json::json!({"code": code, "message": message});
+    if let Some(data) = data {
+        err["data"] = data;
+    }
+    serde_json::json!({"jsonrpc": "2.0", "id": id.cloned().unwrap_or(Value::Null), "error": err})
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn classify(v: &str) -> Result<Message, ClassifyError> {
+        Message::classify(v.as_bytes(), 32)
+    }
+
+    #[test]
+    fn requests_notifications_responses() {
+        let m =
+            classify(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo"}}"#)
+                .expect("request");
+        assert_eq!(m.method(), Some("tools/call"));
+        assert_eq!(m.id(), Some(&json!(1)));
+        assert!(matches!(
+            classify(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            Ok(Message::Notification { .. })
+        ));
+        assert!(matches!(
+            classify(r#"{"jsonrpc":"2.0","id":"s-1","result":{}}"#),
+            Ok(Message::Response { .. })
+        ));
+    }
+
+    #[test]
+    fn refusals_carry_their_codes() {
+        assert_eq!(classify("{nope").map_err(|e| e.code()), Err(PARSE_ERROR));
+        assert_eq!(classify("[]"), Err(ClassifyError::Batch));
+        assert_eq!(classify("[]").map_err(|e| e.code()), Err(INVALID_REQUEST));
+        for bad in [
+            r#""text""#,
+            r#"{"id":1,"method":"x"}"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":7}"#,
+            r#"{"jsonrpc":"2.0","id":1}"#,
+        ] {
+            assert!(
+                matches!(classify(bad), Err(ClassifyError::Invalid(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn nesting_is_bounded_before_parsing() {
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert_eq!(classify(&deep), Err(ClassifyError::TooDeep(32)));
+        // Brackets inside strings do not count.
+        let quoted = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"s":"{}"}}}}"#,
+            "[".repeat(1000)
+        );
+        assert!(classify(&quoted).is_ok());
+    }
+}

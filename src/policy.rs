@@ -1,0 +1,296 @@
+//! Access rules: who may use which tool, resource or prompt on which server.
+//!
+//! Place in the path: right after authentication. The same [`Policy::decide`]
+//! serves the lists (`tools/list`, `resources/list`, `prompts/list` show only
+//! what the client may use) and the calls (`tools/call`, `resources/read`,
+//! `prompts/get`), so a list can never promise what a call refuses.
+//!
+//! Invariants: deny by default — a call is allowed only when an `allow` rule
+//! matches and no `deny` rule does; a deny rule always wins; `"*"` in `clients`
+//! means any *authenticated* client (the anonymous client must be named).
+
+pub mod glob;
+
+use std::fmt::Write as _;
+use std::num::NonZeroU32;
+
+use serde_json::Value;
+
+use crate::auth::ClientId;
+use crate::validate::{CompiledSchema, Violation};
+use glob::Glob;
+
+/// All rules, in file order.
+#[derive(Debug, Default)]
+pub struct Policy {
+    pub(crate) rules: Vec<Rule>,
+}
+
+/// One `[[rules]]` entry, compiled.
+#[derive(Debug)]
+pub(crate) struct Rule {
+    /// 1-based position in the file, as operators count them.
+    pub number: usize,
+    pub clients: Vec<Glob>,
+    pub servers: Vec<Glob>,
+    pub tools: Vec<Glob>,
+    pub resources: Vec<Glob>,
+    pub prompts: Vec<Glob>,
+    pub action: Action,
+    pub rate: Option<Rate>,
+    pub arguments: Option<CompiledSchema>,
+}
+
+/// What a rule does with what it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Action {
+    Allow,
+    Deny,
+}
+
+/// A rule's token bucket.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    /// Calls allowed at once from a full bucket.
+    pub burst: NonZeroU32,
+    /// Tokens added per second (finite, > 0).
+    pub per_second: f64,
+    /// Who shares a bucket.
+    pub key: RateKey,
+}
+
+/// Who shares a bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateKey {
+    /// One bucket per client, across the rule's tools.
+    Client,
+    /// One bucket per client per tool.
+    ClientTool,
+    /// One bucket for everybody.
+    All,
+}
+
+/// What a client asks to use.
+#[derive(Debug, Clone, Copy)]
+pub enum Subject<'a> {
+    /// A tool, by name.
+    Tool(&'a str),
+    /// A resource, by URI (or URI template).
+    Resource(&'a str),
+    /// A prompt, by name.
+    Prompt(&'a str),
+}
+
+/// The outcome for one (client, server, subject).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Whether the use is permitted.
+    pub allowed: bool,
+    /// The rule that decided: the first matching deny, else the first matching allow.
+    pub rule: Option<usize>,
+    /// Every matching allow rule (their rates and argument constraints apply).
+    pub allow_rules: Vec<usize>,
+}
+
+// === impl Policy ===
+
+impl Policy {
+    /// Decides whether `client` may use `subject` on `server`.
+    pub fn decide(&self, client: &ClientId, server: &str, subject: Subject<'_>) -> Decision {
+        let mut deny = None;
+        let mut allow_rules = Vec::new();
+        for (i, rule) in self.rules.iter().enumerate() {
+            if !rule.matches(client, server, subject) {
+                continue;
+            }
+            match rule.action {
+                Action::Deny => {
+                    deny = Some(i);
+                    break;
+                }
+                Action::Allow => allow_rules.push(i),
+            }
+        }
+        match deny {
+            Some(i) => Decision {
+                allowed: false,
+                rule: Some(self.rules[i].number),
+                allow_rules: Vec::new(),
+            },
+            None => Decision {
+                allowed: !allow_rules.is_empty(),
+                rule: allow_rules.first().map(|i| self.rules[*i].number),
+                allow_rules,
+            },
+        }
+    }
+
+    /// Checks `arguments` against the `arguments` constraint of every allow rule
+    /// in `decision`; the first rule that refuses is returned with its violations.
+    pub fn check_arguments(
+        &self,
+        decision: &Decision,
+        arguments: &Value,
+    ) -> Result<(), (usize, Vec<Violation>)> {
+        for i in &decision.allow_rules {
+            let rule = &self.rules[*i];
+            if let Some(schema) = &rule.arguments {
+                schema.check(arguments).map_err(|v| (rule.number, v))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The rates that apply to a decision, with the number of the rule they come from.
+    pub fn rates<'p>(
+        &'p self,
+        decision_rules: &'p [usize],
+    ) -> impl Iterator<Item = (usize, Rate)> + 'p {
+        decision_rules
+            .iter()
+            .filter_map(|i| self.rules[*i].rate.map(|r| (self.rules[*i].number, r)))
+    }
+
+    /// The effective policy as text, per client and server: what `portcullis check` prints.
+    pub(crate) fn describe(&self, clients: &[ClientId], servers: &[&str]) -> String {
+        let mut out = String::new();
+        for client in clients {
+            let _ = writeln!(out, "client {}", client.name());
+            let mut any = false;
+            for server in servers {
+                let lines = self.describe_one(client, server);
+                if lines.is_empty() {
+                    continue;
+                }
+                any = true;
+                let _ = writeln!(out, "  server {server}");
+                for line in lines {
+                    let _ = writeln!(out, "    {line}");
+                }
+            }
+            if !any {
+                let _ = writeln!(out, "  nothing: no allow rule names this client");
+            }
+        }
+        out
+    }
+
+    fn describe_one(&self, client: &ClientId, server: &str) -> Vec<String> {
+        let mut lines = Vec::new();
+        for rule in &self.rules {
+            if !rule.clients.iter().any(|g| client_matches(g, client))
+                || !rule.servers.iter().any(|g| g.matches(server))
+            {
+                continue;
+            }
+            let verb = match rule.action {
+                Action::Allow => "allow",
+                Action::Deny => "deny ",
+            };
+            for (kind, globs) in [
+                ("tools", &rule.tools),
+                ("resources", &rule.resources),
+                ("prompts", &rule.prompts),
+            ] {
+                if globs.is_empty() {
+                    continue;
+                }
+                let names: Vec<&str> = globs.iter().map(Glob::as_str).collect();
+                let mut line = format!("{verb} {kind:<9} {}", names.join(", "));
+                if let Some(rate) = rule.rate {
+                    let _ = write!(line, "  rate: {}", rate.describe());
+                }
+                if rule.arguments.is_some() {
+                    line.push_str("  arguments constrained");
+                }
+                let _ = write!(line, "  (rule {})", rule.number);
+                lines.push(line);
+            }
+        }
+        lines
+    }
+}
+
+// === impl Rule ===
+
+impl Rule {
+    fn matches(&self, client: &ClientId, server: &str, subject: Subject<'_>) -> bool {
+        let targets = match subject {
+            Subject::Tool(name) => (&self.tools, name),
+            Subject::Resource(uri) => (&self.resources, uri),
+            Subject::Prompt(name) => (&self.prompts, name),
+        };
+        targets.0.iter().any(|g| g.matches(targets.1))
+            && self.servers.iter().any(|g| g.matches(server))
+            && self.clients.iter().any(|g| client_matches(g, client))
+    }
+}
+
+/// `"*"` (and any wildcard) covers authenticated clients only; the anonymous
+/// client is matched by its name alone.
+fn client_matches(glob: &Glob, client: &ClientId) -> bool {
+    if client.is_anonymous() && !glob.is_literal() {
+        return false;
+    }
+    glob.matches(client.name())
+}
+
+// === impl Rate ===
+
+impl Rate {
+    /// `3 calls, then 1 every 20 s, per client` style text.
+    pub fn describe(&self) -> String {
+        let every = 1.0 / self.per_second;
+        let refill = if self.per_second >= 1.0 {
+            format!("{} per second", trim_float(self.per_second))
+        } else {
+            format!("1 every {} s", trim_float(every))
+        };
+        let key = match self.key {
+            RateKey::Client => "per client",
+            RateKey::ClientTool => "per client and tool",
+            RateKey::All => "shared by all clients",
+        };
+        format!("{} calls, then {refill}, {key}", self.burst)
+    }
+}
+
+fn trim_float(v: f64) -> String {
+    let s = format!("{v:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+/// Names in `candidates` closest to `wanted` (edit distance), best first.
+pub(crate) fn closest<'a>(wanted: &str, candidates: &[&'a str], max: usize) -> Vec<&'a str> {
+    let limit = (wanted.chars().count() / 3).max(2);
+    let mut scored: Vec<(usize, &str)> = candidates
+        .iter()
+        .map(|c| (distance(wanted, c), *c))
+        .filter(|(d, c)| *d <= limit || c.contains(wanted) || wanted.contains(c))
+        .collect();
+    scored.sort();
+    scored.into_iter().take(max).map(|(_, c)| c).collect()
+}
+
+/// Levenshtein distance over characters.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                prev
+            } else {
+                1 + prev.min(cur).min(row[j])
+            };
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,259 @@
+//! Glob patterns over names (tools, prompts, clients, servers) and URIs (resources).
+//!
+//! Syntax: `*` any run of characters (including none), `?` one character,
+//! `[abc]` / `[a-z]` / `[!a-z]` one character of (or not of) a class, `\x` a
+//! literal `x`. Everything else matches itself, case-sensitively, as MCP names are.
+//!
+//! Invariants: compiling rejects unclosed classes, empty classes, reversed
+//! ranges and a trailing backslash; matching is iterative with a single
+//! backtrack point, so it runs in O(pattern × text) at worst and never recurses.
+
+use std::fmt;
+
+/// One compiled glob.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Glob {
+    source: String,
+    tokens: Vec<Token>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Token {
+    Literal(char),
+    AnyOne,
+    AnyRun,
+    Class {
+        negated: bool,
+        ranges: Vec<(char, char)>,
+    },
+}
+
+/// Why a pattern is not a glob.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GlobError {
+    /// The pattern is the empty string.
+    #[error("an empty pattern matches nothing; use \"*\" to match everything")]
+    Empty,
+    /// A `[` without its `]`.
+    #[error("the character class opened at position {0} is never closed with `]`")]
+    UnclosedClass(usize),
+    /// `[]` or `[!]`.
+    #[error("the character class at position {0} is empty")]
+    EmptyClass(usize),
+    /// `[z-a]`.
+    #[error("the range `{0}-{1}` is reversed; write the lower character first")]
+    ReversedRange(char, char),
+    /// A `\` with nothing after it.
+    #[error("the pattern ends with a lone `\\`; escape a literal backslash as `\\\\`")]
+    TrailingEscape,
+}
+
+// === impl Glob ===
+
+impl Glob {
+    /// Compiles `pattern`.
+    pub fn new(pattern: &str) -> Result<Self, GlobError> {
+        if pattern.is_empty() {
+            return Err(GlobError::Empty);
+        }
+        let chars: Vec<char> = pattern.chars().collect();
+        let mut tokens = Vec::new();
+        let mut i = 0;
+        while i < chars.len() {
+            match chars[i] {
+                '*' => {
+                    // Runs of stars mean the same as one.
+                    if tokens.last() != Some(&Token::AnyRun) {
+                        tokens.push(Token::AnyRun);
+                    }
+                    i += 1;
+                }
+                '?' => {
+                    tokens.push(Token::AnyOne);
+                    i += 1;
+                }
+                '\\' => {
+                    let c = *chars.get(i + 1).ok_or(GlobError::TrailingEscape)?;
+                    tokens.push(Token::Literal(c));
+                    i += 2;
+                }
+                '[' => {
+                    let (token, next) = parse_class(&chars, i)?;
+                    tokens.push(token);
+                    i = next;
+                }
+                c => {
+                    tokens.push(Token::Literal(c));
+                    i += 1;
+                }
+            }
+        }
+        Ok(Self {
+            source: pattern.to_owned(),
+            tokens,
+        })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// True when the pattern has no wildcard and so names exactly one thing.
+    pub fn is_literal(&self) -> bool {
+        self.tokens.iter().all(|t| matches!(t, Token::Literal(_)))
+    }
+
+    /// True when the pattern matches every string.
+    pub fn matches_all(&self) -> bool {
+        self.tokens == [Token::AnyRun]
+    }
+
+    /// Whether `text` matches the whole pattern.
+    pub fn matches(&self, text: &str) -> bool {
+        let text: Vec<char> = text.chars().collect();
+        let (mut t, mut p) = (0usize, 0usize);
+        // Where to resume after the last `*`: (pattern index after it, text index).
+        let mut star: Option<(usize, usize)> = None;
+        while t < text.len() {
+            match self.tokens.get(p) {
+                Some(Token::AnyRun) => {
+                    star = Some((p + 1, t));
+                    p += 1;
+                }
+                Some(tok) if tok.matches_char(text[t]) => {
+                    p += 1;
+                    t += 1;
+                }
+                _ => match star {
+                    Some((sp, st)) => {
+                        p = sp;
+                        t = st + 1;
+                        star = Some((sp, st + 1));
+                    }
+                    None => return false,
+                },
+            }
+        }
+        self.tokens[p..].iter().all(|tok| *tok == Token::AnyRun)
+    }
+}
+
+impl fmt::Debug for Glob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Glob({:?})", self.source)
+    }
+}
+
+impl fmt::Display for Glob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.source)
+    }
+}
+
+// === impl Token ===
+
+impl Token {
+    fn matches_char(&self, c: char) -> bool {
+        match self {
+            Token::Literal(l) => *l == c,
+            Token::AnyOne => true,
+            Token::AnyRun => true,
+            Token::Class { negated, ranges } => {
+                ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&c)) != *negated
+            }
+        }
+    }
+}
+
+fn parse_class(chars: &[char], open: usize) -> Result<(Token, usize), GlobError> {
+    let mut i = open + 1;
+    let negated = matches!(chars.get(i), Some('!') | Some('^'));
+    if negated {
+        i += 1;
+    }
+    let mut ranges = Vec::new();
+    loop {
+        let c = *chars.get(i).ok_or(GlobError::UnclosedClass(open))?;
+        match c {
+            ']' => break,
+            '\\' => {
+                let lit = *chars.get(i + 1).ok_or(GlobError::TrailingEscape)?;
+                ranges.push((lit, lit));
+                i += 2;
+            }
+            lo => {
+                if chars.get(i + 1) == Some(&'-') && chars.get(i + 2).is_some_and(|c| *c != ']') {
+                    let hi = chars[i + 2];
+                    if hi < lo {
+                        return Err(GlobError::ReversedRange(lo, hi));
+                    }
+                    ranges.push((lo, hi));
+                    i += 3;
+                } else {
+                    ranges.push((lo, lo));
+                    i += 1;
+                }
+            }
+        }
+    }
+    if ranges.is_empty() {
+        return Err(GlobError::EmptyClass(open));
+    }
+    Ok((Token::Class { negated, ranges }, i + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(p: &str, t: &str) -> bool {
+        Glob::new(p).expect("valid glob").matches(t)
+    }
+
+    #[test]
+    fn wildcards() {
+        assert!(m("*", ""));
+        assert!(m("*", "anything"));
+        assert!(m("search_*", "search_flights"));
+        assert!(!m("search_*", "research_flights"));
+        assert!(m("*_admin", "db_admin"));
+        assert!(m("a*b*c", "a-x-b-y-c"));
+        assert!(!m("a*b*c", "a-x-b-y-d"));
+        assert!(m("ech?", "echo"));
+        assert!(!m("ech?", "ech"));
+        assert!(m("file:///docs/*", "file:///docs/a/b.md"));
+    }
+
+    #[test]
+    fn classes_and_escapes() {
+        assert!(m("v[0-9]", "v7"));
+        assert!(!m("v[!0-9]", "v7"));
+        assert!(m("[ab]x", "bx"));
+        assert!(m(r"\*", "*"));
+        assert!(!m(r"\*", "x"));
+    }
+
+    #[test]
+    fn literal_detection() {
+        assert!(Glob::new("echo").expect("glob").is_literal());
+        assert!(!Glob::new("ech*").expect("glob").is_literal());
+        assert!(Glob::new("*").expect("glob").matches_all());
+    }
+
+    #[test]
+    fn bad_globs_are_refused() {
+        assert_eq!(Glob::new(""), Err(GlobError::Empty));
+        assert_eq!(Glob::new("a[bc"), Err(GlobError::UnclosedClass(1)));
+        assert_eq!(Glob::new("a[]"), Err(GlobError::EmptyClass(1)));
+        assert_eq!(Glob::new("[z-a]"), Err(GlobError::ReversedRange('z', 'a')));
+        assert_eq!(Glob::new("ab\\"), Err(GlobError::TrailingEscape));
+    }
+
+    #[test]
+    fn pathological_pattern_is_linear() {
+        let p = "*a*a*a*a*a*a*a*a*a*b";
+        let text = "a".repeat(5_000);
+        assert!(!m(p, &text));
+    }
+}

@@ -1,0 +1,198 @@
+use serde_json::json;
+
+use super::*;
+use crate::config;
+
+fn policy(rules: &str) -> Policy {
+    let text = format!(
+        r#"
+[servers.flights]
+url = "http://127.0.0.1:1/mcp"
+[servers.crm]
+url = "http://127.0.0.1:2/mcp"
+[clients.alice]
+api_key_sha256 = "{k}"
+[clients.bob]
+api_key_sha256 = "{k2}"
+[clients.anonymous]
+{rules}"#,
+        k = "a".repeat(64),
+        k2 = "b".repeat(64),
+    );
+    config::load_str(&text, "test.toml", &|_| None)
+        .expect("valid config")
+        .policy
+}
+
+fn alice() -> ClientId {
+    ClientId::named("alice")
+}
+
+#[test]
+fn deny_by_default() {
+    let p = policy("");
+    assert!(!p.decide(&alice(), "flights", Subject::Tool("echo")).allowed);
+}
+
+#[test]
+fn allow_rules_match_client_server_and_tool() {
+    let p = policy(
+        r#"
+[[rules]]
+clients = ["alice"]
+servers = ["flights"]
+tools = ["search_*", "echo"]
+action = "allow"
+"#,
+    );
+    assert!(
+        p.decide(&alice(), "flights", Subject::Tool("search_flights"))
+            .allowed
+    );
+    assert!(p.decide(&alice(), "flights", Subject::Tool("echo")).allowed);
+    assert!(!p.decide(&alice(), "crm", Subject::Tool("echo")).allowed);
+    assert!(
+        !p.decide(&ClientId::named("bob"), "flights", Subject::Tool("echo"))
+            .allowed
+    );
+    assert!(
+        !p.decide(&alice(), "flights", Subject::Tool("delete_all"))
+            .allowed
+    );
+    // Tool rules say nothing about resources or prompts.
+    assert!(
+        !p.decide(&alice(), "flights", Subject::Resource("echo"))
+            .allowed
+    );
+}
+
+#[test]
+fn deny_overrides_allow_wherever_it_stands() {
+    let p = policy(
+        r#"
+[[rules]]
+clients = ["*"]
+servers = ["*"]
+tools = ["*"]
+action = "allow"
+[[rules]]
+clients = ["bob"]
+servers = ["flights"]
+tools = ["delete_*"]
+action = "deny"
+"#,
+    );
+    let d = p.decide(
+        &ClientId::named("bob"),
+        "flights",
+        Subject::Tool("delete_booking"),
+    );
+    assert_eq!(
+        d,
+        Decision {
+            allowed: false,
+            rule: Some(2),
+            allow_rules: vec![]
+        }
+    );
+    assert!(
+        p.decide(&alice(), "flights", Subject::Tool("delete_booking"))
+            .allowed
+    );
+}
+
+#[test]
+fn star_does_not_cover_the_anonymous_client() {
+    let p = policy(
+        r#"
+[[rules]]
+clients = ["*"]
+servers = ["*"]
+tools = ["*"]
+action = "allow"
+[[rules]]
+clients = ["anonymous"]
+servers = ["flights"]
+tools = ["echo"]
+action = "allow"
+"#,
+    );
+    let anon = ClientId::anonymous();
+    assert!(!p.decide(&anon, "flights", Subject::Tool("search")).allowed);
+    assert!(p.decide(&anon, "flights", Subject::Tool("echo")).allowed);
+}
+
+#[test]
+fn argument_constraints_of_matching_allow_rules_apply() {
+    let p = policy(
+        r#"
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["book"]
+action = "allow"
+arguments = { properties = { passengers = { maximum = 4 } } }
+"#,
+    );
+    let d = p.decide(&alice(), "flights", Subject::Tool("book"));
+    assert_eq!(p.check_arguments(&d, &json!({"passengers": 2})), Ok(()));
+    let (rule, violations) = p
+        .check_arguments(&d, &json!({"passengers": 5}))
+        .expect_err("refused");
+    assert_eq!(rule, 1);
+    assert_eq!(
+        violations[0].line(),
+        "/passengers: expected a number ≤ 4, got 5"
+    );
+}
+
+#[test]
+fn resources_and_prompts_have_their_own_globs() {
+    let p = policy(
+        r#"
+[[rules]]
+clients = ["alice"]
+servers = ["crm"]
+resources = ["file:///public/*"]
+prompts = ["summarize"]
+action = "allow"
+"#,
+    );
+    assert!(
+        p.decide(&alice(), "crm", Subject::Resource("file:///public/a.txt"))
+            .allowed
+    );
+    assert!(
+        !p.decide(&alice(), "crm", Subject::Resource("file:///private/a.txt"))
+            .allowed
+    );
+    assert!(
+        p.decide(&alice(), "crm", Subject::Prompt("summarize"))
+            .allowed
+    );
+    assert!(
+        !p.decide(&alice(), "crm", Subject::Tool("summarize"))
+            .allowed
+    );
+}
+
+#[test]
+fn closest_names_are_suggested() {
+    let names = ["search_flights", "book_flight", "echo", "cancel_booking"];
+    assert_eq!(closest("serch_flights", &names, 3), vec!["search_flights"]);
+    assert_eq!(
+        closest("book", &names, 3),
+        vec!["book_flight", "cancel_booking"]
+    );
+    assert!(closest("zzzzzz", &names, 3).is_empty());
+}
+
+#[test]
+fn rates_describe_themselves() {
+    let rate = Rate {
+        burst: NonZeroU32::MIN.saturating_add(2),
+        per_second: 0.05,
+        key: RateKey::Client,
+    };
+    assert_eq!(rate.describe(), "3 calls, then 1 every 20 s, per client");
+}

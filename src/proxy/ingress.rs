@@ -1,0 +1,241 @@
+//! What a request must pass before the gateway reads its meaning: DNS-rebinding
+//! defences (`Origin`, `Host`), the body cap, one JSON-RPC message, and a
+//! protocol version whose headers agree with the body.
+//!
+//! Place in the path: first, before authentication decides who is calling and
+//! long before anything reaches the upstream.
+//!
+//! Invariants: the body is never read past `max_request_bytes`; nesting is
+//! bounded before parsing; in the 2026 era the standard headers must match
+//! the body, and in either era present ones are checked.
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::{HeaderMap, header};
+use http_body_util::{BodyExt, Limited};
+
+use crate::config::GatewaySettings;
+use crate::error::Rejection;
+use crate::mcp::META_PROTOCOL_VERSION;
+use crate::mcp::headers::{self, MCP_PROTOCOL_VERSION};
+use crate::mcp::jsonrpc::Message;
+use crate::mcp::version::{Era, LEGACY_DEFAULT};
+
+/// Checks `Origin` (any present value must be allowed) and, on a loopback
+/// listener, `Host` (loopback names or `allowed_hosts`).
+pub(crate) fn admit(
+    headers: &HeaderMap,
+    settings: &GatewaySettings,
+    loopback: bool,
+) -> Result<(), Rejection> {
+    let mut origins = headers.get_all(header::ORIGIN).iter();
+    if let Some(origin) = origins.next() {
+        let value = origin
+            .to_str()
+            .unwrap_or("")
+            .trim_end_matches('/')
+            .to_ascii_lowercase();
+        if origins.next().is_some() || !settings.allowed_origins.contains(&value) {
+            return Err(Rejection::Forbidden(format!(
+                "requests from the origin {value:?} are not allowed (see gateway.allowed_origins)"
+            )));
+        }
+    }
+    if loopback {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        let name = host_name(host).to_ascii_lowercase();
+        let ok = matches!(name.as_str(), "localhost" | "127.0.0.1" | "[::1]")
+            || settings.allowed_hosts.contains(&name);
+        if !ok {
+            return Err(Rejection::Forbidden(format!(
+                "the Host {host:?} is not served here (see gateway.allowed_hosts)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `example.com:8080` → `example.com`; `[::1]:8080` → `[::1]`.
+fn host_name(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.find(']').map(|i| &host[..=i]).unwrap_or(host);
+    }
+    host.rsplit_once(':').map(|(h, _)| h).unwrap_or(host)
+}
+
+/// Reads the body, refusing it as soon as it is known to exceed `limit`.
+pub(crate) async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Bytes, Rejection> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(Rejection::TooLarge(limit));
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Rejection::TooLarge(limit)),
+        Err(_) => Err(Rejection::InvalidParams(
+            "the request body could not be read".into(),
+        )),
+    }
+}
+
+/// The version a request speaks and its era, with the header ⇄ body checks.
+pub(crate) fn negotiate(
+    headers: &HeaderMap,
+    message: &Message,
+) -> Result<(Era, String), Rejection> {
+    let mismatch = |m: headers::Mismatch| Rejection::HeaderMismatch(m.0);
+    let header_version = headers::single(headers, MCP_PROTOCOL_VERSION).map_err(mismatch)?;
+    let body_version = message.meta_str(META_PROTOCOL_VERSION);
+    let (era, version) = match (body_version, header_version) {
+        (Some(body), header) => match Era::of(body) {
+            None => return Err(Rejection::UnsupportedVersion(body.to_owned())),
+            Some(Era::Modern) if header != Some(body) => {
+                return Err(Rejection::HeaderMismatch(format!(
+                    "the MCP-Protocol-Version header ({}) must equal the body's _meta protocol version ({body})",
+                    header.unwrap_or("missing")
+                )));
+            }
+            Some(era) => (era, body.to_owned()),
+        },
+        (None, Some(header)) => match Era::of(header) {
+            None => return Err(Rejection::UnsupportedVersion(header.to_owned())),
+            Some(Era::Modern) if matches!(message, Message::Request { .. }) => {
+                return Err(Rejection::InvalidParams(format!(
+                    "a {header} request must carry params._meta[\"{META_PROTOCOL_VERSION}\"]"
+                )));
+            }
+            Some(era) => (era, header.to_owned()),
+        },
+        (None, None) => (Era::Legacy, LEGACY_DEFAULT.to_owned()),
+    };
+    headers::check_method_and_name(headers, message, era == Era::Modern).map_err(mismatch)?;
+    Ok((era, version))
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+    use serde_json::json;
+
+    use super::*;
+
+    fn settings() -> GatewaySettings {
+        crate::config::load_str(
+            "[gateway]\nallowed_origins = [\"https://app.example.com\"]\nallowed_hosts = [\"mcp.example.com\"]\n[servers.s]\nurl = \"http://127.0.0.1:1/mcp\"\n",
+            "t.toml",
+            &|_| None,
+        )
+        .expect("config")
+        .gateway
+    }
+
+    fn with(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_str(v).expect("value"));
+        }
+        h
+    }
+
+    #[test]
+    fn origins_and_hosts() {
+        let s = settings();
+        assert!(admit(&with(&[("host", "127.0.0.1:8080")]), &s, true).is_ok());
+        assert!(admit(&with(&[("host", "localhost")]), &s, true).is_ok());
+        assert!(admit(&with(&[("host", "[::1]:9")]), &s, true).is_ok());
+        assert!(admit(&with(&[("host", "mcp.example.com:443")]), &s, true).is_ok());
+        assert!(admit(&with(&[("host", "evil.example")]), &s, true).is_err());
+        assert!(admit(&with(&[("host", "evil.example")]), &s, false).is_ok());
+        assert!(
+            admit(
+                &with(&[("host", "localhost"), ("origin", "https://app.example.com")]),
+                &s,
+                true
+            )
+            .is_ok()
+        );
+        assert!(
+            admit(
+                &with(&[("host", "localhost"), ("origin", "https://evil.example")]),
+                &s,
+                true
+            )
+            .is_err()
+        );
+        assert!(
+            admit(
+                &with(&[("host", "localhost"), ("origin", "null")]),
+                &s,
+                true
+            )
+            .is_err()
+        );
+    }
+
+    fn modern_call() -> Message {
+        let v = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo",
+            "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}});
+        Message::classify(v.to_string().as_bytes(), 64).expect("message")
+    }
+
+    #[test]
+    fn modern_requests_need_agreeing_headers() {
+        let ok = with(&[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "echo"),
+        ]);
+        assert_eq!(negotiate(&ok, &modern_call()).map(|r| r.0), Ok(Era::Modern));
+        let no_version = with(&[("mcp-method", "tools/call"), ("mcp-name", "echo")]);
+        assert!(matches!(
+            negotiate(&no_version, &modern_call()),
+            Err(Rejection::HeaderMismatch(_))
+        ));
+        let other_name = with(&[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "rm"),
+        ]);
+        assert!(matches!(
+            negotiate(&other_name, &modern_call()),
+            Err(Rejection::HeaderMismatch(_))
+        ));
+    }
+
+    #[test]
+    fn versions_are_checked() {
+        let v = json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{
+            "_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"}}});
+        let m = Message::classify(v.to_string().as_bytes(), 64).expect("message");
+        assert_eq!(
+            negotiate(&HeaderMap::new(), &m),
+            Err(Rejection::UnsupportedVersion("2099-01-01".into()))
+        );
+        let legacy = Message::classify(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#, 64)
+            .expect("message");
+        assert_eq!(
+            negotiate(&HeaderMap::new(), &legacy).map(|r| r.0),
+            Ok(Era::Legacy)
+        );
+        let h = with(&[("mcp-protocol-version", "2025-11-25")]);
+        assert_eq!(
+            negotiate(&h, &legacy).map(|r| r.1),
+            Ok("2025-11-25".to_owned())
+        );
+        let h = with(&[("mcp-protocol-version", "1999-01-01")]);
+        assert!(matches!(
+            negotiate(&h, &legacy),
+            Err(Rejection::UnsupportedVersion(_))
+        ));
+    }
+}

@@ -1,0 +1,852 @@
+//! The whole story of one request, as a straight sequence of small steps:
+//!
+//! ```text
+//! admit → route → authenticate → read body → classify → negotiate → session
+//!   tools/call:   catalog → authorize → rule arguments → Mcp-Param-* → validate → forward → relay
+//!   lists:        forward every page → remember tools → filter per client → answer
+//!   read / get:   authorize → forward → relay
+//!   anything else:                       forward → relay
+//! ```
+//!
+//! Invariants: a step either passes the exchange on or stops it with a
+//! [`Rejection`]; nothing is sent upstream before every step for that method has
+//! passed; the same policy decision serves lists and calls.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderMap, Method};
+use serde_json::{Map, Value, json};
+
+use super::catalog::ToolSet;
+use super::ingress::{admit, negotiate, read_body};
+use super::respond::{self, Recipient, relay};
+use super::upstream::{UpstreamError, forwarded_headers};
+use super::{AppState, ServerState};
+use crate::auth::ClientId;
+use crate::config::Config;
+use crate::error::{Rejection, RenderCtx, ToolRefusal, UpstreamFailure};
+use crate::mcp::headers::{
+    self, MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
+};
+use crate::mcp::jsonrpc::{self, Message};
+use crate::mcp::version::Era;
+use crate::policy::{Subject, closest};
+use crate::validate::Violation;
+
+/// Accept header sent upstream on POST (MCP requires both).
+const ACCEPT_BOTH: &str = "application/json, text/event-stream";
+/// Most pages the gateway follows when it collects a list.
+const MAX_PAGES: usize = 100;
+/// Most names listed in an `unknown_tool` answer.
+const MAX_LISTED: usize = 50;
+
+/// What the gateway knows about the request so far.
+#[derive(Debug)]
+struct Exchange {
+    started: Instant,
+    client: Option<ClientId>,
+    server: Option<String>,
+    method: String,
+    id: Option<Value>,
+    era: Era,
+    tool: Option<String>,
+}
+
+impl Exchange {
+    fn render_ctx(&self) -> RenderCtx<'_> {
+        RenderCtx {
+            id: self.id.as_ref(),
+            era: self.era,
+        }
+    }
+}
+
+/// Serves one request on `/mcp` or `/mcp/<server>`.
+pub(crate) async fn handle(
+    state: Arc<AppState>,
+    server: Option<String>,
+    parts: Parts,
+    body: Body,
+) -> Response {
+    let mut ex = Exchange {
+        started: Instant::now(),
+        client: None,
+        server: None,
+        method: parts.method.to_string(),
+        id: None,
+        era: Era::Legacy,
+        tool: None,
+    };
+    let config = state.config.clone();
+    let (response, outcome, source) =
+        match serve(&state, &config, &mut ex, server, parts, body).await {
+            Ok(response) => (response, "forwarded", None),
+            Err(rejection) => {
+                let code = rejection.code();
+                let source = rejection.source();
+                (rejection.into_response(ex.render_ctx()), code, Some(source))
+            }
+        };
+    tracing::info!(
+        client = ex.client.as_ref().map(ClientId::name),
+        server = ex.server.as_deref(),
+        method = %ex.method,
+        tool = ex.tool.as_deref(),
+        era = ex.era.as_str(),
+        outcome,
+        source = source.map(|s| s.as_str()),
+        status = response.status().as_u16(),
+        latency_us = ex.started.elapsed().as_micros() as u64,
+        "request"
+    );
+    response
+}
+
+async fn serve(
+    state: &Arc<AppState>,
+    config: &Config,
+    ex: &mut Exchange,
+    server: Option<String>,
+    parts: Parts,
+    body: Body,
+) -> Result<Response, Rejection> {
+    admit(&parts.headers, &config.gateway, state.loopback)?;
+    let server = route(state, server)?;
+    ex.server = Some(server.upstream.settings.name.clone());
+    let client = config
+        .clients
+        .authenticate(&parts.headers)
+        .map_err(Rejection::Unauthenticated)?;
+    ex.client = Some(client.clone());
+    match parts.method {
+        Method::POST => {
+            let body = read_body(&parts.headers, body, config.gateway.max_request_bytes).await?;
+            post(state, config, ex, server, &client, &parts.headers, body).await
+        }
+        Method::GET | Method::DELETE => stream_or_end(state, server, ex, &client, &parts).await,
+        _ => Err(Rejection::MethodNotAllowed("GET, POST, DELETE")),
+    }
+}
+
+/// `/mcp/<name>`, or `/mcp` when exactly one server is configured.
+fn route(state: &AppState, server: Option<String>) -> Result<&ServerState, Rejection> {
+    match server {
+        Some(name) => state
+            .servers
+            .get(&name)
+            .ok_or(Rejection::UnknownServer(name)),
+        None if state.servers.len() == 1 => state
+            .servers
+            .values()
+            .next()
+            .ok_or(Rejection::UnknownServer(String::new())),
+        None => Err(Rejection::UnknownServer(
+            "(none: name one in the path, /mcp/<server>)".into(),
+        )),
+    }
+}
+
+async fn post(
+    state: &Arc<AppState>,
+    config: &Config,
+    ex: &mut Exchange,
+    server: &ServerState,
+    client: &ClientId,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, Rejection> {
+    let message =
+        Message::classify(&body, config.gateway.max_json_depth).map_err(Rejection::Malformed)?;
+    ex.id = message.id().cloned();
+    ex.method = message.method().unwrap_or("(response)").to_owned();
+    let (era, _version) = negotiate(headers, &message)?;
+    ex.era = era;
+    let session = session(state, server, client, headers, era)?;
+    let forward = Forward {
+        state,
+        server,
+        ex_era: era,
+        session: session.as_deref(),
+    };
+    match message.method() {
+        Some("tools/call") => {
+            call_tool(config, ex, &forward, client, headers, &message, body).await
+        }
+        Some(
+            m @ ("tools/list" | "resources/list" | "resources/templates/list" | "prompts/list"),
+        ) => {
+            let kind = ListKind::of(m);
+            list(config, ex, &forward, client, headers, &message, kind).await
+        }
+        Some("resources/read" | "resources/subscribe" | "resources/unsubscribe") => {
+            let uri = param_str(&message, "uri")?;
+            authorize_or_hide(config, client, server, Subject::Resource(uri), || {
+                format!("Resource not found: {uri}")
+            })?;
+            forward
+                .relay(headers, body, recipient(ex, server, None))
+                .await
+        }
+        Some("prompts/get") => {
+            let name = param_str(&message, "name")?;
+            authorize_or_hide(config, client, server, Subject::Prompt(name), || {
+                format!("Unknown prompt: {name}")
+            })?;
+            forward
+                .relay(headers, body, recipient(ex, server, None))
+                .await
+        }
+        Some("completion/complete") => {
+            authorize_completion(config, client, server, &message)?;
+            forward
+                .relay(headers, body, recipient(ex, server, None))
+                .await
+        }
+        Some("initialize") => {
+            forward
+                .initialize(headers, body, client, recipient(ex, server, None))
+                .await
+        }
+        _ => {
+            forward
+                .relay(headers, body, recipient(ex, server, None))
+                .await
+        }
+    }
+}
+
+/// The session a legacy request presents must be this client's.
+fn session(
+    state: &AppState,
+    server: &ServerState,
+    client: &ClientId,
+    headers: &HeaderMap,
+    era: Era,
+) -> Result<Option<String>, Rejection> {
+    let presented =
+        headers::single(headers, MCP_SESSION_ID).map_err(|m| Rejection::HeaderMismatch(m.0))?;
+    match (era, presented) {
+        // 2026-07-28 has no sessions; a stray id is ignored (and not forwarded).
+        (Era::Modern, _) | (_, None) => Ok(None),
+        (Era::Legacy, Some(id))
+            if state
+                .sessions
+                .check(&server.upstream.settings.name, id, client) =>
+        {
+            Ok(Some(id.to_owned()))
+        }
+        (Era::Legacy, Some(_)) => Err(Rejection::SessionNotFound),
+    }
+}
+
+// --- tools/call ---
+
+async fn call_tool(
+    config: &Config,
+    ex: &mut Exchange,
+    forward: &Forward<'_>,
+    client: &ClientId,
+    headers: &HeaderMap,
+    message: &Message,
+    body: Bytes,
+) -> Result<Response, Rejection> {
+    let name = param_str(message, "name")?.to_owned();
+    ex.tool = Some(name.clone());
+    let server = forward.server;
+    let server_name = server.upstream.settings.name.as_str();
+    let tools = forward
+        .tool_set(headers, message, ex.id.as_ref())
+        .await
+        .map_err(|e| upstream(server_name, Some(&name), e))?;
+    let decision = config
+        .policy
+        .decide(client, server_name, Subject::Tool(&name));
+    let entry = tools.tools.get(&name).filter(|_| decision.allowed);
+    let Some(entry) = entry else {
+        return Err(unknown_tool(config, client, server_name, &tools, &name));
+    };
+    let arguments = match message.params().and_then(|p| p.get("arguments")) {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(a @ Value::Object(_)) => a.clone(),
+        Some(_) => {
+            let v = Violation {
+                pointer: String::new(),
+                expected: "an object".into(),
+                received: "another JSON type".into(),
+                description: None,
+            };
+            return Err(invalid_arguments(&name, &[v]));
+        }
+    };
+    config
+        .policy
+        .check_arguments(&decision, &arguments)
+        .map_err(|(rule, v)| argument_not_permitted(&name, rule, &v))?;
+    let schema = entry.schema.as_ref().map_err(|e| quarantined(&name, e))?;
+    let input_schema = entry.definition.get("inputSchema").unwrap_or(&Value::Null);
+    if let Value::Object(args) = &arguments {
+        headers::check_params(headers, args, input_schema, ex.era == Era::Modern)
+            .map_err(|m| Rejection::HeaderMismatch(m.0))?;
+    }
+    schema
+        .check(&arguments)
+        .map_err(|v| invalid_arguments(&name, &v))?;
+    forward
+        .relay(headers, body, recipient(ex, server, Some(name)))
+        .await
+}
+
+fn unknown_tool(
+    config: &Config,
+    client: &ClientId,
+    server: &str,
+    tools: &ToolSet,
+    name: &str,
+) -> Rejection {
+    let permitted: Vec<&str> = tools
+        .names()
+        .filter(|t| {
+            config
+                .policy
+                .decide(client, server, Subject::Tool(t))
+                .allowed
+        })
+        .collect();
+    let suggestions = closest(name, &permitted, 3);
+    let mut text =
+        format!("The tool `{name}` is not available on server `{server}`, so nothing was run.");
+    if !suggestions.is_empty() {
+        text.push_str(&format!(" Did you mean {}?", quote_list(&suggestions)));
+    }
+    if permitted.is_empty() {
+        text.push_str(" No tools are available to you on this server.");
+    } else {
+        let shown: Vec<&str> = permitted.iter().take(MAX_LISTED).copied().collect();
+        let more = permitted.len().saturating_sub(MAX_LISTED);
+        text.push_str(&format!(" Tools you can call: {}", quote_list(&shown)));
+        if more > 0 {
+            text.push_str(&format!(" and {more} more (see tools/list)"));
+        }
+        text.push_str(". Call one of them by its exact name.");
+    }
+    let mut detail = Map::new();
+    detail.insert("tool".into(), name.into());
+    detail.insert("suggestions".into(), json!(suggestions));
+    detail.insert(
+        "permitted".into(),
+        json!(permitted.iter().take(MAX_LISTED).collect::<Vec<_>>()),
+    );
+    Rejection::Tool(ToolRefusal {
+        code: "unknown_tool",
+        text,
+        detail,
+    })
+}
+
+fn invalid_arguments(tool: &str, violations: &[Violation]) -> Rejection {
+    let mut text = format!(
+        "The arguments for `{tool}` do not match its input schema, so the tool was not run. Fix {} and call it again:",
+        if violations.len() == 1 {
+            "this"
+        } else {
+            "these"
+        }
+    );
+    for v in violations {
+        text.push_str("\n- ");
+        text.push_str(&v.line());
+    }
+    let mut detail = Map::new();
+    detail.insert("tool".into(), tool.into());
+    detail.insert("violations".into(), json!(violations));
+    Rejection::Tool(ToolRefusal {
+        code: "invalid_arguments",
+        text,
+        detail,
+    })
+}
+
+fn argument_not_permitted(tool: &str, rule: usize, violations: &[Violation]) -> Rejection {
+    let mut text = format!(
+        "The arguments for `{tool}` are outside what this gateway's policy permits (rule {rule}), so the tool was not run:"
+    );
+    for v in violations {
+        text.push_str("\n- ");
+        text.push_str(&v.line());
+    }
+    text.push_str("\nA call within these limits may be allowed; do not retry the same arguments.");
+    let mut detail = Map::new();
+    detail.insert("tool".into(), tool.into());
+    detail.insert("rule".into(), rule.into());
+    detail.insert("violations".into(), json!(violations));
+    Rejection::Tool(ToolRefusal {
+        code: "argument_not_permitted",
+        text,
+        detail,
+    })
+}
+
+fn quarantined(tool: &str, reason: &crate::validate::SchemaError) -> Rejection {
+    let text = format!(
+        "The tool `{tool}` cannot be called through this gateway: its input schema cannot be enforced ({reason}). \
+         Nothing was run. An operator must fix the tool's schema on the server; retrying will not help."
+    );
+    let mut detail = Map::new();
+    detail.insert("tool".into(), tool.into());
+    detail.insert("reason".into(), reason.to_string().into());
+    Rejection::Tool(ToolRefusal {
+        code: "tool_quarantined",
+        text,
+        detail,
+    })
+}
+
+// --- lists ---
+
+/// The four lists the gateway filters per client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ListKind {
+    Tools,
+    Resources,
+    Templates,
+    Prompts,
+}
+
+impl ListKind {
+    fn of(method: &str) -> Self {
+        match method {
+            "tools/list" => ListKind::Tools,
+            "resources/list" => ListKind::Resources,
+            "resources/templates/list" => ListKind::Templates,
+            _ => ListKind::Prompts,
+        }
+    }
+
+    /// The result key holding the items.
+    fn key(self) -> &'static str {
+        match self {
+            ListKind::Tools => "tools",
+            ListKind::Resources => "resources",
+            ListKind::Templates => "resourceTemplates",
+            ListKind::Prompts => "prompts",
+        }
+    }
+
+    fn subject(self, item: &Value) -> Option<Subject<'_>> {
+        let field = |k: &str| item.get(k).and_then(Value::as_str);
+        match self {
+            ListKind::Tools => field("name").map(Subject::Tool),
+            ListKind::Resources => field("uri").map(Subject::Resource),
+            ListKind::Templates => field("uriTemplate").map(Subject::Resource),
+            ListKind::Prompts => field("name").map(Subject::Prompt),
+        }
+    }
+}
+
+async fn list(
+    config: &Config,
+    ex: &mut Exchange,
+    forward: &Forward<'_>,
+    client: &ClientId,
+    headers: &HeaderMap,
+    message: &Message,
+    kind: ListKind,
+) -> Result<Response, Rejection> {
+    let server = forward.server;
+    let name = server.upstream.settings.name.as_str();
+    let request = rebuild(message);
+    let pages = forward
+        .all_pages(headers, request, kind.key())
+        .await
+        .map_err(|e| upstream(name, None, e))?;
+    let (items, mut result) = match pages {
+        Pages::Complete(items, result) => (items, result),
+        // The upstream refused the list: its error goes back as it is.
+        Pages::Refused(error, reply_headers) => return Ok(respond::json(&error, reply_headers)),
+    };
+    if kind == ListKind::Tools {
+        server.catalog.store(&items);
+    }
+    let visible: Vec<Value> = items
+        .into_iter()
+        .filter(|item| {
+            kind.subject(item)
+                .is_some_and(|s| config.policy.decide(client, name, s).allowed)
+        })
+        .collect();
+    result.insert(kind.key().into(), Value::Array(visible));
+    result.remove("nextCursor");
+    if ex.era == Era::Modern {
+        // The list depends on who asked: no shared cache may serve it to another client.
+        result.insert("cacheScope".into(), "private".into());
+    }
+    let id = ex.id.clone().unwrap_or(Value::Null);
+    Ok(respond::json(
+        &jsonrpc::result(&id, Value::Object(result)),
+        HeaderMap::new(),
+    ))
+}
+
+/// Outcome of collecting a paginated list.
+enum Pages {
+    Complete(Vec<Value>, Map<String, Value>),
+    Refused(Value, HeaderMap),
+}
+
+// --- resources, prompts, completions ---
+
+fn authorize_or_hide(
+    config: &Config,
+    client: &ClientId,
+    server: &ServerState,
+    subject: Subject<'_>,
+    not_found: impl FnOnce() -> String,
+) -> Result<(), Rejection> {
+    if config
+        .policy
+        .decide(client, &server.upstream.settings.name, subject)
+        .allowed
+    {
+        Ok(())
+    } else {
+        // The same answer a missing resource or prompt gets: no existence oracle.
+        Err(Rejection::NotFound(not_found()))
+    }
+}
+
+fn authorize_completion(
+    config: &Config,
+    client: &ClientId,
+    server: &ServerState,
+    message: &Message,
+) -> Result<(), Rejection> {
+    let reference = message.params().and_then(|p| p.get("ref"));
+    let field = |k: &str| reference.and_then(|r| r.get(k)).and_then(Value::as_str);
+    match field("type") {
+        Some("ref/prompt") => {
+            let name = field("name").unwrap_or_default();
+            authorize_or_hide(config, client, server, Subject::Prompt(name), || {
+                format!("Unknown prompt: {name}")
+            })
+        }
+        Some("ref/resource") => {
+            let uri = field("uri").unwrap_or_default();
+            authorize_or_hide(config, client, server, Subject::Resource(uri), || {
+                format!("Resource not found: {uri}")
+            })
+        }
+        _ => Err(Rejection::InvalidParams(
+            "completion/complete needs params.ref of type ref/prompt or ref/resource".into(),
+        )),
+    }
+}
+
+// --- GET stream and DELETE (handshake era) ---
+
+async fn stream_or_end(
+    state: &Arc<AppState>,
+    server: &ServerState,
+    ex: &mut Exchange,
+    client: &ClientId,
+    parts: &Parts,
+) -> Result<Response, Rejection> {
+    let version = headers::single(&parts.headers, MCP_PROTOCOL_VERSION)
+        .map_err(|m| Rejection::HeaderMismatch(m.0))?;
+    if version.and_then(Era::of) == Some(Era::Modern) {
+        return Err(Rejection::MethodNotAllowed("POST"));
+    }
+    let session = session(state, server, client, &parts.headers, Era::Legacy)?;
+    let accept = if parts.method == Method::GET {
+        "text/event-stream"
+    } else {
+        ACCEPT_BOTH
+    };
+    let out = forwarded_headers(&parts.headers, accept);
+    let name = server.upstream.settings.name.clone();
+    let response = server
+        .upstream
+        .send(parts.method.clone(), out, None)
+        .await
+        .map_err(|e| upstream(&name, None, e))?;
+    // A GET stream lives as long as the session: no idle limit.
+    let reply = server
+        .upstream
+        .read(response, None)
+        .await
+        .map_err(|e| upstream(&name, None, e))?;
+    if let Some(id) = &session {
+        let status = reply_status(&reply);
+        if parts.method == Method::DELETE
+            && (status.is_success() || status == http::StatusCode::NOT_FOUND)
+        {
+            state.sessions.remove(&name, id);
+        }
+    }
+    Ok(relay(reply, recipient(ex, server, None)))
+}
+
+// --- forwarding ---
+
+/// Everything needed to send this request's messages upstream.
+struct Forward<'a> {
+    state: &'a Arc<AppState>,
+    server: &'a ServerState,
+    ex_era: Era,
+    session: Option<&'a str>,
+}
+
+impl Forward<'_> {
+    fn headers(&self, client: &HeaderMap) -> HeaderMap {
+        let mut out = forwarded_headers(client, ACCEPT_BOTH);
+        if self.ex_era == Era::Modern {
+            out.remove(MCP_SESSION_ID);
+        }
+        out
+    }
+
+    fn name(&self) -> &str {
+        &self.server.upstream.settings.name
+    }
+
+    async fn send(
+        &self,
+        headers: HeaderMap,
+        body: Bytes,
+        idle: bool,
+    ) -> Result<super::upstream::Reply, UpstreamError> {
+        let upstream = &self.server.upstream;
+        let response = upstream.send(Method::POST, headers, Some(body)).await?;
+        let idle = idle.then_some(upstream.settings.timeout);
+        let reply = upstream.read(response, idle).await?;
+        if let Some(session) = self.session
+            && reply_status(&reply) == http::StatusCode::NOT_FOUND
+        {
+            // The upstream ended the session; the binding goes with it.
+            self.state.sessions.remove(self.name(), session);
+        }
+        Ok(reply)
+    }
+
+    /// Forwards the client's body and relays the reply.
+    async fn relay(
+        &self,
+        headers: &HeaderMap,
+        body: Bytes,
+        to: Recipient,
+    ) -> Result<Response, Rejection> {
+        // `subscriptions/listen` streams stay open for as long as the client listens.
+        let listen =
+            headers::single(headers, MCP_METHOD).ok().flatten() == Some("subscriptions/listen");
+        let reply = self
+            .send(self.headers(headers), body, !listen)
+            .await
+            .map_err(|e| upstream(self.name(), to.tool.as_deref(), e))?;
+        Ok(relay(reply, to))
+    }
+
+    /// Forwards `initialize` and binds the session the upstream mints to this client.
+    async fn initialize(
+        &self,
+        headers: &HeaderMap,
+        body: Bytes,
+        client: &ClientId,
+        to: Recipient,
+    ) -> Result<Response, Rejection> {
+        let reply = self
+            .send(self.headers(headers), body, true)
+            .await
+            .map_err(|e| upstream(self.name(), None, e))?;
+        if let Some(id) = reply_headers(&reply)
+            .get(MCP_SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+        {
+            self.state.sessions.bind(self.name(), id, client);
+        }
+        Ok(relay(reply, to))
+    }
+
+    /// The server's tools, fetched with the client's session and era when not known yet.
+    async fn tool_set(
+        &self,
+        headers: &HeaderMap,
+        call: &Message,
+        _id: Option<&Value>,
+    ) -> Result<Arc<ToolSet>, UpstreamError> {
+        if let Some(tools) = self.server.catalog.get() {
+            return Ok(tools);
+        }
+        let id = json!(format!(
+            "portcullis-{}",
+            self.state.next_id.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut params = Map::new();
+        if self.ex_era == Era::Modern
+            && let Some(meta) = call
+                .params()
+                .and_then(|p| p.get("_meta"))
+                .and_then(Value::as_object)
+        {
+            let keep: Map<String, Value> = meta
+                .iter()
+                .filter(|(k, _)| k.starts_with("io.modelcontextprotocol/"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            params.insert("_meta".into(), Value::Object(keep));
+        }
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params});
+        match self.all_pages(headers, request, "tools").await? {
+            Pages::Complete(items, _) => Ok(self.server.catalog.store(&items)),
+            Pages::Refused(..) => Err(UpstreamError {
+                kind: crate::error::UpstreamKind::Protocol,
+                reason: "it refused to list its tools".into(),
+            }),
+        }
+    }
+
+    /// Sends `request` and follows `nextCursor` until the list is complete.
+    async fn all_pages(
+        &self,
+        client_headers: &HeaderMap,
+        mut request: Value,
+        key: &str,
+    ) -> Result<Pages, UpstreamError> {
+        let mut headers = self.headers(client_headers);
+        headers.remove(MCP_NAME);
+        headers.retain_param_free();
+        if self.ex_era == Era::Modern {
+            let method = request
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            if let Ok(v) = http::HeaderValue::from_str(&method) {
+                headers.insert(MCP_METHOD, v);
+            }
+        }
+        let mut items = Vec::new();
+        for page in 0..MAX_PAGES {
+            if page > 0 {
+                let id = format!(
+                    "portcullis-{}",
+                    self.state.next_id.fetch_add(1, Ordering::Relaxed)
+                );
+                request["id"] = id.into();
+            }
+            let id = request.get("id").cloned().unwrap_or(Value::Null);
+            let body = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
+            let reply = self.send(headers.clone(), body, true).await?;
+            let reply_headers = reply_headers(&reply).clone();
+            let response = respond::collect(reply, &id, &self.server.catalog).await?;
+            let Some(Value::Object(mut result)) = response.get("result").cloned() else {
+                return Ok(Pages::Refused(response, reply_headers));
+            };
+            if let Some(Value::Array(page_items)) = result.remove(key) {
+                items.extend(page_items);
+            }
+            match result.get("nextCursor").cloned() {
+                Some(cursor @ Value::String(_)) => {
+                    request["params"]["cursor"] = cursor;
+                }
+                _ => return Ok(Pages::Complete(items, result)),
+            }
+        }
+        Err(UpstreamError {
+            kind: crate::error::UpstreamKind::Protocol,
+            reason: format!("its list has more than {MAX_PAGES} pages"),
+        })
+    }
+}
+
+/// `HeaderMap` without `Mcp-Param-*` (they belong to one tool call).
+trait RetainParamFree {
+    fn retain_param_free(&mut self);
+}
+
+impl RetainParamFree for HeaderMap {
+    fn retain_param_free(&mut self) {
+        let names: Vec<_> = self
+            .keys()
+            .filter(|k| k.as_str().starts_with(MCP_PARAM_PREFIX))
+            .cloned()
+            .collect();
+        for name in names {
+            self.remove(name);
+        }
+    }
+}
+
+fn reply_headers(reply: &super::upstream::Reply) -> &HeaderMap {
+    use super::upstream::Reply;
+    match reply {
+        Reply::Json { headers, .. }
+        | Reply::Sse { headers, .. }
+        | Reply::Empty { headers, .. }
+        | Reply::Other { headers, .. } => headers,
+    }
+}
+
+fn reply_status(reply: &super::upstream::Reply) -> http::StatusCode {
+    use super::upstream::Reply;
+    match reply {
+        Reply::Json { status, .. }
+        | Reply::Sse { status, .. }
+        | Reply::Empty { status, .. }
+        | Reply::Other { status, .. } => *status,
+    }
+}
+
+fn recipient(ex: &Exchange, server: &ServerState, tool: Option<String>) -> Recipient {
+    Recipient {
+        id: ex.id.clone(),
+        era: ex.era,
+        server: server.upstream.settings.name.clone(),
+        tool,
+        catalog: server.catalog.clone(),
+    }
+}
+
+fn upstream(server: &str, tool: Option<&str>, e: UpstreamError) -> Rejection {
+    Rejection::Upstream(UpstreamFailure {
+        kind: e.kind,
+        server: server.to_owned(),
+        tool: tool.map(str::to_owned),
+        reason: e.reason,
+    })
+}
+
+fn param_str<'m>(message: &'m Message, key: &str) -> Result<&'m str, Rejection> {
+    message
+        .params()
+        .and_then(|p| p.get(key))
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            let method = message.method().unwrap_or_default();
+            Rejection::InvalidParams(format!("{method} needs params.{key}, a string"))
+        })
+}
+
+/// The message as a JSON value again (to send it page by page).
+fn rebuild(message: &Message) -> Value {
+    let mut v = json!({"jsonrpc": "2.0", "method": message.method().unwrap_or_default()});
+    if let Some(id) = message.id() {
+        v["id"] = id.clone();
+    }
+    if let Some(params) = message.params() {
+        v["params"] = Value::Object(params.clone());
+    }
+    v
+}
+
+fn quote_list(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,135 @@
+//! Upstream sessions (handshake era), each bound to the client that opened it.
+//!
+//! Place in the path: after authentication, before forwarding. A request that
+//! presents `Mcp-Session-Id` must come from the client the session was minted
+//! for; anything else is answered like an unknown session (404), so the answer
+//! says nothing about whether the id exists.
+//!
+//! Invariants: bounded (`max_sessions`, least recently used dropped first);
+//! `Mcp-Session-Id` is never an identity: it only narrows what an already
+//! authenticated client can reach.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::auth::ClientId;
+
+/// Sessions per (server, session id).
+#[derive(Debug)]
+pub(crate) struct SessionTable {
+    inner: Mutex<Inner>,
+    max: usize,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    sessions: HashMap<(String, String), Entry>,
+    clock: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    client: ClientId,
+    last_used: u64,
+}
+
+impl SessionTable {
+    pub(crate) fn new(max: usize) -> Self {
+        Self {
+            inner: Mutex::new(Inner::default()),
+            max,
+        }
+    }
+
+    /// Records that `session` on `server` belongs to `client`.
+    pub(crate) fn bind(&self, server: &str, session: &str, client: &ClientId) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.clock += 1;
+        let now = inner.clock;
+        let key = (server.to_owned(), session.to_owned());
+        if !inner.sessions.contains_key(&key) && inner.sessions.len() >= self.max {
+            let oldest = inner
+                .sessions
+                .iter()
+                .min_by_key(|(_, e)| e.last_used)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                inner.sessions.remove(&k);
+            }
+        }
+        inner.sessions.insert(
+            key,
+            Entry {
+                client: client.clone(),
+                last_used: now,
+            },
+        );
+    }
+
+    /// True when `session` on `server` was opened by `client`.
+    pub(crate) fn check(&self, server: &str, session: &str, client: &ClientId) -> bool {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.clock += 1;
+        let now = inner.clock;
+        match inner
+            .sessions
+            .get_mut(&(server.to_owned(), session.to_owned()))
+        {
+            Some(e) if e.client == *client => {
+                e.last_used = now;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Forgets a session (ended, or expired upstream).
+    pub(crate) fn remove(&self, server: &str, session: &str) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner
+            .sessions
+            .remove(&(server.to_owned(), session.to_owned()));
+    }
+
+    /// Number of sessions tracked.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .sessions
+            .len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_belong_to_their_client() {
+        let t = SessionTable::new(10);
+        let (alice, bob) = (ClientId::named("alice"), ClientId::named("bob"));
+        t.bind("s", "abc", &alice);
+        assert!(t.check("s", "abc", &alice));
+        assert!(!t.check("s", "abc", &bob));
+        assert!(!t.check("other", "abc", &alice));
+        assert!(!t.check("s", "nope", &alice));
+        t.remove("s", "abc");
+        assert!(!t.check("s", "abc", &alice));
+    }
+
+    #[test]
+    fn the_table_is_bounded_and_drops_the_least_recently_used() {
+        let t = SessionTable::new(2);
+        let a = ClientId::named("a");
+        t.bind("s", "1", &a);
+        t.bind("s", "2", &a);
+        assert!(t.check("s", "1", &a));
+        t.bind("s", "3", &a);
+        assert_eq!(t.len(), 2);
+        assert!(t.check("s", "1", &a));
+        assert!(!t.check("s", "2", &a));
+        assert!(t.check("s", "3", &a));
+    }
+}

@@ -1,0 +1,364 @@
+//! The upstream side: one pooled HTTP client per server, the headers that may
+//! cross, and reading replies as JSON or as an SSE stream.
+//!
+//! Place in the path: the last stage before the MCP server, and the first one
+//! after it.
+//!
+//! Invariants:
+//! - redirects are never followed and no environment proxy is used;
+//! - only an allow-list of client headers crosses (MCP transport headers and
+//!   trace context); `Authorization`, cookies and every other credential stay
+//!   behind, and the server's configured `headers` are added instead;
+//! - every wait is bounded: connect, response headers, a JSON body, and the gap
+//!   between two SSE events of a response (long-lived listen streams excepted);
+//! - every read is bounded: a JSON body and each SSE event are capped.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+
+use crate::config::ServerSettings;
+use crate::error::UpstreamKind;
+use crate::mcp::headers::{
+    LAST_EVENT_ID, MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
+};
+use crate::mcp::sse::{SseDecoder, SseItem};
+
+/// Client headers that cross to the upstream (besides `Mcp-Param-*`).
+const FORWARDED: &[&str] = &[
+    MCP_PROTOCOL_VERSION,
+    MCP_SESSION_ID,
+    MCP_METHOD,
+    MCP_NAME,
+    LAST_EVENT_ID,
+    "traceparent",
+    "tracestate",
+    "baggage",
+];
+
+/// Upstream reply headers that cross back to the client.
+const RETURNED: &[&str] = &[
+    MCP_SESSION_ID,
+    MCP_PROTOCOL_VERSION,
+    "cache-control",
+    "retry-after",
+    "allow",
+];
+
+/// One configured server and its connection pool.
+#[derive(Debug)]
+pub(crate) struct Upstream {
+    pub settings: Arc<ServerSettings>,
+    http: reqwest::Client,
+    /// Cap on a JSON reply and on one SSE event.
+    pub max_response_bytes: usize,
+}
+
+/// A failed exchange with the upstream, before it is attributed to a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UpstreamError {
+    pub kind: UpstreamKind,
+    pub reason: String,
+}
+
+/// What the upstream answered.
+pub(crate) enum Reply {
+    /// `application/json`, read whole.
+    Json {
+        status: StatusCode,
+        headers: HeaderMap,
+        body: Bytes,
+    },
+    /// `text/event-stream`, still streaming.
+    Sse {
+        status: StatusCode,
+        headers: HeaderMap,
+        events: SseStream,
+    },
+    /// No body (202 for notifications, 204, …).
+    Empty {
+        status: StatusCode,
+        headers: HeaderMap,
+    },
+    /// Anything else (an HTML error page, plain text): its body is never shown to clients.
+    Other {
+        status: StatusCode,
+        headers: HeaderMap,
+    },
+}
+
+/// Events of an upstream SSE response.
+pub(crate) type SseStream = Pin<Box<dyn Stream<Item = Result<SseItem, UpstreamError>> + Send>>;
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reply::Json { status, .. } => write!(f, "Reply::Json({status})"),
+            Reply::Sse { status, .. } => write!(f, "Reply::Sse({status})"),
+            Reply::Empty { status, .. } => write!(f, "Reply::Empty({status})"),
+            Reply::Other { status, .. } => write!(f, "Reply::Other({status})"),
+        }
+    }
+}
+
+impl UpstreamError {
+    fn new(kind: UpstreamKind, reason: impl Into<String>) -> Self {
+        Self {
+            kind,
+            reason: reason.into(),
+        }
+    }
+}
+
+// === impl Upstream ===
+
+impl Upstream {
+    pub(crate) fn new(
+        settings: Arc<ServerSettings>,
+        max_response_bytes: usize,
+    ) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(settings.connect_timeout)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(64)
+            .tcp_nodelay(true)
+            .build()?;
+        Ok(Self {
+            settings,
+            http,
+            max_response_bytes,
+        })
+    }
+
+    /// Sends one request; waits at most the server's `timeout` for the reply's headers.
+    pub(crate) async fn send(
+        &self,
+        method: Method,
+        headers: HeaderMap,
+        body: Option<Bytes>,
+    ) -> Result<reqwest::Response, UpstreamError> {
+        let mut request = self
+            .http
+            .request(method, self.settings.url.clone())
+            .headers(headers);
+        for (name, value) in &self.settings.headers {
+            request = request.header(name, value);
+        }
+        if let Some(body) = body {
+            request = request
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(body);
+        }
+        match tokio::time::timeout(self.settings.timeout, request.send()).await {
+            Err(_) => Err(UpstreamError::new(
+                UpstreamKind::Timeout,
+                format!("no response within {}", humanize(self.settings.timeout)),
+            )),
+            Ok(Err(e)) => Err(UpstreamError::new(UpstreamKind::Unavailable, describe(&e))),
+            Ok(Ok(r)) => Ok(r),
+        }
+    }
+
+    /// Classifies a response and reads what must be read whole. `idle` bounds the
+    /// gap between SSE events (`None` for long-lived streams).
+    pub(crate) async fn read(
+        &self,
+        response: reqwest::Response,
+        idle: Option<Duration>,
+    ) -> Result<Reply, UpstreamError> {
+        let status = response.status();
+        let headers = returned_headers(response.headers());
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        if content_type.starts_with("text/event-stream") {
+            let events = sse_stream(response, self.max_response_bytes, idle);
+            return Ok(Reply::Sse {
+                status,
+                headers,
+                events,
+            });
+        }
+        if content_type.starts_with("application/json") {
+            let body = self.read_body(response).await?;
+            if body.is_empty() {
+                return Ok(Reply::Empty { status, headers });
+            }
+            return Ok(Reply::Json {
+                status,
+                headers,
+                body,
+            });
+        }
+        // Drain a little so the connection can be reused, but never show it.
+        let _ = self.read_body(response).await;
+        if status == StatusCode::ACCEPTED || status == StatusCode::NO_CONTENT || status.is_success()
+        {
+            return Ok(Reply::Empty { status, headers });
+        }
+        Ok(Reply::Other { status, headers })
+    }
+
+    async fn read_body(&self, mut response: reqwest::Response) -> Result<Bytes, UpstreamError> {
+        let limit = self.max_response_bytes;
+        let read = async {
+            let mut out = Vec::new();
+            while let Some(chunk) = response
+                .chunk()
+                .await
+                .map_err(|e| UpstreamError::new(UpstreamKind::Unavailable, describe(&e)))?
+            {
+                if out.len() + chunk.len() > limit {
+                    return Err(UpstreamError::new(
+                        UpstreamKind::Protocol,
+                        format!("the reply is larger than {limit} bytes"),
+                    ));
+                }
+                out.extend_from_slice(&chunk);
+            }
+            Ok(Bytes::from(out))
+        };
+        tokio::time::timeout(self.settings.timeout, read)
+            .await
+            .unwrap_or_else(|_| {
+                Err(UpstreamError::new(
+                    UpstreamKind::Timeout,
+                    format!(
+                        "the reply did not complete within {}",
+                        humanize(self.settings.timeout)
+                    ),
+                ))
+            })
+    }
+}
+
+/// The client headers that may cross, with `Accept` set as MCP requires.
+pub(crate) fn forwarded_headers(client: &HeaderMap, accept: &'static str) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    for (name, value) in client {
+        let n = name.as_str();
+        if FORWARDED.contains(&n) || n.starts_with(MCP_PARAM_PREFIX) {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    out.insert(header::ACCEPT, HeaderValue::from_static(accept));
+    out
+}
+
+fn returned_headers(upstream: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    for name in RETURNED {
+        if let Some(v) = upstream.get(*name) {
+            out.insert(*name, v.clone());
+        }
+    }
+    out
+}
+
+/// Decodes an SSE body into items, with a per-event cap and an idle timeout.
+fn sse_stream(response: reqwest::Response, max_event: usize, idle: Option<Duration>) -> SseStream {
+    struct State {
+        bytes: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
+        decoder: SseDecoder,
+        pending: VecDeque<SseItem>,
+        done: bool,
+        idle: Option<Duration>,
+    }
+    let state = State {
+        bytes: Box::pin(response.bytes_stream()),
+        decoder: SseDecoder::new(max_event),
+        pending: VecDeque::new(),
+        done: false,
+        idle,
+    };
+    Box::pin(futures_util::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(item) = st.pending.pop_front() {
+                return Some((Ok(item), st));
+            }
+            if st.done {
+                return None;
+            }
+            let next = match st.idle {
+                Some(idle) => match tokio::time::timeout(idle, st.bytes.next()).await {
+                    Ok(n) => n,
+                    Err(_) => {
+                        st.done = true;
+                        let e = UpstreamError::new(
+                            UpstreamKind::Timeout,
+                            format!("the event stream was silent for {}", humanize(idle)),
+                        );
+                        return Some((Err(e), st));
+                    }
+                },
+                None => st.bytes.next().await,
+            };
+            match next {
+                Some(Ok(chunk)) => match st.decoder.push(&chunk) {
+                    Ok(items) => st.pending.extend(items),
+                    Err(e) => {
+                        st.done = true;
+                        return Some((
+                            Err(UpstreamError::new(UpstreamKind::Protocol, e.to_string())),
+                            st,
+                        ));
+                    }
+                },
+                Some(Err(e)) => {
+                    st.done = true;
+                    let e = UpstreamError::new(
+                        UpstreamKind::Unavailable,
+                        format!("the event stream broke: {}", describe(&e)),
+                    );
+                    return Some((Err(e), st));
+                }
+                None => {
+                    st.done = true;
+                    match st.decoder.finish() {
+                        Ok(Some(item)) => st.pending.push_back(item),
+                        Ok(None) => {}
+                        Err(e) => {
+                            return Some((
+                                Err(UpstreamError::new(UpstreamKind::Protocol, e.to_string())),
+                                st,
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }))
+}
+
+/// A reqwest error in words that name no URL or credential.
+fn describe(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        "the connection timed out".to_owned()
+    } else if e.is_connect() {
+        "the connection was refused or could not be made".to_owned()
+    } else if e.is_body() || e.is_decode() {
+        "the connection closed in the middle of the reply".to_owned()
+    } else if e.is_redirect() {
+        "the server answered with a redirect, which the gateway does not follow".to_owned()
+    } else {
+        "the request failed at the HTTP level".to_owned()
+    }
+}
+
+pub(crate) fn humanize(d: Duration) -> String {
+    if d.as_millis().is_multiple_of(1000) {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}

@@ -1,0 +1,95 @@
+"""MCP client driver built on the official Python SDK (mcp 2.3.0, mcp.Client), for gateway tests.
+
+    $PEERS/venv/bin/python py_client.py URL [--mode legacy|2026-07-28] [--key KEY] --ops JSON
+
+--key KEY sends `Authorization: Bearer KEY` on every HTTP request. --ops is a JSON array of
+  {"op":"list"}                                   -> {"tools":[names]}
+  {"op":"call","name":N,"args":{..}[,"progress":true]}
+      -> {"isError":b,"text":s,"structured":v|null,"meta":v|null[,"progress":[values]]}
+An error on one op gives {"error":message,"code":code|null} and the next op runs.
+Prints one JSON line (the array of results); exits 1 only when connecting fails.
+"""
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import anyio
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+
+
+def describe(exc: BaseException) -> dict[str, Any]:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if isinstance(exc, MCPError):
+        return {"error": exc.message, "code": exc.code}
+    if isinstance(exc, httpx2.HTTPStatusError):
+        return {"error": str(exc), "code": exc.response.status_code}
+    return {"error": f"{type(exc).__name__}: {exc}", "code": None}
+
+
+async def run_op(client: Client, op: dict[str, Any]) -> dict[str, Any]:
+    if op["op"] == "list":
+        listed = await client.list_tools()
+        return {"tools": [t.name for t in listed.tools]}
+    if op["op"] == "call":
+        seen: list[float] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append(progress)
+
+        result = await client.call_tool(
+            op["name"], op.get("args", {}), progress_callback=on_progress if op.get("progress") else None
+        )
+        out: dict[str, Any] = {
+            "isError": bool(result.is_error),
+            "text": "\n".join(c.text for c in result.content if getattr(c, "type", None) == "text"),
+            "structured": result.structured_content,
+            "meta": result.meta,
+        }
+        if op.get("progress"):
+            out["progress"] = seen
+        return out
+    return {"error": f"unknown op {op['op']!r}", "code": None}
+
+
+async def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("url")
+    ap.add_argument("--mode", default="legacy", choices=["legacy", "2026-07-28"])
+    ap.add_argument("--key")
+    ap.add_argument("--ops", default='[{"op":"list"}]')
+    opts = ap.parse_args()
+    ops = json.loads(opts.ops)
+
+    headers = {"Authorization": f"Bearer {opts.key}"} if opts.key else None
+    results: list[dict[str, Any]] = []
+    connected = False
+    try:
+        async with create_mcp_http_client(headers=headers) as http:
+            transport = streamable_http_client(opts.url, http_client=http)
+            async with Client(transport, mode=opts.mode) as client:
+                connected = True
+                for op in ops:
+                    try:
+                        results.append(await run_op(client, op))
+                    except Exception as exc:  # one failing op must not stop the others
+                        results.append(describe(exc))
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        if not connected:
+            print(f"connect failed: {json.dumps(describe(exc))}", file=sys.stderr)
+            return 1
+        results += [describe(exc)] * (len(ops) - len(results))
+    print(json.dumps(results), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(anyio.run(main))
