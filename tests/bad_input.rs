@@ -1,0 +1,236 @@
+//! Every bad input of the product's error table gets its precise answer, the
+//! upstream sees no traffic at all, and the gateway keeps serving.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::upstreams::InProcess;
+use support::{
+    ALICE, BOB, TestGateway, allow_all, borrow, clients, modern_call, modern_call_headers, raw_post,
+};
+
+async fn setup() -> (InProcess, TestGateway) {
+    let upstream = InProcess::demo().await;
+    let gateway = TestGateway::start(
+        &[("demo", &upstream.url)],
+        &format!("{}{}", clients(), allow_all()),
+    )
+    .await;
+    (upstream, gateway)
+}
+
+const ALICE_AUTH: (&str, &str) = ("authorization", "Bearer alice-key");
+
+/// Sends a bad request and checks its answer and that nothing reached the upstream.
+async fn refused(
+    upstream: &InProcess,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<reqwest::Body>,
+    status: u16,
+    code: Option<i64>,
+) -> Value {
+    let before = upstream.hits();
+    let r = raw_post(url, headers, body).await;
+    assert_eq!(r.status, status, "{}", r.text);
+    if let Some(code) = code {
+        assert_eq!(r.body["error"]["code"], code, "{}", r.text);
+    }
+    assert_eq!(upstream.hits(), before, "the upstream must not be called");
+    r.body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_bad_input_gets_its_answer_and_no_upstream_call() {
+    let (upstream, gateway) = setup().await;
+    let url = gateway.url("demo");
+    let call = modern_call(1, "echo", json!({"text": "hi"}));
+    let call_headers = modern_call_headers(ALICE, "echo");
+    let h = borrow(&call_headers);
+
+    // Malformed JSON, a batch, a non-object, a JSON-RPC 1.0 message.
+    refused(
+        &upstream,
+        &url,
+        &[ALICE_AUTH],
+        "{\"jsonrpc\":",
+        400,
+        Some(-32700),
+    )
+    .await;
+    let batch = format!("[{call}]");
+    let body = refused(&upstream, &url, &[ALICE_AUTH], batch, 400, Some(-32600)).await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("batches are not supported")
+    );
+    refused(&upstream, &url, &[ALICE_AUTH], "42", 400, Some(-32600)).await;
+    refused(
+        &upstream,
+        &url,
+        &[ALICE_AUTH],
+        r#"{"jsonrpc":"1.0","id":1,"method":"tools/list"}"#,
+        400,
+        Some(-32600),
+    )
+    .await;
+
+    // Deeply nested JSON is refused before it is parsed.
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{{"text":{}1{}}}}}}}"#,
+        "[".repeat(5000),
+        "]".repeat(5000)
+    );
+    refused(&upstream, &url, &[ALICE_AUTH], deep, 400, Some(-32600)).await;
+
+    // Headers that disagree with the body (2026-07-28): method, name, version.
+    let mut wrong_name = h.clone();
+    wrong_name[3] = ("mcp-name", "delete_record");
+    refused(
+        &upstream,
+        &url,
+        &wrong_name,
+        call.clone(),
+        400,
+        Some(-32020),
+    )
+    .await;
+    let mut wrong_method = h.clone();
+    wrong_method[2] = ("mcp-method", "tools/list");
+    refused(
+        &upstream,
+        &url,
+        &wrong_method,
+        call.clone(),
+        400,
+        Some(-32020),
+    )
+    .await;
+    refused(&upstream, &url, &h[..2], call.clone(), 400, Some(-32020)).await;
+    let mut old_version = h.clone();
+    old_version[1] = ("mcp-protocol-version", "2025-11-25");
+    refused(
+        &upstream,
+        &url,
+        &old_version,
+        call.clone(),
+        400,
+        Some(-32020),
+    )
+    .await;
+    let future = call.replace("2026-07-28", "2099-01-01");
+    let body = refused(&upstream, &url, &[ALICE_AUTH], future, 400, Some(-32022)).await;
+    assert_eq!(body["error"]["data"]["requested"], "2099-01-01");
+
+    // Foreign Origin and Host (DNS rebinding).
+    let mut origin = h.clone();
+    origin.push(("origin", "https://evil.example"));
+    refused(&upstream, &url, &origin, call.clone(), 403, None).await;
+    let mut host = h.clone();
+    host.push(("host", "evil.example"));
+    refused(&upstream, &url, &host, call.clone(), 403, None).await;
+
+    // Missing and wrong credentials.
+    let r = raw_post(&url, &h[1..], call.clone()).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.headers["www-authenticate"], "Bearer");
+    refused(
+        &upstream,
+        &url,
+        &[("authorization", "Bearer wrong")],
+        call.clone(),
+        401,
+        None,
+    )
+    .await;
+
+    // Bodies over max_request_bytes, with and without Content-Length.
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{}"}}}}}}"#,
+        "x".repeat(2 << 20)
+    );
+    refused(&upstream, &url, &[ALICE_AUTH], big.clone(), 413, None).await;
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = big
+        .into_bytes()
+        .chunks(64 * 1024)
+        .map(|c| Ok(c.to_vec()))
+        .collect();
+    refused(
+        &upstream,
+        &url,
+        &[ALICE_AUTH],
+        reqwest::Body::wrap_stream(futures_util::stream::iter(chunks)),
+        413,
+        None,
+    )
+    .await;
+
+    // An unknown server.
+    refused(&upstream, &gateway.url("nope"), &h, call.clone(), 404, None).await;
+
+    // Nothing ran, and the gateway still serves a good call.
+    assert!(upstream.ran().is_empty());
+    let ok = raw_post(&url, &h, call).await;
+    assert_eq!(ok.status, 200, "{}", ok.text);
+    assert_eq!(ok.body["result"]["content"][0]["text"], "hi");
+    assert_eq!(upstream.ran().len(), 1);
+    gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_belongs_to_the_client_that_opened_it() {
+    let (upstream, gateway) = setup().await;
+    let url = gateway.url("demo");
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let r = raw_post(&url, &[ALICE_AUTH], init).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let session = r.headers["mcp-session-id"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let with = |key: &'static str| {
+        vec![
+            ("authorization", key),
+            ("mcp-session-id", session.as_str()),
+            ("mcp-protocol-version", "2025-11-25"),
+        ]
+    };
+
+    // Bob presents alice's session: answered exactly like an unknown session.
+    let bobs = refused(
+        &upstream,
+        &url,
+        &with("Bearer bob-key"),
+        list,
+        404,
+        Some(-31004),
+    )
+    .await;
+    let unknown = refused(
+        &upstream,
+        &url,
+        &[
+            ("authorization", "Bearer alice-key"),
+            ("mcp-session-id", "made-up"),
+        ],
+        list,
+        404,
+        Some(-31004),
+    )
+    .await;
+    assert_eq!(bobs["error"], unknown["error"]);
+
+    // Alice's own session works.
+    let r = raw_post(&url, &with("Bearer alice-key"), list).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(
+        r.body["result"]["tools"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty())
+    );
+    let _ = BOB;
+    gateway.stop().await;
+}

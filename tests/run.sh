@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs every check and test of Portcullis. On first use it installs what the
+# tests need (the real MCP peers: a Python venv with the official SDK and an
+# npm folder with the TypeScript SDK and server-everything) into a cache
+# directory outside the clone; later runs reuse it.
+#
+#   bash tests/run.sh
+#
+# Exits non-zero on any failure. A test whose peer is missing fails; none is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/portcullis-target}"
+export PORTCULLIS_PEERS="${PORTCULLIS_PEERS:-$HOME/.cache/portcullis-peers}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "installing test peers (first use only)"
+bash tests/peers/setup.sh
+
+step "format"
+cargo fmt --check
+
+step "lint"
+cargo clippy --all-targets --locked -- -D warnings
+
+step "tests"
+cargo test --locked --no-fail-fast

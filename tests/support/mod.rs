@@ -1,0 +1,423 @@
+//! Test harness: real MCP peers (Python SDK, TypeScript SDK, server-everything)
+//! started on loopback, the gateway started in-process in front of them, and
+//! real SDK clients driven through small scripts.
+//!
+//! A peer that is missing fails the test with the command that installs it
+//! (`bash tests/peers/setup.sh`); nothing is skipped silently.
+
+#![allow(dead_code)]
+
+pub mod upstreams;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Once;
+use std::time::Duration;
+
+use portcullis::{Gateway, GatewayHandle};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Key of the client `alice` in [`keys`].
+pub const ALICE: &str = "alice-key";
+/// Key of the client `bob`.
+pub const BOB: &str = "bob-key";
+/// Key of the client `admin`.
+pub const ADMIN: &str = "admin-key";
+
+/// Where `tests/peers/setup.sh` installs the peers.
+pub fn peers_dir() -> PathBuf {
+    match std::env::var_os("PORTCULLIS_PEERS") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/portcullis-peers"),
+    }
+}
+
+fn require(path: PathBuf, what: &str) -> PathBuf {
+    assert!(
+        path.exists(),
+        "{what} is missing at {} — install the test peers with `bash tests/peers/setup.sh` (tests/run.sh does it)",
+        path.display()
+    );
+    path
+}
+
+fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// Installs the TLS provider reqwest needs, once per test binary.
+pub fn init() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// `[clients]` tables for alice, bob and admin.
+pub fn clients() -> String {
+    let hash = |k: &str| hex::encode(portcullis::auth::hash_key(k));
+    format!(
+        "[clients.alice]\napi_key_sha256 = \"{}\"\n[clients.bob]\napi_key_sha256 = \"{}\"\n[clients.admin]\napi_key_sha256 = \"{}\"\n",
+        hash(ALICE),
+        hash(BOB),
+        hash(ADMIN)
+    )
+}
+
+// === Gateway ===
+
+/// A gateway serving in-process on a free loopback port.
+#[derive(Debug)]
+pub struct TestGateway {
+    handle: Option<GatewayHandle>,
+}
+
+impl TestGateway {
+    /// Starts a gateway with `servers` (name → upstream URL) and the given
+    /// clients and rules (TOML).
+    pub async fn start(servers: &[(&str, &str)], rest: &str) -> Self {
+        init();
+        let mut text =
+            String::from("[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n");
+        for (name, url) in servers {
+            text.push_str(&format!(
+                "[servers.{name}]\nurl = \"{url}\"\ntimeout = \"20s\"\n"
+            ));
+        }
+        text.push_str(rest);
+        let config = portcullis::config::load_str(&text, "test.toml", &|_| None)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let handle = Gateway::start(config).await.expect("gateway starts");
+        Self {
+            handle: Some(handle),
+        }
+    }
+
+    /// `http://127.0.0.1:P/mcp/<server>`.
+    pub fn url(&self, server: &str) -> String {
+        self.handle
+            .as_ref()
+            .map(|h| h.url(server))
+            .unwrap_or_default()
+    }
+
+    /// Stops the gateway and waits for it to drain.
+    pub async fn stop(mut self) {
+        if let Some(h) = self.handle.take() {
+            h.shutdown().await.expect("clean shutdown");
+        }
+    }
+}
+
+/// Rules that let everyone call everything.
+pub fn allow_all() -> &'static str {
+    "[[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"*\"]\nresources = [\"*\"]\nprompts = [\"*\"]\naction = \"allow\"\n"
+}
+
+// === Peer servers ===
+
+/// A peer MCP server process, killed when dropped.
+#[derive(Debug)]
+pub struct PeerServer {
+    child: Child,
+    /// `http://127.0.0.1:P/mcp`.
+    pub url: String,
+    record: Option<tempfile::NamedTempFile>,
+}
+
+/// Which peer server to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    /// Python SDK `mcp` 2.3.0 (both eras, sessions, SSE).
+    Python,
+    /// Python SDK, stateless.
+    PythonStateless,
+    /// TypeScript SDK v2 (`createMcpHandler`).
+    TypeScript,
+    /// `@modelcontextprotocol/server-everything` (legacy only).
+    Everything,
+}
+
+impl PeerServer {
+    /// Starts `peer` on a free loopback port and waits until it listens.
+    pub async fn start(peer: Peer) -> Self {
+        let peers = peers_dir();
+        let record = tempfile::NamedTempFile::new().expect("temp file");
+        let record_path = record.path().to_string_lossy().into_owned();
+        let mut cmd = match peer {
+            Peer::Python | Peer::PythonStateless => {
+                let mut c = Command::new(require(
+                    peers.join("venv/bin/python"),
+                    "the Python SDK venv",
+                ));
+                c.arg(repo("tests/peers/py_server.py")).args([
+                    "--port",
+                    "0",
+                    "--record",
+                    &record_path,
+                ]);
+                if peer == Peer::PythonStateless {
+                    c.arg("--stateless");
+                }
+                c
+            }
+            Peer::TypeScript => {
+                require(
+                    peers.join("npm/node_modules/@modelcontextprotocol/server"),
+                    "the TypeScript SDK",
+                );
+                let mut c = Command::new("node");
+                c.arg(repo("tests/peers/ts_server.mjs")).args([
+                    "--port",
+                    "0",
+                    "--record",
+                    &record_path,
+                ]);
+                c
+            }
+            Peer::Everything => {
+                let entry = require(
+                    peers.join(
+                        "npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+                    ),
+                    "server-everything",
+                );
+                let mut c = Command::new("node");
+                c.arg("-r")
+                    .arg(repo("tests/peers/force-loopback.cjs"))
+                    .arg(entry)
+                    .arg("streamableHttp");
+                c.env("PORT", "0").env("PORTCULLIS_ANNOUNCE", "1");
+                c
+            }
+        };
+        cmd.env("PORTCULLIS_PEERS", &peers)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("peer server starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let port = tokio::time::timeout(Duration::from_secs(60), async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(p) = line.strip_prefix("LISTENING ") {
+                    // Keep draining stdout so the peer never blocks on a full pipe.
+                    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+                    return p.trim().parse::<u16>().ok();
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("{peer:?} did not announce its port"));
+        let record = (peer != Peer::Everything).then_some(record);
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            record,
+        }
+    }
+
+    /// Every tool call the server actually ran, as `{"tool", "arguments"}`.
+    pub fn calls(&self) -> Vec<Value> {
+        let Some(record) = &self.record else {
+            return Vec::new();
+        };
+        std::fs::read_to_string(record.path())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Names of the tools the server ran, in order.
+    pub fn ran(&self) -> Vec<String> {
+        self.calls()
+            .iter()
+            .filter_map(|c| c["tool"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// Stops the process by its PID and waits for it.
+    pub async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+// === Peer clients ===
+
+/// Which SDK client to drive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sdk {
+    /// Python SDK `mcp.Client`.
+    Python,
+    /// TypeScript SDK v2 `@modelcontextprotocol/client`.
+    TypeScript,
+}
+
+/// Protocol era the client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Handshake era (initialize, sessions).
+    Legacy,
+    /// 2026-07-28 (stateless).
+    Modern,
+}
+
+impl Mode {
+    fn arg(self) -> &'static str {
+        match self {
+            Mode::Legacy => "legacy",
+            Mode::Modern => "2026-07-28",
+        }
+    }
+}
+
+/// Runs `ops` with a real SDK client against `url` with `key`; returns one result per op.
+pub async fn sdk(sdk: Sdk, mode: Mode, url: &str, key: &str, ops: Value) -> Vec<Value> {
+    let peers = peers_dir();
+    let mut cmd = match sdk {
+        Sdk::Python => {
+            let mut c = Command::new(require(
+                peers.join("venv/bin/python"),
+                "the Python SDK venv",
+            ));
+            c.arg(repo("tests/peers/py_client.py"));
+            c
+        }
+        Sdk::TypeScript => {
+            require(
+                peers.join("npm/node_modules/@modelcontextprotocol/client"),
+                "the TypeScript SDK client",
+            );
+            let mut c = Command::new("node");
+            c.arg(repo("tests/peers/ts_client.mjs"));
+            c
+        }
+    };
+    cmd.arg(url)
+        .args([
+            "--mode",
+            mode.arg(),
+            "--key",
+            key,
+            "--ops",
+            &ops.to_string(),
+        ])
+        .env("PORTCULLIS_PEERS", &peers)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .expect("client finishes in time")
+        .expect("client runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout.lines().rev().find(|l| l.starts_with('[')).unwrap_or_else(|| {
+        panic!(
+            "{sdk:?} client ({mode:?}) printed no result; status {:?}\nstdout: {stdout}\nstderr: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    let results: Value = serde_json::from_str(line).expect("client prints JSON");
+    results.as_array().cloned().unwrap_or_default()
+}
+
+/// `{"op":"list"}`.
+pub fn list() -> Value {
+    serde_json::json!({"op": "list"})
+}
+
+/// `{"op":"call", ...}`.
+pub fn call(name: &str, args: Value) -> Value {
+    serde_json::json!({"op": "call", "name": name, "args": args})
+}
+
+/// The `portcullis/error` code of a call result, if the gateway made it.
+pub fn gateway_code(result: &Value) -> Option<&str> {
+    result["meta"]["portcullis/error"]["code"].as_str()
+}
+
+// === Raw HTTP ===
+
+/// A raw HTTP exchange, for the inputs no SDK client would send.
+#[derive(Debug)]
+pub struct Raw {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+    pub text: String,
+}
+
+/// POSTs `body` to `url` with `headers`.
+pub async fn raw_post(url: &str, headers: &[(&str, &str)], body: impl Into<reqwest::Body>) -> Raw {
+    init();
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let mut req = client
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.body(body).send().await.expect("request sent");
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let text = resp.text().await.unwrap_or_default();
+    let body = serde_json::from_str(&text)
+        .or_else(|_| {
+            // An SSE reply: take the last data line.
+            let data = text
+                .lines()
+                .rev()
+                .find_map(|l| l.strip_prefix("data: "))
+                .unwrap_or("null");
+            serde_json::from_str(data)
+        })
+        .unwrap_or(Value::Null);
+    Raw {
+        status,
+        headers,
+        body,
+        text,
+    }
+}
+
+/// `_meta` of a 2026-07-28 request.
+pub fn modern_meta() -> Value {
+    serde_json::json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}
+    })
+}
+
+/// A 2026-07-28 `tools/call` body.
+pub fn modern_call(id: u64, name: &str, args: Value) -> String {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": name, "arguments": args, "_meta": modern_meta()}})
+    .to_string()
+}
+
+/// Headers of a 2026-07-28 `tools/call` for `name` with `key`.
+pub fn modern_call_headers<'a>(key: &'a str, name: &'a str) -> Vec<(&'static str, String)> {
+    vec![
+        ("authorization", format!("Bearer {key}")),
+        ("mcp-protocol-version", "2026-07-28".into()),
+        ("mcp-method", "tools/call".into()),
+        ("mcp-name", name.into()),
+    ]
+}
+
+/// Borrows owned header pairs for [`raw_post`].
+pub fn borrow<'a>(headers: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    headers.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
