@@ -88,7 +88,13 @@ impl TestGateway {
             ));
         }
         text.push_str(rest);
-        let config = portcullis::config::load_str(&text, "test.toml", &|_| None)
+        Self::start_raw(&text).await
+    }
+
+    /// Starts a gateway from a whole configuration text (listeners included).
+    pub async fn start_raw(text: &str) -> Self {
+        init();
+        let config = portcullis::config::load_str(text, "test.toml", &|_| None)
             .unwrap_or_else(|e| panic!("{e}"));
         let handle = Gateway::start(config).await.expect("gateway starts");
         Self {

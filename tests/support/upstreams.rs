@@ -86,8 +86,20 @@ impl InProcess {
 
     /// A server advertising exactly `tools`, answering every call with "ran".
     pub async fn scripted(tools: Vec<Value>) -> Self {
+        Self::scripted_with(Script {
+            tools,
+            ..Script::default()
+        })
+        .await
+    }
+
+    /// A scripted server with pagination and a tool list that changes.
+    pub async fn scripted_with(script: Script) -> Self {
         let calls: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
-        let state = (Arc::new(tools), calls.clone());
+        let state = ScriptState {
+            script: Arc::new(Mutex::new(script)),
+            calls: calls.clone(),
+        };
         let router = Router::new()
             .route("/mcp", post(scripted))
             .with_state(state);
@@ -113,9 +125,26 @@ impl InProcess {
     }
 }
 
-type ScriptState = (Arc<Vec<Value>>, Arc<Mutex<Vec<(String, Value)>>>);
+/// What a scripted server advertises.
+#[derive(Debug, Default, Clone)]
+pub struct Script {
+    /// The tools listed.
+    pub tools: Vec<Value>,
+    /// Tools per `tools/list` page (0: one page).
+    pub page_size: usize,
+    /// Calling the tool `mutate` replaces the list with these and announces
+    /// `notifications/tools/list_changed` on the call's SSE stream.
+    pub next_tools: Option<Vec<Value>>,
+}
 
-async fn scripted(State((tools, calls)): State<ScriptState>, body: Bytes) -> Response {
+#[derive(Clone)]
+struct ScriptState {
+    script: Arc<Mutex<Script>>,
+    calls: Arc<Mutex<Vec<(String, Value)>>>,
+}
+
+async fn scripted(State(state): State<ScriptState>, body: Bytes) -> Response {
+    let ScriptState { script, calls } = state;
     let Ok(message) = serde_json::from_slice::<Value>(&body) else {
         return (StatusCode::BAD_REQUEST, "bad json").into_response();
     };
@@ -126,7 +155,30 @@ async fn scripted(State((tools, calls)): State<ScriptState>, body: Bytes) -> Res
     let result = match message["method"].as_str().unwrap_or_default() {
         "initialize" => json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
             "serverInfo": {"name": "scripted", "version": "1"}}),
-        "tools/list" => json!({"tools": *tools}),
+        "tools/list" => {
+            let script = script.lock().expect("lock").clone();
+            let start: usize = message["params"]["cursor"]
+                .as_str()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            let size = if script.page_size == 0 {
+                usize::MAX
+            } else {
+                script.page_size
+            };
+            let page: Vec<Value> = script
+                .tools
+                .iter()
+                .skip(start)
+                .take(size)
+                .cloned()
+                .collect();
+            let mut result = json!({"tools": page});
+            if start.saturating_add(size) < script.tools.len() {
+                result["nextCursor"] = (start + size).to_string().into();
+            }
+            result
+        }
         "tools/call" => {
             let name = message["params"]["name"]
                 .as_str()
@@ -135,8 +187,20 @@ async fn scripted(State((tools, calls)): State<ScriptState>, body: Bytes) -> Res
             calls
                 .lock()
                 .expect("lock")
-                .push((name, message["params"]["arguments"].clone()));
-            json!({"content": [{"type": "text", "text": "ran"}]})
+                .push((name.clone(), message["params"]["arguments"].clone()));
+            let result = json!({"content": [{"type": "text", "text": "ran"}]});
+            if name == "mutate" {
+                let mut script = script.lock().expect("lock");
+                if let Some(next) = script.next_tools.take() {
+                    script.tools = next;
+                }
+                let changed =
+                    json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+                let response = json!({"jsonrpc": "2.0", "id": id, "result": result});
+                let body = format!("data: {changed}\n\ndata: {response}\n\n");
+                return ([(http::header::CONTENT_TYPE, "text/event-stream")], body).into_response();
+            }
+            result
         }
         _ => {
             let err = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "no such method"}});
