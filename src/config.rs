@@ -112,6 +112,17 @@ pub enum Pinning {
     Block,
 }
 
+impl Pinning {
+    /// The value as written in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pinning::Off => "off",
+            Pinning::Warn => "warn",
+            Pinning::Block => "block",
+        }
+    }
+}
+
 /// `[rate_limit]`.
 #[derive(Debug, Clone)]
 pub struct RateLimitSettings {
@@ -288,11 +299,11 @@ impl Config {
         );
         for server in self.servers.values() {
             out.push_str(&format!(
-                "  {:<12} {}  (timeout {}, pinning {:?})\n",
+                "  {:<12} {}  (timeout {}, pinning {})\n",
                 server.name,
                 server.url,
                 crate::proxy::humanize(server.timeout),
-                server.pinning
+                server.pinning.as_str()
             ));
         }
         out.push_str("\neffective policy (deny by default; a deny rule overrides every allow)\n");

@@ -29,8 +29,8 @@ pub struct Policy {
 /// One `[[rules]]` entry, compiled.
 #[derive(Debug)]
 pub(crate) struct Rule {
-    /// 1-based position in the file, as operators count them.
-    pub number: usize,
+    /// Position in the file's `[[rules]]` array (0-based, shown as `rules[N]`).
+    pub index: usize,
     pub clients: Vec<Glob>,
     pub servers: Vec<Glob>,
     pub tools: Vec<Glob>,
@@ -86,9 +86,10 @@ pub enum Subject<'a> {
 pub struct Decision {
     /// Whether the use is permitted.
     pub allowed: bool,
-    /// The rule that decided: the first matching deny, else the first matching allow.
+    /// Index in `[[rules]]` of the rule that decided: the first matching deny,
+    /// else the first matching allow.
     pub rule: Option<usize>,
-    /// Every matching allow rule (their rates and argument constraints apply).
+    /// Indexes of every matching allow rule (their rates and argument constraints apply).
     pub allow_rules: Vec<usize>,
 }
 
@@ -114,12 +115,12 @@ impl Policy {
         match deny {
             Some(i) => Decision {
                 allowed: false,
-                rule: Some(self.rules[i].number),
+                rule: Some(self.rules[i].index),
                 allow_rules: Vec::new(),
             },
             None => Decision {
                 allowed: !allow_rules.is_empty(),
-                rule: allow_rules.first().map(|i| self.rules[*i].number),
+                rule: allow_rules.first().map(|i| self.rules[*i].index),
                 allow_rules,
             },
         }
@@ -135,20 +136,20 @@ impl Policy {
         for i in &decision.allow_rules {
             let rule = &self.rules[*i];
             if let Some(schema) = &rule.arguments {
-                schema.check(arguments).map_err(|v| (rule.number, v))?;
+                schema.check(arguments).map_err(|v| (rule.index, v))?;
             }
         }
         Ok(())
     }
 
-    /// The rates that apply to a decision, with the number of the rule they come from.
+    /// The rates that apply to a decision, with the index of the rule they come from.
     pub fn rates<'p>(
         &'p self,
         decision_rules: &'p [usize],
     ) -> impl Iterator<Item = (usize, Rate)> + 'p {
         decision_rules
             .iter()
-            .filter_map(|i| self.rules[*i].rate.map(|r| (self.rules[*i].number, r)))
+            .filter_map(|i| self.rules[*i].rate.map(|r| (self.rules[*i].index, r)))
     }
 
     /// The effective policy as text, per client and server: what `portcullis check` prints.
@@ -200,12 +201,15 @@ impl Policy {
                 if let Some(rate) = rule.rate {
                     let _ = write!(line, "  rate: {}", rate.describe());
                 }
-                if rule.arguments.is_some() {
+                if kind == "tools" && rule.arguments.is_some() {
                     line.push_str("  arguments constrained");
                 }
-                let _ = write!(line, "  (rule {})", rule.number);
+                let _ = write!(line, "  (rules[{}])", rule.index);
                 lines.push(line);
             }
+        }
+        if !lines.is_empty() && !lines.iter().any(|l| l.starts_with("allow")) {
+            lines.push("(nothing is allowed here: only deny rules match)".to_owned());
         }
         lines
     }
@@ -251,7 +255,12 @@ impl Rate {
             RateKey::ClientTool => "per client and tool",
             RateKey::All => "shared by all clients",
         };
-        format!("{} calls, then {refill}, {key}", self.burst)
+        let calls = if self.burst.get() == 1 {
+            "call"
+        } else {
+            "calls"
+        };
+        format!("{} {calls}, then {refill}, {key}", self.burst)
     }
 }
 

@@ -131,7 +131,16 @@ impl CompiledSchema {
             .should_validate_formats(true)
             .with_pattern_options(PatternOptions::regex().size_limit(REGEX_SIZE_LIMIT))
             .build(schema)
-            .map_err(|e| SchemaError::Invalid(e.masked().to_string()))?;
+            .map_err(|e| {
+                // Say where in the schema the fault is, not only what it is.
+                let at = e.instance_path().as_str();
+                let at = if at.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (at {at})")
+                };
+                SchemaError::Invalid(format!("{}{at}", e.masked()))
+            })?;
         Ok(Self {
             validator: Arc::new(validator),
             source: Arc::new(schema.clone()),

@@ -163,9 +163,9 @@ fn the_example_config_passes() {
         "client ci-bot",
         "client reporting",
         "client anonymous",
-        "allow tools     book_flight  rate: 3 calls, then 1 every 10 s, per client  arguments constrained  (rule 2)",
-        "deny  tools     admin_*, *_reset  (rule 3)",
-        "allow resources file:///srv/public/status.json  (rule 7)",
+        "allow tools     book_flight  rate: 3 calls, then 1 every 10 s, per client  arguments constrained  (rules[1])",
+        "deny  tools     admin_*, *_reset  (rules[2])",
+        "allow resources file:///srv/public/status.json  (rules[6])",
     ] {
         assert!(
             stdout.contains(expected),

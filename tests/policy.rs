@@ -136,7 +136,7 @@ async fn each_client_sees_and_calls_what_its_rules_allow() {
                 .contains("/passengers: expected a number ≤ 4, got 6"),
             "{r:?}"
         );
-        assert_eq!(r[2]["meta"]["portcullis/error"]["rule"], 1);
+        assert_eq!(r[2]["meta"]["portcullis/error"]["rule"], "rules[0]");
     }
     // Only the admin's reset ever ran upstream; no refused call did.
     assert_eq!(server.ran(), vec!["admin_reset", "admin_reset"]);

@@ -57,10 +57,7 @@ pub(super) fn compile(
 ) -> Result<Config> {
     let cx = Ctx { text, file, env };
     let raw = cx.parse()?;
-    let gateway = cx.gateway(&raw.gateway)?;
-    let servers = cx.servers(&raw)?;
-    let (clients, client_names) = cx.clients(&raw)?;
-    let policy = cx.policy(&raw.rules, &client_names, &servers)?;
+    // Refused first: a file written for JWT clients would otherwise fail on a keyless client.
     if raw.auth.jwt.is_some() {
         let jwt = raw.auth.jwt.as_ref().map(|j| j.span());
         return Err(cx.fail(
@@ -70,6 +67,10 @@ pub(super) fn compile(
              authenticate clients with `api_key_sha256` or `api_key_env`",
         ));
     }
+    let gateway = cx.gateway(&raw.gateway)?;
+    let servers = cx.servers(&raw)?;
+    let (clients, client_names) = cx.clients(&raw)?;
+    let policy = cx.policy(&raw.rules, &client_names, &servers)?;
     Ok(Config {
         source: file.to_owned(),
         gateway,
@@ -96,15 +97,54 @@ impl Ctx<'_> {
     }
 
     fn toml_error(&self, e: &toml::de::Error, key: &str) -> ConfigError {
-        let reason = e.message().trim().to_owned();
-        let reason = if reason.starts_with("unknown field") {
-            format!(
-                "{reason} (check the spelling: unknown keys are refused so a typo cannot change the policy)"
-            )
-        } else {
-            reason
+        let message = e.message().trim();
+        let reason = match unknown_field(message) {
+            Some((field, expected)) => {
+                let hint = match crate::policy::closest(field, &expected, 1).first() {
+                    Some(best) => format!("did you mean `{best}`? "),
+                    None => String::new(),
+                };
+                format!(
+                    "unknown key `{field}`; {hint}this table accepts {}. Unknown keys are refused so a typo cannot change the policy",
+                    expected
+                        .iter()
+                        .map(|k| format!("`{k}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+            None => message.to_owned(),
         };
-        self.fail(e.span(), key, reason)
+        let key = match e.span() {
+            Some(span) => self.name_map_keys(key, span.start),
+            None => key.to_owned(),
+        };
+        self.fail(e.span(), &key, reason)
+    }
+
+    /// The path printer cannot show `[servers.NAME]`-style keys (it prints `?`):
+    /// fill them in from the table header the fault sits under.
+    fn name_map_keys(&self, key: &str, at: usize) -> String {
+        if !key.contains('?') {
+            return key.to_owned();
+        }
+        let before = &self.text[..at.min(self.text.len())];
+        let header = before
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| l.starts_with('[') && !l.starts_with("[["))
+            .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_owned())
+            .unwrap_or_default();
+        let names: Vec<&str> = header.split('.').collect();
+        key.split('.')
+            .enumerate()
+            .map(|(i, part)| match (part, names.get(i)) {
+                ("?", Some(name)) => (*name).to_owned(),
+                (part, _) => part.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join(".")
     }
 
     fn fail(
@@ -333,11 +373,12 @@ impl Ctx<'_> {
         let mut allowed_hosts = Vec::new();
         for (i, host) in raw.allowed_hosts.iter().enumerate() {
             let h = host.get_ref();
-            if h.is_empty() || h.contains(['/', ' ', '@']) {
+            let has_port = !h.starts_with('[') && h.contains(':') || h.contains("]:");
+            if h.is_empty() || h.contains(['/', ' ', '@']) || has_port {
                 return Err(self.fail(
                     Some(host.span()),
                     &format!("gateway.allowed_hosts[{i}]"),
-                    "expected a host name such as \"mcp.example.com\" (no scheme, no path)",
+                    "expected a host name such as \"mcp.example.com\" (no scheme, no port, no path: any port is accepted)",
                 ));
             }
             allowed_hosts.push(h.to_ascii_lowercase());
@@ -613,7 +654,7 @@ impl Ctx<'_> {
                 Some(a) => Some(self.arguments(a, &format!("{key}.arguments"))?),
             };
             compiled.push(Rule {
-                number: i + 1,
+                index: i,
                 clients,
                 servers,
                 tools,
@@ -754,25 +795,31 @@ impl Ctx<'_> {
             &[("memory", false), ("redis", true)],
             false,
         )?;
-        let backend = if redis {
-            let url = r.redis_url.as_ref().ok_or_else(|| {
-                self.fail(
+        // A redis_url is checked even when unused, so a later switch of backend cannot surprise.
+        let url = match &r.redis_url {
+            Some(url) => {
+                let text = self.expand(url, "rate_limit.redis_url")?;
+                if !(text.starts_with("redis://") || text.starts_with("rediss://")) {
+                    return Err(self.fail(
+                        Some(url.span()),
+                        "rate_limit.redis_url",
+                        "expected a redis:// or rediss:// URL",
+                    ));
+                }
+                Some(text)
+            }
+            None => None,
+        };
+        let backend = match (redis, url) {
+            (true, Some(url)) => RateBackend::Redis(url),
+            (true, None) => {
+                return Err(self.fail(
                     r.backend.as_ref().map(Spanned::span),
                     "rate_limit.redis_url",
                     "the redis backend needs `redis_url`, e.g. \"redis://127.0.0.1:6379\"",
-                )
-            })?;
-            let text = self.expand(url, "rate_limit.redis_url")?;
-            if !(text.starts_with("redis://") || text.starts_with("rediss://")) {
-                return Err(self.fail(
-                    Some(url.span()),
-                    "rate_limit.redis_url",
-                    "expected a redis:// or rediss:// URL",
                 ));
             }
-            RateBackend::Redis(text)
-        } else {
-            RateBackend::Memory
+            (false, _) => RateBackend::Memory,
         };
         Ok(RateLimitSettings {
             backend,
@@ -894,6 +941,14 @@ impl Ctx<'_> {
             )?,
         })
     }
+}
+
+/// `unknown field `x`, expected one of `a`, `b`` → (`x`, [`a`, `b`]).
+fn unknown_field(message: &str) -> Option<(&str, Vec<&str>)> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (field, rest) = rest.split_once('`')?;
+    let expected: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
+    Some((field, expected))
 }
 
 /// Server and client names appear in URLs, logs and metrics labels.

@@ -35,10 +35,10 @@ pub enum GlobError {
     #[error("an empty pattern matches nothing; use \"*\" to match everything")]
     Empty,
     /// A `[` without its `]`.
-    #[error("the character class opened at position {0} is never closed with `]`")]
+    #[error("the character class opened at character {} is never closed with `]`", .0 + 1)]
     UnclosedClass(usize),
     /// `[]` or `[!]`.
-    #[error("the character class at position {0} is empty")]
+    #[error("the character class at character {} is empty", .0 + 1)]
     EmptyClass(usize),
     /// `[z-a]`.
     #[error("the range `{0}-{1}` is reversed; write the lower character first")]

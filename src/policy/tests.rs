@@ -91,7 +91,7 @@ action = "deny"
         d,
         Decision {
             allowed: false,
-            rule: Some(2),
+            rule: Some(1),
             allow_rules: vec![]
         }
     );
@@ -139,7 +139,7 @@ arguments = { properties = { passengers = { maximum = 4 } } }
     let (rule, violations) = p
         .check_arguments(&d, &json!({"passengers": 5}))
         .expect_err("refused");
-    assert_eq!(rule, 1);
+    assert_eq!(rule, 0);
     assert_eq!(
         violations[0].line(),
         "/passengers: expected a number ≤ 4, got 5"

@@ -374,7 +374,7 @@ fn invalid_arguments(tool: &str, violations: &[Violation]) -> Rejection {
 
 fn argument_not_permitted(tool: &str, rule: usize, violations: &[Violation]) -> Rejection {
     let mut text = format!(
-        "The arguments for `{tool}` are outside what this gateway's policy permits (rule {rule}), so the tool was not run:"
+        "The arguments for `{tool}` are outside what this gateway's policy permits (rules[{rule}]), so the tool was not run:"
     );
     for v in violations {
         text.push_str("\n- ");
@@ -383,7 +383,7 @@ fn argument_not_permitted(tool: &str, rule: usize, violations: &[Violation]) -> 
     text.push_str("\nA call within these limits may be allowed; do not retry the same arguments.");
     let mut detail = Map::new();
     detail.insert("tool".into(), tool.into());
-    detail.insert("rule".into(), rule.into());
+    detail.insert("rule".into(), format!("rules[{rule}]").into());
     detail.insert("violations".into(), json!(violations));
     Rejection::Tool(ToolRefusal {
         code: "argument_not_permitted",
