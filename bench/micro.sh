@@ -33,6 +33,9 @@ grep -q '^<!-- micro:begin -->$' "$RESULTS" && grep -q '^<!-- micro:end -->$' "$
     exit 2
 }
 
+# Other work on the machine skews every figure: record the load around the rounds.
+loadavg() { cut -d ' ' -f 1-3 /proc/loadavg 2>/dev/null || echo unknown; }
+
 deadline=$((SECONDS + BUDGET_SECONDS))
 # Seconds left in the budget, in $left; stops the script when none are.
 budget() {
@@ -50,6 +53,7 @@ echo "building the benchmark (target dir $CARGO_TARGET_DIR)" >&2
 budget
 timeout "$left" cargo bench --bench "$BENCH" --no-run
 
+load_before="$(loadavg)"
 for round in $(seq 1 "$ROUNDS"); do
     echo "round $round of $ROUNDS" >&2
     # criterion writes its results to stdout and its progress to stderr.
@@ -61,6 +65,8 @@ for round in $(seq 1 "$ROUNDS"); do
         exit "$status"
     }
 done
+
+load_after="$(loadavg)"
 
 # One line per (round, benchmark): round, name, estimate in ns, low in ns, high in ns.
 # criterion prints `name time: [low estimate high]`, with the name on the line
@@ -158,6 +164,7 @@ SECTION="$RAW/section.md"
     echo "- machine: $(nproc) CPU(s), ${cpu:-unknown CPU}"
     echo "- $(rustc --version)"
     echo "- commit: $commit"
+    echo "- load average (1, 5, 15 min) before the rounds: $load_before; after: $load_after"
     echo
     cat "$TABLE"
     echo '<!-- micro:end -->'
