@@ -69,8 +69,9 @@ pub(crate) enum Rejection {
     Malformed(ClassifyError),
     /// Standard headers disagree with the body (400, -32020).
     HeaderMismatch(String),
-    /// Protocol version not served (400, -32022).
-    UnsupportedVersion(String),
+    /// Protocol version not served (400, -32022); `era` is the mechanism the
+    /// client used (body `_meta` for 2026-07-28, the header before it).
+    UnsupportedVersion { requested: String, era: Era },
     /// Params the method cannot take (400, -32602).
     InvalidParams(String),
     /// Session unknown or another client's (404).
@@ -148,7 +149,7 @@ impl Rejection {
             | Rejection::TooLarge(_)
             | Rejection::Malformed(_)
             | Rejection::HeaderMismatch(_)
-            | Rejection::UnsupportedVersion(_)
+            | Rejection::UnsupportedVersion { .. }
             | Rejection::InvalidParams(_)
             | Rejection::SessionNotFound => Source::Client,
             Rejection::NotFound(_) | Rejection::Tool(_) => Source::Policy,
@@ -168,7 +169,7 @@ impl Rejection {
             Rejection::Malformed(ClassifyError::TooDeep(_)) => "too_deep",
             Rejection::Malformed(_) => "malformed",
             Rejection::HeaderMismatch(_) => "header_mismatch",
-            Rejection::UnsupportedVersion(_) => "unsupported_version",
+            Rejection::UnsupportedVersion { .. } => "unsupported_version",
             Rejection::InvalidParams(_) => "invalid_params",
             Rejection::SessionNotFound => "session_not_found",
             Rejection::NotFound(_) => "not_found",
@@ -239,13 +240,20 @@ impl Rejection {
                 &why,
                 None,
             ),
-            Rejection::UnsupportedVersion(requested) => error_response(
-                StatusCode::BAD_REQUEST,
-                id,
-                jsonrpc::UNSUPPORTED_VERSION,
-                &format!("protocol version {requested:?} is not supported"),
-                Some(json!({"supported": version::supported(), "requested": requested})),
-            ),
+            Rejection::UnsupportedVersion { requested, era } => {
+                // A client negotiating through `_meta` can only use the stateless-era versions.
+                let supported = match era {
+                    Era::Modern => version::MODERN.to_vec(),
+                    Era::Legacy => version::supported(),
+                };
+                error_response(
+                    StatusCode::BAD_REQUEST,
+                    id,
+                    jsonrpc::UNSUPPORTED_VERSION,
+                    &format!("protocol version {requested:?} is not supported"),
+                    Some(json!({"supported": supported, "requested": requested})),
+                )
+            }
             Rejection::InvalidParams(why) => error_response(
                 StatusCode::BAD_REQUEST,
                 id,

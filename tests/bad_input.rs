@@ -121,8 +121,11 @@ async fn each_bad_input_gets_its_answer_and_no_upstream_call() {
     )
     .await;
     let future = call.replace("2026-07-28", "2099-01-01");
-    let body = refused(&upstream, &url, &[ALICE_AUTH], future, 400, Some(-32022)).await;
+    let mut future_headers = h.clone();
+    future_headers[1] = ("mcp-protocol-version", "2099-01-01");
+    let body = refused(&upstream, &url, &future_headers, future, 400, Some(-32022)).await;
     assert_eq!(body["error"]["data"]["requested"], "2099-01-01");
+    assert_eq!(body["error"]["data"]["supported"], json!(["2026-07-28"]));
 
     // Foreign Origin and Host (DNS rebinding).
     let mut origin = h.clone();

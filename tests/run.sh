@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every check and test of Portcullis. On first use it installs what the
 # tests need (the real MCP peers: a Python venv with the official SDK and an
-# npm folder with the TypeScript SDK and server-everything) into a cache
-# directory outside the clone; later runs reuse it.
+# npm folder with the TypeScript SDK and server-everything, and the official
+# conformance suite with the Node 22 it needs) into cache directories outside
+# the clone; later runs reuse them.
 #
 #   bash tests/run.sh
 #
@@ -16,8 +17,9 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "installing test peers (first use only)"
+step "installing test peers and the conformance suite (first use only)"
 bash tests/peers/setup.sh
+bash tests/conformance/setup.sh
 
 step "format"
 cargo fmt --check

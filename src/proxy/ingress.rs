@@ -35,7 +35,9 @@ pub(crate) fn admit(
             .unwrap_or("")
             .trim_end_matches('/')
             .to_ascii_lowercase();
-        if origins.next().is_some() || !settings.allowed_origins.contains(&value) {
+        // On a loopback listener, pages served from loopback are local already (as the SDKs allow).
+        let local = loopback && is_loopback_origin(&value);
+        if origins.next().is_some() || !(local || settings.allowed_origins.contains(&value)) {
             return Err(Rejection::Forbidden(format!(
                 "requests from the origin {value:?} are not allowed (see gateway.allowed_origins)"
             )));
@@ -56,6 +58,17 @@ pub(crate) fn admit(
         }
     }
     Ok(())
+}
+
+/// `http://localhost:3000`, `http://127.0.0.1`, `http://[::1]:8080` and the https forms.
+fn is_loopback_origin(origin: &str) -> bool {
+    let Some(rest) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    matches!(host_name(rest), "localhost" | "127.0.0.1" | "[::1]")
 }
 
 /// `example.com:8080` → `example.com`; `[::1]:8080` → `[::1]`.
@@ -97,18 +110,29 @@ pub(crate) fn negotiate(
     let header_version = headers::single(headers, MCP_PROTOCOL_VERSION).map_err(mismatch)?;
     let body_version = message.meta_str(META_PROTOCOL_VERSION);
     let (era, version) = match (body_version, header_version) {
-        (Some(body), header) => match Era::of(body) {
-            None => return Err(Rejection::UnsupportedVersion(body.to_owned())),
-            Some(Era::Modern) if header != Some(body) => {
-                return Err(Rejection::HeaderMismatch(format!(
-                    "the MCP-Protocol-Version header ({}) must equal the body's _meta protocol version ({body})",
-                    header.unwrap_or("missing")
-                )));
+        // Agreement first: a header that contradicts the body is a desync whatever the version.
+        (Some(body), header) if header != Some(body) => {
+            return Err(Rejection::HeaderMismatch(format!(
+                "the MCP-Protocol-Version header ({}) must equal the body's _meta protocol version ({body})",
+                header.unwrap_or("missing")
+            )));
+        }
+        (Some(body), _) => match Era::of(body) {
+            None => {
+                return Err(Rejection::UnsupportedVersion {
+                    requested: body.to_owned(),
+                    era: Era::Modern,
+                });
             }
             Some(era) => (era, body.to_owned()),
         },
         (None, Some(header)) => match Era::of(header) {
-            None => return Err(Rejection::UnsupportedVersion(header.to_owned())),
+            None => {
+                return Err(Rejection::UnsupportedVersion {
+                    requested: header.to_owned(),
+                    era: Era::Legacy,
+                });
+            }
             Some(Era::Modern) if matches!(message, Message::Request { .. }) => {
                 return Err(Rejection::InvalidParams(format!(
                     "a {header} request must carry params._meta[\"{META_PROTOCOL_VERSION}\"]"
@@ -179,7 +203,15 @@ mod tests {
                 true
             )
             .is_err()
-        );
+        ); // Loopback origins pass on a loopback listener only.
+        let local = with(&[("host", "localhost"), ("origin", "http://127.0.0.1:5173")]);
+        assert!(admit(&local, &s, true).is_ok());
+        assert!(admit(&local, &s, false).is_err());
+        let tricky = with(&[
+            ("host", "localhost"),
+            ("origin", "http://localhost.evil.example"),
+        ]);
+        assert!(admit(&tricky, &s, true).is_err());
     }
 
     fn modern_call() -> Message {
@@ -217,10 +249,19 @@ mod tests {
         let v = json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{
             "_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"}}});
         let m = Message::classify(v.to_string().as_bytes(), 64).expect("message");
+        let h = with(&[("mcp-protocol-version", "2099-01-01")]);
         assert_eq!(
-            negotiate(&HeaderMap::new(), &m),
-            Err(Rejection::UnsupportedVersion("2099-01-01".into()))
+            negotiate(&h, &m),
+            Err(Rejection::UnsupportedVersion {
+                requested: "2099-01-01".into(),
+                era: Era::Modern
+            })
         );
+        // A header that contradicts the body is a mismatch before it is a version question.
+        assert!(matches!(
+            negotiate(&HeaderMap::new(), &m),
+            Err(Rejection::HeaderMismatch(_))
+        ));
         let legacy = Message::classify(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#, 64)
             .expect("message");
         assert_eq!(
@@ -235,7 +276,7 @@ mod tests {
         let h = with(&[("mcp-protocol-version", "1999-01-01")]);
         assert!(matches!(
             negotiate(&h, &legacy),
-            Err(Rejection::UnsupportedVersion(_))
+            Err(Rejection::UnsupportedVersion { .. })
         ));
     }
 }

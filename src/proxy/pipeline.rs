@@ -184,6 +184,12 @@ async fn post(
             let kind = ListKind::of(m);
             list(config, ex, &forward, client, headers, &message, kind).await
         }
+        // 2026-07-28 removed subscribe/unsubscribe: the upstream answers them (-32601).
+        Some("resources/subscribe" | "resources/unsubscribe") if era == Era::Modern => {
+            forward
+                .relay(headers, body, recipient(ex, server, None))
+                .await
+        }
         Some("resources/read" | "resources/subscribe" | "resources/unsubscribe") => {
             let uri = param_str(&message, "uri")?;
             authorize_or_hide(config, client, server, Subject::Resource(uri), || {
