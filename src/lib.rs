@@ -24,6 +24,7 @@ pub mod policy;
 pub mod app;
 pub(crate) mod error;
 pub(crate) mod mcp;
+pub(crate) mod pins;
 pub(crate) mod proxy;
 pub mod validate;
 
