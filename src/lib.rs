@@ -19,12 +19,13 @@
 pub mod auth;
 pub mod config;
 pub mod demo;
+pub mod pins;
 pub mod policy;
 
+pub(crate) mod admin;
 pub mod app;
 pub(crate) mod error;
 pub(crate) mod mcp;
-pub(crate) mod pins;
 pub(crate) mod proxy;
 pub mod validate;
 

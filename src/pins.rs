@@ -17,6 +17,7 @@
 //! never trusted on first use; any semantic change (and nothing else: not key
 //! order, whitespace or number spelling) changes the pin.
 
+pub mod cli;
 pub(crate) mod jcs;
 pub(crate) mod scan;
 pub(crate) mod store;
@@ -78,6 +79,24 @@ pub(crate) struct Key {
     pub kind: PinKind,
     /// The tool's name; empty for instructions.
     pub name: String,
+}
+
+impl Key {
+    pub(crate) fn tool(server: &str, tool: &str) -> Self {
+        Self {
+            server: server.to_owned(),
+            kind: PinKind::Tool,
+            name: tool.to_owned(),
+        }
+    }
+
+    pub(crate) fn instructions(server: &str) -> Self {
+        Self {
+            server: server.to_owned(),
+            kind: PinKind::Instructions,
+            name: String::new(),
+        }
+    }
 }
 
 /// One definition, as hashed.
@@ -160,6 +179,14 @@ impl Verdict {
     pub(crate) fn held(&self) -> Option<&Arc<Hold>> {
         match self {
             Verdict::Hold(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// The difference, when the definition passes untrusted (`warn`).
+    pub(crate) fn flagged(&self) -> Option<&Arc<Hold>> {
+        match self {
+            Verdict::Flag(h) => Some(h),
             _ => None,
         }
     }
@@ -292,11 +319,6 @@ impl Pins {
         }
     }
 
-    /// Where the pins are kept.
-    pub(crate) fn location(&self) -> &str {
-        &self.location
-    }
-
     /// Changes whenever cached verdicts may have gone stale.
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
@@ -318,7 +340,12 @@ impl Pins {
     // --- the hot path ---
 
     /// Pins `tools` (a server's whole list) and decides what each gets.
-    pub(crate) fn observe_tools(&self, server: &str, mode: Pinning, tools: &[Value]) -> Vec<Verdict> {
+    pub(crate) fn observe_tools(
+        &self,
+        server: &str,
+        mode: Pinning,
+        tools: &[Value],
+    ) -> Vec<Verdict> {
         if mode == Pinning::Off {
             return vec![Verdict::Pass; tools.len()];
         }
@@ -396,7 +423,11 @@ impl Pins {
                     }
                     record.present = true;
                     if record.trusted() {
-                        tracing::info!(server, tool = name, "tool definition is back to the approved one");
+                        tracing::info!(
+                            server,
+                            tool = name,
+                            "tool definition is back to the approved one"
+                        );
                     } else {
                         let fields = record
                             .approved
@@ -447,8 +478,8 @@ impl Pins {
         mode: Pinning,
         seen: &[(Option<&str>, Digest)],
     ) -> Vec<Verdict> {
-        let instructions_held = mode == Pinning::Block
-            && sv.instructions.as_ref().is_some_and(|r| !r.trusted());
+        let instructions_held =
+            mode == Pinning::Block && sv.instructions.as_ref().is_some_and(|r| !r.trusted());
         seen.iter()
             .map(|(name, _)| {
                 let Some(record) = name.and_then(|n| sv.tools.get(n)) else {
@@ -470,7 +501,14 @@ impl Pins {
             .collect()
     }
 
-    fn hold(&self, server: &str, tool: &str, record: &Record, sv: &ServerView, cause: Cause) -> Hold {
+    fn hold(
+        &self,
+        server: &str,
+        tool: &str,
+        record: &Record,
+        sv: &ServerView,
+        cause: Cause,
+    ) -> Hold {
         let (subject, changes_of) = match cause {
             Cause::Instructions => match &sv.instructions {
                 Some(i) => (i, true),
@@ -486,7 +524,10 @@ impl Pins {
             server: server.to_owned(),
             tool: tool.to_owned(),
             cause,
-            pinned: record.approved.as_ref().map(|a| a.version.definition.clone()),
+            pinned: record
+                .approved
+                .as_ref()
+                .map(|a| a.version.definition.clone()),
             pinned_at: subject.approved.as_ref().map(|a| a.version.at),
             seen_hash: subject.seen.hash,
             changes,

@@ -289,18 +289,15 @@ mod tests {
             canonical(&v),
             "\"a\\u0000\\u001f\u{7f}\u{2028}\u{e0041}/é\\t\\\"\\\\\""
         );
-        assert_eq!(
-            canonical(&json!("\u{8}\u{c}\n\r")),
-            r#""\b\f\n\r""#
-        );
+        assert_eq!(canonical(&json!("\u{8}\u{c}\n\r")), r#""\b\f\n\r""#);
     }
 
     #[test]
     fn order_and_whitespace_do_not_matter() {
         let a: Value =
             serde_json::from_str(r#"{"b": [1, {"y": 2, "x": 1}], "a": "s"}"#).expect("json");
-        let b: Value =
-            serde_json::from_str("{\n\t\"a\":\"s\",\"b\":[1.0,{\"x\":1,\"y\":2e0}]}").expect("json");
+        let b: Value = serde_json::from_str("{\n\t\"a\":\"s\",\"b\":[1.0,{\"x\":1,\"y\":2e0}]}")
+            .expect("json");
         assert_eq!(canonical(&a), canonical(&b));
         assert_eq!(canonical(&a), r#"{"a":"s","b":[1,{"x":1,"y":2}]}"#);
         // Array order is meaning.

@@ -384,7 +384,9 @@ fn hidden(text: &str) -> Option<String> {
             let lone_selector = class == "variation selectors"
                 && i > 0
                 && hidden_class(chars[i - 1]).is_none()
-                && chars.get(i + 1).is_none_or(|n| hidden_class(*n) != Some(class));
+                && chars
+                    .get(i + 1)
+                    .is_none_or(|n| hidden_class(*n) != Some(class));
             if !lone_selector {
                 if !classes.contains(&class) {
                     classes.push(class);

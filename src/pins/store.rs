@@ -76,7 +76,8 @@ pub(crate) fn open(path: &Path) -> Result<Connection, StoreError> {
     }
     let mut conn = Connection::open(path).map_err(&e)?;
     conn.busy_timeout(Duration::from_secs(5)).map_err(&e)?;
-    conn.pragma_update(None, "journal_mode", "WAL").map_err(&e)?;
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(&e)?;
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(&e)?;
     migrate(&mut conn).map_err(&e)?;
@@ -277,13 +278,7 @@ pub(crate) fn approve_in_file(
         "UPDATE pins SET approved_hash = seen_hash, approved_definition = seen_definition,
                          approved_at = ?4, approved_by = ?5
          WHERE server = ?1 AND kind = ?2 AND name = ?3",
-        params![
-            key.server,
-            key.kind.as_str(),
-            key.name,
-            super::now_ms(),
-            by
-        ],
+        params![key.server, key.kind.as_str(), key.name, super::now_ms(), by],
     )
     .map_err(&e)?;
     tx.commit().map_err(&e)?;
@@ -396,11 +391,15 @@ fn run(
                 seen_version = v;
                 match load(&conn) {
                     Ok(rows) => merge(rows),
-                    Err(e) => tracing::error!(path = %path.display(), error = %e, "cannot read pins"),
+                    Err(e) => {
+                        tracing::error!(path = %path.display(), error = %e, "cannot read pins")
+                    }
                 }
             }
             Ok(_) => {}
-            Err(e) => tracing::error!(path = %path.display(), error = %e, "cannot poll the pin store"),
+            Err(e) => {
+                tracing::error!(path = %path.display(), error = %e, "cannot poll the pin store")
+            }
         }
         match signal {
             Ok(Signal::Wake) | Err(RecvTimeoutError::Timeout) => {}

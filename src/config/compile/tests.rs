@@ -45,7 +45,12 @@ fn unknown_keys_are_refused_with_their_place() {
     ));
     assert_eq!((e.line, e.column), (Some(3), Some(1)));
     assert_eq!(e.key, "gateway.listn");
-    assert!(e.reason.starts_with("unknown key `listn`; did you mean `listen`?"), "{}", e.reason);
+    assert!(
+        e.reason
+            .starts_with("unknown key `listn`; did you mean `listen`?"),
+        "{}",
+        e.reason
+    );
     // Keys of named tables are spelled out.
     let e = refuse(&base().replace("mcp\"\n", "mcp\"\ntimout = \"5s\"\n"));
     assert_eq!(e.key, "servers.flights.timout");
@@ -197,9 +202,14 @@ fn the_pin_store_lives_beside_the_audit_store_unless_named() {
     ));
     assert_eq!(
         c.pins.database.as_deref(),
-        Some(std::path::Path::new("/var/lib/portcullis/portcullis-pins.db"))
+        Some(std::path::Path::new(
+            "/var/lib/portcullis/portcullis-pins.db"
+        ))
     );
-    let c = accept(&format!("{}[pins]\ndatabase = \"/tmp/${{SET}}.db\"\n", base()));
+    let c = accept(&format!(
+        "{}[pins]\ndatabase = \"/tmp/${{SET}}.db\"\n",
+        base()
+    ));
     assert_eq!(
         c.pins.database.as_deref(),
         Some(std::path::Path::new("/tmp/value.db"))
@@ -218,7 +228,11 @@ fn pin_store_refusals_are_precise() {
     assert_eq!(e.key, "pins.database");
     let e = refuse(&format!("{}[pins]\ndatabse = \"x.db\"\n", base()));
     assert_eq!(e.key, "pins.databse");
-    assert!(e.reason.contains("did you mean `database`?"), "{}", e.reason);
+    assert!(
+        e.reason.contains("did you mean `database`?"),
+        "{}",
+        e.reason
+    );
     let e = refuse(&format!("{}[pins]\ndatabase = \"${{UNSET}}\"\n", base()));
     assert!(e.reason.contains("UNSET is not set"), "{}", e.reason);
 }

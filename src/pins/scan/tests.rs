@@ -54,7 +54,10 @@ fn hidden_tag_text_is_flagged_and_spelled_out() {
         "{hidden:?}"
     );
     // The smuggled sentence is read as text too.
-    assert!(found.iter().any(|f| f.kind == Kind::Instruction), "{found:?}");
+    assert!(
+        found.iter().any(|f| f.kind == Kind::Instruction),
+        "{found:?}"
+    );
 }
 
 #[test]
@@ -152,7 +155,11 @@ fn urls_are_notices_except_where_a_url_is_the_field() {
 #[test]
 fn other_servers_tools_are_flagged_when_distinctive() {
     let others = OtherTools::new(
-        [("gmail", "send_email"), ("gmail", "search"), ("fs", "readFile")],
+        [
+            ("gmail", "send_email"),
+            ("gmail", "search"),
+            ("fs", "readFile"),
+        ],
         &|t| t == "search",
     );
     let flagged = |text: &str| {
