@@ -88,8 +88,13 @@ async fn a_changed_list_is_fetched_again() {
         ]),
     })
     .await;
-    let gateway =
-        TestGateway::start(&[("s", &upstream.url)], &format!("{}{RULES}", clients())).await;
+    // Pinning would hold the changed `limit` (tests/pinning.rs); this test is about the refresh.
+    let gateway = TestGateway::start_pinning(
+        &[("s", &upstream.url)],
+        Some("off"),
+        &format!("{}{RULES}", clients()),
+    )
+    .await;
 
     assert_eq!(
         call(&gateway, "limit", json!({"n": 20})).await["_meta"]["portcullis/error"]["code"],
