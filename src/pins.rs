@@ -896,6 +896,24 @@ fn push_change(
     }
 }
 
+/// A value as short, visible JSON: hidden characters spelled out, cut after
+/// a few dozen characters.
+pub(crate) fn short(value: &Value) -> String {
+    let mut out = String::new();
+    for (n, c) in value.to_string().chars().enumerate() {
+        if n == 60 {
+            out.push('…');
+            break;
+        }
+        if scan::is_hidden(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// `2026-07-28T09:14:02Z` for Unix milliseconds.
 pub(crate) fn iso8601(ms: i64) -> String {
     let secs = ms.div_euclid(1000);

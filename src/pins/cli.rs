@@ -137,7 +137,7 @@ fn row_text(config: &Config, key: &Key, r: &Record) -> String {
         let (changes, total) = diff(&a.version.definition, &r.seen.definition);
         for c in &changes {
             let show = |v: &Option<Value>| match v {
-                Some(v) => scan::excerpt(&v.to_string()),
+                Some(v) => super::short(v),
                 None => "(absent)".to_owned(),
             };
             line.push_str(&format!(

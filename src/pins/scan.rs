@@ -346,6 +346,11 @@ fn text_findings(
     }
 }
 
+/// True for invisible and control characters (shown escaped to people).
+pub(crate) fn is_hidden(c: char) -> bool {
+    hidden_class(c).is_some()
+}
+
 /// The class of an invisible or control character, if it is one.
 fn hidden_class(c: char) -> Option<&'static str> {
     Some(match c as u32 {

@@ -533,14 +533,14 @@ fn change_line(change: &pins::Change, findings: &[scan::Finding]) -> String {
     let before = change
         .before
         .as_ref()
-        .map(short)
+        .map(pins::short)
         .unwrap_or_else(|| "(absent)".into());
     let after = match &change.after {
         _ if !withheld_value.is_empty() => {
             withheld_value.dedup();
             format!("(withheld: {})", withheld_value.join(", "))
         }
-        Some(v) => short(v),
+        Some(v) => pins::short(v),
         None => "(removed)".into(),
     };
     let pointer = if change.pointer.is_empty() {
@@ -569,14 +569,6 @@ fn parent(pointer: &str) -> &str {
         Some(0) | None => "/",
         Some(i) => &pointer[..i],
     }
-}
-
-/// A value as short, visible JSON.
-fn short(value: &Value) -> String {
-    let text = value.to_string();
-    let quoted = scan::excerpt(&text);
-    // `excerpt` quotes and escapes; the JSON text needs no extra quotes.
-    quoted[1..quoted.len() - 1].replace("\\\"", "\"")
 }
 
 /// Pins the server's instructions from the reply to `initialize` or

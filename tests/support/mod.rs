@@ -120,6 +120,13 @@ impl TestGateway {
         }
     }
 
+    /// Wraps a gateway started elsewhere (from a configuration file, say).
+    pub fn from_handle(handle: GatewayHandle) -> Self {
+        Self {
+            handle: Some(handle),
+        }
+    }
+
     /// `http://127.0.0.1:P/mcp/<server>`.
     pub fn url(&self, server: &str) -> String {
         self.handle
