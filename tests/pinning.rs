@@ -75,6 +75,28 @@ fn tool<'a>(tools: &'a [Value], name: &str) -> Option<&'a Value> {
     tools.iter().find(|t| t["name"] == name)
 }
 
+/// Compares `actual` with `tests/snapshots/pinning/<name>.txt` (dates masked);
+/// `UPDATE_SNAPSHOTS=1` rewrites it.
+fn assert_snapshot(name: &str, actual: &str) {
+    let dates = regex::Regex::new(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z").expect("regex");
+    let actual = dates.replace_all(actual, "<date>");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots/pinning")
+        .join(format!("{name}.txt"));
+    if std::env::var("UPDATE_SNAPSHOTS").as_deref() == Ok("1") {
+        std::fs::create_dir_all(path.parent().expect("dir")).expect("snapshot dir");
+        std::fs::write(&path, actual.as_ref()).expect("write snapshot");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {}: {e}; run `UPDATE_SNAPSHOTS=1 cargo test --test pinning`",
+            path.display()
+        )
+    });
+    assert_eq!(expected, actual, "the text differs from {}", path.display());
+}
+
 fn code(result: &Value) -> Option<&str> {
     result["_meta"]["portcullis/error"]["code"].as_str()
 }
@@ -143,6 +165,7 @@ async fn block_holds_a_changed_tool_and_the_admin_api_releases_it() {
     ] {
         assert!(said.contains(part), "missing {part:?} in:\n{said}");
     }
+    assert_snapshot("changed", said);
     let detail = &refused["_meta"]["portcullis/error"];
     assert_eq!(detail["reason"], "definition_changed");
     assert_eq!(detail["approve"]["api"]["body"]["tool"], "calc");
@@ -242,6 +265,7 @@ async fn a_poisoned_new_tool_is_held_and_its_payload_never_reaches_the_model() {
         "{said}"
     );
     assert!(said.contains("hidden characters in /description"), "{said}");
+    assert_snapshot("new_with_findings", said);
     let whole = refused.to_string();
     for payload in ["IMPORTANT", "id_rsa", "Do not tell", "\u{E0069}"] {
         assert!(

@@ -432,7 +432,7 @@ fn pin_quarantined(hold: &Hold) -> Rejection {
     let (server, tool) = (&hold.server, &hold.tool);
     let pinned_at = hold
         .pinned_at
-        .map(|ms| format!(" (approved {})", pins::iso8601(ms)))
+        .map(|ms| format!(" on {}", pins::iso8601(ms)))
         .unwrap_or_default();
     let mut text = format!(
         "The tool `{tool}` on server `{server}` is quarantined by the gateway, so nothing was run. "
@@ -479,7 +479,7 @@ fn pin_quarantined(hold: &Hold) -> Rejection {
     let command = pins::approve_command(&hold.config, &key);
     let body = pins::approve_body(&key, Some(&hold.seen_hash));
     text.push_str(&format!(
-        "\nRetrying will not help until an operator reviews the change and approves it, with\n  {command}\n\
+        "\nRetrying will not help until an operator reviews the definition and approves it, with\n  {command}\n\
          or POST /api/pins/approve on the gateway's admin listener with the admin token (Authorization: Bearer …) and the body {body}. \
          Until then, use other tools or tell the user that `{tool}` awaits approval."
     ));
