@@ -368,13 +368,21 @@ async fn pins_survive_a_restart_and_the_cli_approves() {
         "portcullis pins approve --config {path} --server s --tool calc"
     )));
 
-    let listed = portcullis(&["pins", "list", "--config", &path]);
-    let out = String::from_utf8_lossy(&listed.stdout);
-    assert!(
-        listed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&listed.stderr)
-    );
+    // The store trails the running gateway by the writer's next batch.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let out = loop {
+        let listed = portcullis(&["pins", "list", "--config", &path]);
+        assert!(
+            listed.status.success(),
+            "{}",
+            String::from_utf8_lossy(&listed.stderr)
+        );
+        let out = String::from_utf8_lossy(&listed.stdout).into_owned();
+        if out.contains("CHANGED") || Instant::now() > deadline {
+            break out;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(out.contains("calc") && out.contains("CHANGED"), "{out}");
     assert!(
         out.contains("/inputSchema/properties/n/maximum: 5 → 50"),
