@@ -418,7 +418,7 @@ async fn pins_survive_a_restart_and_the_cli_approves() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn benign_reference_servers_are_listed_whole() {
+async fn the_demo_server_is_listed_whole_but_its_poisoned_tool() {
     let upstream = InProcess::demo().await;
     let gateway = TestGateway::start(
         &[("s", &upstream.url)],
@@ -430,18 +430,43 @@ async fn benign_reference_servers_are_listed_whole() {
         .iter()
         .filter_map(|t| t["name"].as_str().map(str::to_owned))
         .collect();
-    for name in [
-        "lookup_order",
-        "delete_record",
-        "generate_report",
-        "fetch_logs",
-        "slow_query",
-        "echo",
-    ] {
-        assert!(
-            names.iter().any(|n| n == name),
-            "{name} missing from {names:?}"
-        );
+    assert_eq!(
+        names,
+        [
+            "lookup_order",
+            "delete_record",
+            "generate_report",
+            "fetch_logs",
+            "slow_query",
+            "echo"
+        ],
+        "sync_notes is held"
+    );
+    // No admin token configured: the pin report is readable on the (loopback) admin listener.
+    let (status, report) = admin(&gateway, None, None).await;
+    assert_eq!(status, 200);
+    let tools = report["servers"]["s"]["tools"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for t in &tools {
+        let expected = if t["name"] == "sync_notes" {
+            "unapproved"
+        } else {
+            "trusted"
+        };
+        assert_eq!(t["status"], expected, "{t}");
+        if t["name"] != "sync_notes" {
+            assert_eq!(
+                t["findings"],
+                json!([]),
+                "benign tools have no findings: {t}"
+            );
+        }
     }
+    assert_eq!(tools.len(), 7);
+    let refused = call(&gateway, "sync_notes", json!({"folder": "x"})).await;
+    assert_eq!(code(&refused), Some("tool_quarantined"));
+    assert!(upstream.ran().is_empty());
     gateway.stop().await;
 }
