@@ -36,13 +36,13 @@ use scan::{Finding, OtherTools, Severity};
 pub(crate) use store::{ApproveOutcome, StoreError};
 
 /// A SHA-256 digest.
-pub(crate) type Digest = [u8; 32];
+pub type Digest = [u8; 32];
 
 /// Most changes listed for one definition.
 const MAX_CHANGES: usize = 12;
 
-/// The pin of a JSON value: SHA-256 of its canonical form.
-pub(crate) fn digest(value: &Value) -> Digest {
+/// The pin of a JSON value: SHA-256 of its RFC 8785 canonical form.
+pub fn digest(value: &Value) -> Digest {
     Sha256::digest(jcs::canonical(value).as_bytes()).into()
 }
 
@@ -234,6 +234,44 @@ pub(crate) struct Change {
     pub before: Option<Value>,
     /// Live value (`None`: removed).
     pub after: Option<Value>,
+}
+
+/// The RFC 8785 canonical serialization of a JSON value.
+pub fn canonical(value: &Value) -> String {
+    jcs::canonical(value)
+}
+
+/// How many poisoning findings the scan has for one tool definition.
+pub fn scan_findings(definition: &Value) -> usize {
+    scan::tool(definition, &OtherTools::default()).len()
+}
+
+/// Pins kept in memory only, observed as a `block` server's: what the
+/// gateway does on every `tools/list`, for benchmarks.
+#[derive(Debug)]
+pub struct MemoryPins(Arc<Pins>);
+
+impl MemoryPins {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self(Arc::new(Pins::empty(":memory:", "bench.toml", None)))
+    }
+
+    /// Pins a whole list of `server` (hash, compare, scan what is new); returns
+    /// how many tools are held.
+    pub fn observe(&self, server: &str, tools: &[Value]) -> usize {
+        self.0
+            .observe_tools(server, Pinning::Block, tools)
+            .iter()
+            .filter(|v| v.held().is_some())
+            .count()
+    }
+}
+
+impl Default for MemoryPins {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// Every pin of one server.

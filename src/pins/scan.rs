@@ -25,7 +25,7 @@
 
 use std::sync::LazyLock;
 
-use regex::{Regex, RegexBuilder};
+use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -148,66 +148,92 @@ struct Phrase {
     label: &'static str,
 }
 
+/// ASCII word boundaries: the patterns are ASCII, and a Unicode `\b` keeps
+/// the fast engines off non-ASCII text.
+fn ascii_boundaries(source: &str) -> String {
+    source.replace(r"\b", r"(?-u:\b)")
+}
+
 fn ci(source: &str) -> Regex {
-    RegexBuilder::new(source)
+    RegexBuilder::new(&ascii_boundaries(source))
         .case_insensitive(true)
         .build()
         .unwrap_or_else(|e| panic!("built-in pattern {source:?} must compile: {e}"))
 }
 
+const INSTRUCTION_SOURCES: &[(&str, &str)] = &[
+    (
+        r"<\s*/?\s*(important|system|instructions?|secret|hidden|admin|critical|note\s+to\s+(the\s+)?(ai|assistant|model))\b[^<>]{0,40}>",
+        "an <IMPORTANT>-style tag",
+    ),
+    (
+        r"\b(ignore|disregard|forget|override)\s+((all|any|the|your|of|these)\s+)*(previous|prior|above|earlier|preceding|system|other)\b",
+        "\"ignore previous …\"",
+    ),
+    (
+        r"\b(do\s+not|don'?t|never|must\s+not)\s+(tell|inform|notify|mention|reveal|show|alert|disclose)\b[^.!?\n]{0,40}\buser",
+        "\"do not tell the user\"",
+    ),
+    (
+        r"\b(without|before)\s+(telling|informing|notifying|alerting|asking)\s+the\s+user\b",
+        "\"without telling the user\"",
+    ),
+    (
+        r"\b(hide|conceal|keep)\s+(this|it|that)\s+(from\s+the\s+user|secret|hidden)\b",
+        "\"hide this from the user\"",
+    ),
+    (
+        r"\b(before|after)\s+(using|calling|invoking)\s+(this|any|the)\s+(tool|function)\b",
+        "\"before using this tool …\"",
+    ),
+    (
+        r"\balways\s+(bcc|cc|forward|send\s+(a\s+)?cop(y|ies))\b",
+        "\"always BCC …\"",
+    ),
+    (
+        r"\b(you\s+are\s+now|new\s+instructions?:|system\s+prompt)\b",
+        "a role or prompt override",
+    ),
+];
+
+const SECRET_FILE_SOURCE: &str = concat!(
+    r"(\.ssh\b|\bid_(rsa|dsa|ecdsa|ed25519)\b|(^|[\s/~'`(])\.env(\.[a-z]+)?\b|\bmcp\.json\b",
+    r"|\.aws/credentials\b|\.netrc\b|\.npmrc\b|\.pypirc\b|\.pgpass\b|/etc/(passwd|shadow)\b",
+    r"|\.git-credentials\b|\.kube/config\b|\.docker/config\.json\b|\bcredentials\.json\b",
+    r"|\.gnupg\b|\bwallet\.dat\b|\.config/gh/hosts\.yml\b)"
+);
+
+const URL_SOURCE: &str =
+    r#"\b((https?|ftp|wss?|file)://[^\s"'<>]+|(javascript|data):[^\s"'<>]{3,})"#;
+
+/// One pass over a string says whether any check can match: the common,
+/// clean string costs one automaton walk.
+static ANY: LazyLock<RegexSet> = LazyLock::new(|| {
+    let sources: Vec<String> = INSTRUCTION_SOURCES
+        .iter()
+        .map(|(s, _)| *s)
+        .chain([SECRET_FILE_SOURCE, URL_SOURCE])
+        .map(ascii_boundaries)
+        .collect();
+    RegexSetBuilder::new(sources)
+        .case_insensitive(true)
+        .build()
+        .unwrap_or_else(|e| panic!("built-in patterns must compile: {e}"))
+});
+
 static INSTRUCTIONS: LazyLock<Vec<Phrase>> = LazyLock::new(|| {
-    let phrase = |source: &str, label| Phrase {
-        regex: ci(source),
-        label,
-    };
-    vec![
-        phrase(
-            r"<\s*/?\s*(important|system|instructions?|secret|hidden|admin|critical|note\s+to\s+(the\s+)?(ai|assistant|model))\b[^<>]{0,40}>",
-            "an <IMPORTANT>-style tag",
-        ),
-        phrase(
-            r"\b(ignore|disregard|forget|override)\s+((all|any|the|your|of|these)\s+)*(previous|prior|above|earlier|preceding|system|other)\b",
-            "\"ignore previous …\"",
-        ),
-        phrase(
-            r"\b(do\s+not|don'?t|never|must\s+not)\s+(tell|inform|notify|mention|reveal|show|alert|disclose)\b[^.!?\n]{0,40}\buser",
-            "\"do not tell the user\"",
-        ),
-        phrase(
-            r"\b(without|before)\s+(telling|informing|notifying|alerting|asking)\s+the\s+user\b",
-            "\"without telling the user\"",
-        ),
-        phrase(
-            r"\b(hide|conceal|keep)\s+(this|it|that)\s+(from\s+the\s+user|secret|hidden)\b",
-            "\"hide this from the user\"",
-        ),
-        phrase(
-            r"\b(before|after)\s+(using|calling|invoking)\s+(this|any|the)\s+(tool|function)\b",
-            "\"before using this tool …\"",
-        ),
-        phrase(
-            r"\balways\s+(bcc|cc|forward|send\s+(a\s+)?cop(y|ies))\b",
-            "\"always BCC …\"",
-        ),
-        phrase(
-            r"\b(you\s+are\s+now|new\s+instructions?:|system\s+prompt)\b",
-            "a role or prompt override",
-        ),
-    ]
+    INSTRUCTION_SOURCES
+        .iter()
+        .map(|(source, label)| Phrase {
+            regex: ci(source),
+            label,
+        })
+        .collect()
 });
 
-static SECRET_FILE: LazyLock<Regex> = LazyLock::new(|| {
-    ci(concat!(
-        r"(\.ssh\b|\bid_(rsa|dsa|ecdsa|ed25519)\b|(^|[\s/~'`(])\.env(\.[a-z]+)?\b|\bmcp\.json\b",
-        r"|\.aws/credentials\b|\.netrc\b|\.npmrc\b|\.pypirc\b|\.pgpass\b|/etc/(passwd|shadow)\b",
-        r"|\.git-credentials\b|\.kube/config\b|\.docker/config\.json\b|\bcredentials\.json\b",
-        r"|\.gnupg\b|\bwallet\.dat\b|\.config/gh/hosts\.yml\b)"
-    ))
-});
+static SECRET_FILE: LazyLock<Regex> = LazyLock::new(|| ci(SECRET_FILE_SOURCE));
 
-static URL: LazyLock<Regex> = LazyLock::new(|| {
-    ci(r#"\b((https?|ftp|wss?|file)://[^\s"'<>]+|(javascript|data):[^\s"'<>]{3,})"#)
-});
+static URL: LazyLock<Regex> = LazyLock::new(|| ci(URL_SOURCE));
 
 /// Scans a whole tool definition.
 pub(crate) fn tool(definition: &Value, others: &OtherTools) -> Vec<Finding> {
@@ -245,8 +271,7 @@ fn walk(value: &Value, path: &mut String, others: &OtherTools, out: &mut Vec<Fin
                 let len = path.len();
                 path.push('/');
                 push_escaped(path, key);
-                let key_path = format!("{path} (key)");
-                text_findings(key, &key_path, Field::Key, others, out);
+                text_findings(key, path, Field::Key, others, out);
                 walk(item, path, others, out);
                 path.truncate(len);
             }
@@ -303,10 +328,14 @@ fn text_findings(
     out: &mut Vec<Finding>,
 ) {
     let mut add = |kind: Kind, detail: String| {
+        let path = match field {
+            Field::Key => format!("{path} (key)"),
+            _ => path.to_owned(),
+        };
         out.push(Finding {
             kind,
             severity: kind.severity(),
-            path: path.to_owned(),
+            path,
             detail,
         })
     };
@@ -318,7 +347,21 @@ fn text_findings(
     }
     // Hidden characters must not split a phrase out of the checks' sight.
     let visible = without_hidden(text);
-    let text = visible.as_str();
+    let text = visible.as_ref();
+    if ANY.is_match(text) {
+        detailed(text, field, &mut add);
+    }
+    if field != Field::Name
+        && let Some(pattern) = &others.pattern
+        && let Some(c) = pattern.captures(text)
+        && let Some(m) = c.get(1)
+    {
+        add(Kind::OtherServerTool, excerpt(m.as_str()));
+    }
+}
+
+/// The checks one by one, once the set said one of them matches.
+fn detailed(text: &str, field: Field, add: &mut dyn FnMut(Kind, String)) {
     for phrase in INSTRUCTIONS.iter() {
         if let Some(m) = phrase.regex.find(text) {
             add(
@@ -336,13 +379,6 @@ fn text_findings(
         && let Some(m) = URL.find(text)
     {
         add(Kind::Url, excerpt(m.as_str()));
-    }
-    if field != Field::Name
-        && let Some(pattern) = &others.pattern
-        && let Some(c) = pattern.captures(text)
-        && let Some(m) = c.get(1)
-    {
-        add(Kind::OtherServerTool, excerpt(m.as_str()));
     }
 }
 
@@ -427,9 +463,9 @@ fn flag_sequence(chars: &[char]) -> Option<usize> {
 
 /// `text` with hidden characters removed and tag characters read as the ASCII
 /// they encode, so "ig\u{200b}nore previous" is still seen.
-fn without_hidden(text: &str) -> String {
-    if text.is_ascii() {
-        return text.to_owned();
+fn without_hidden(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| hidden_class(c).is_some()) {
+        return std::borrow::Cow::Borrowed(text);
     }
     text.chars()
         .filter_map(|c| match c as u32 {
@@ -437,7 +473,8 @@ fn without_hidden(text: &str) -> String {
             _ if hidden_class(c).is_some() => None,
             _ => Some(c),
         })
-        .collect()
+        .collect::<String>()
+        .into()
 }
 
 /// A short, escaped quote of `text` for operators.
