@@ -36,9 +36,14 @@ pub(crate) fn write_value(out: &mut String, value: &Value) {
         Value::Bool(false) => out.push_str("false"),
         Value::Number(n) => {
             // Without `arbitrary_precision` every number is an i64, u64 or f64;
-            // JCS reads them all as doubles.
-            let f = n.as_f64().unwrap_or(0.0);
-            write_number(out, f);
+            // JCS reads them all as doubles. Integers a double holds exactly
+            // print the same either way.
+            match n.as_i64() {
+                Some(i) if i.unsigned_abs() <= 1 << 53 => {
+                    let _ = write!(out, "{i}");
+                }
+                _ => write_number(out, n.as_f64().unwrap_or(0.0)),
+            }
         }
         Value::String(s) => write_string(out, s),
         Value::Array(items) => {
