@@ -142,6 +142,8 @@ fn describe(key: &Key) -> String {
 }
 
 /// Checks the admin token.
+// The refusal is the response itself, built once per refused request.
+#[allow(clippy::result_large_err)]
 fn admin(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
     let Some(expected) = &state.config.gateway.admin_token_sha256 else {
         return Err(problem(

@@ -188,10 +188,10 @@ fn warn_passes_and_flags_block_holds_and_approval_releases() {
         json!("Books a flight, now cheaper."),
     );
     pins.observe_tools("s", Pinning::Warn, &[base()]);
-    let flagged = &pins.observe_tools("s", Pinning::Warn, &[changed.clone()])[0];
+    let flagged = &pins.observe_tools("s", Pinning::Warn, std::slice::from_ref(&changed))[0];
     assert!(flagged.flagged().is_some() && flagged.held().is_none());
 
-    let verdict = &pins.observe_tools("s", Pinning::Block, &[changed.clone()])[0];
+    let verdict = &pins.observe_tools("s", Pinning::Block, std::slice::from_ref(&changed))[0];
     let hold = verdict.held().expect("held");
     assert_eq!(changed_fields(&hold.changes), ["description"]);
     assert_eq!(
@@ -238,7 +238,7 @@ fn a_new_tool_with_warnings_is_not_trusted_on_first_use() {
     assert!(matches!(verdicts[1], Verdict::Pass));
     // Under warn it passes, flagged, and is still not trusted.
     let pins = memory();
-    let verdicts = pins.observe_tools("s", Pinning::Warn, &[poisoned.clone()]);
+    let verdicts = pins.observe_tools("s", Pinning::Warn, std::slice::from_ref(&poisoned));
     assert!(verdicts[0].flagged().is_some());
     let verdicts = pins.observe_tools("s", Pinning::Block, &[poisoned]);
     assert!(held(&verdicts[0]));
@@ -287,7 +287,7 @@ fn removed_tools_are_noted_and_come_back_trusted() {
     let pins = memory();
     let other = json!({"name": "other"});
     pins.observe_tools("s", Pinning::Block, &[base(), other.clone()]);
-    pins.observe_tools("s", Pinning::Block, &[other.clone()]);
+    pins.observe_tools("s", Pinning::Block, std::slice::from_ref(&other));
     let modes = BTreeMap::from([("s".to_owned(), Pinning::Block)]);
     let report = pins.report(&modes);
     let book = &report["servers"]["s"]["tools"][0];
@@ -349,7 +349,7 @@ fn the_store_survives_a_restart_and_picks_up_approvals_from_another_process() {
         pins.flush();
     }
     let pins = Pins::open(Some(&path), "gw.toml").expect("store reopens");
-    let verdict = &pins.observe_tools("s", Pinning::Block, &[changed.clone()])[0];
+    let verdict = &pins.observe_tools("s", Pinning::Block, std::slice::from_ref(&changed))[0];
     assert_eq!(
         verdict.held().expect("held after restart").cause,
         Cause::Changed
