@@ -48,7 +48,11 @@ impl Gateway {
         let listener = TcpListener::bind(config.gateway.listen).await?;
         let admin = TcpListener::bind(config.gateway.admin_listen).await?;
         let loopback = listener.local_addr()?.ip().is_loopback();
-        let pins = Pins::open(config.pins.database.as_deref(), &config.source)
+        // Opening and loading the store reads the disk: off the async threads.
+        let (database, source) = (config.pins.database.clone(), config.source.clone());
+        let pins = tokio::task::spawn_blocking(move || Pins::open(database.as_deref(), &source))
+            .await
+            .map_err(io::Error::other)?
             .map_err(io::Error::other)?;
         let state = AppState::new(Arc::new(config), pins, loopback).map_err(io::Error::other)?;
         Ok(Self {

@@ -302,10 +302,7 @@ impl Pins {
             return Ok(Arc::new(Self::empty(":memory:", config, None)));
         };
         let conn = store::open(path)?;
-        let rows = store::load(&conn).map_err(|source| StoreError {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let rows = store::load(&conn).map_err(|e| StoreError::new(path, e))?;
         let mut spawn_error = None;
         let pins = Arc::new_cyclic(|weak: &std::sync::Weak<Pins>| {
             let weak = weak.clone();
@@ -326,10 +323,7 @@ impl Pins {
             pins
         });
         if let Some(e) = spawn_error {
-            return Err(StoreError {
-                path: path.display().to_string(),
-                source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
-            });
+            return Err(StoreError::new(path, e));
         }
         Ok(pins)
     }

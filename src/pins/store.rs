@@ -55,24 +55,36 @@ const MIGRATIONS: &[&str] = &[
 pub(crate) struct StoreError {
     pub path: String,
     #[source]
-    pub source: rusqlite::Error,
+    pub source: Fault,
+}
+
+/// What failed underneath.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Fault {
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+impl StoreError {
+    pub(crate) fn new(path: &Path, source: impl Into<Fault>) -> Self {
+        Self {
+            path: path.display().to_string(),
+            source: source.into(),
+        }
+    }
 }
 
 fn err(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
-    move |source| StoreError {
-        path: path.display().to_string(),
-        source,
-    }
+    move |source| StoreError::new(path, source)
 }
 
 /// Opens (creating if needed) and migrates the store at `path`.
 pub(crate) fn open(path: &Path) -> Result<Connection, StoreError> {
     let e = err(path);
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|io| StoreError {
-            path: path.display().to_string(),
-            source: rusqlite::Error::ToSqlConversionFailure(Box::new(io)),
-        })?;
+        std::fs::create_dir_all(dir).map_err(|io| StoreError::new(path, io))?;
     }
     let mut conn = Connection::open(path).map_err(&e)?;
     conn.busy_timeout(Duration::from_secs(5)).map_err(&e)?;

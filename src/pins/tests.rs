@@ -404,3 +404,17 @@ fn iso8601_dates() {
     assert_eq!(iso8601(1_785_230_042_000), "2026-07-28T09:14:02Z");
     assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00Z");
 }
+
+#[test]
+fn a_store_that_cannot_be_opened_is_named_in_the_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let blocker = dir.path().join("file");
+    std::fs::write(&blocker, "not a directory").expect("write");
+    let path = blocker.join("pins.db");
+    let e = Pins::open(Some(&path), "gw.toml").expect_err("cannot open under a file");
+    assert!(
+        e.to_string()
+            .starts_with(&format!("pin store {}: ", path.display())),
+        "{e}"
+    );
+}
