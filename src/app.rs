@@ -13,11 +13,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::get;
+use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::admin;
 use crate::config::Config;
+use crate::pins::Pins;
 use crate::proxy::{self, AppState};
 
 /// A gateway with its sockets bound, ready to serve.
@@ -46,7 +48,13 @@ impl Gateway {
         let listener = TcpListener::bind(config.gateway.listen).await?;
         let admin = TcpListener::bind(config.gateway.admin_listen).await?;
         let loopback = listener.local_addr()?.ip().is_loopback();
-        let state = AppState::new(Arc::new(config), loopback).map_err(io::Error::other)?;
+        // Opening and loading the store reads the disk: off the async threads.
+        let (database, source) = (config.pins.database.clone(), config.source.clone());
+        let pins = tokio::task::spawn_blocking(move || Pins::open(database.as_deref(), &source))
+            .await
+            .map_err(io::Error::other)?
+            .map_err(io::Error::other)?;
+        let state = AppState::new(Arc::new(config), pins, loopback).map_err(io::Error::other)?;
         Ok(Self {
             state: Arc::new(state),
             listener,
@@ -81,8 +89,16 @@ impl Gateway {
             tokio::try_join!(mcp_server.into_future(), admin_server.into_future()).map(|_| ())
         };
         tokio::pin!(servers);
+        let pins = self.state.pins.clone();
+        let flush = || async move {
+            // Pins not yet on disk are written before the process ends.
+            let _ = tokio::task::spawn_blocking(move || pins.flush()).await;
+        };
         tokio::select! {
-            result = &mut servers => return result,
+            result = &mut servers => {
+                flush().await;
+                return result;
+            }
             () = shutdown => {}
         }
         tracing::info!(
@@ -90,7 +106,7 @@ impl Gateway {
             "shutting down: no new connections, finishing in-flight requests"
         );
         let _ = stop_tx.send(true);
-        match tokio::time::timeout(grace, servers).await {
+        let result = match tokio::time::timeout(grace, servers).await {
             Ok(result) => result,
             Err(_) => {
                 tracing::warn!(
@@ -98,7 +114,9 @@ impl Gateway {
                 );
                 Ok(())
             }
-        }
+        };
+        flush().await;
+        result
     }
 
     /// Binds and serves in a background task.
@@ -136,6 +154,8 @@ fn admin_router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(|| async { "ready\n" }))
+        .route("/api/pins", get(admin::pins))
+        .route("/api/pins/approve", post(admin::approve))
         .with_state(state)
 }
 

@@ -18,7 +18,7 @@ mod raw;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +46,8 @@ pub struct Config {
     pub sanitize: SanitizeSettings,
     /// `[audit]`.
     pub audit: AuditSettings,
+    /// `[pins]`.
+    pub pins: PinsSettings,
     /// `[telemetry]`.
     pub telemetry: TelemetrySettings,
 }
@@ -187,6 +189,16 @@ pub struct AuditSettings {
     pub arguments: AuditArguments,
 }
 
+/// `[pins]`: the store of pinned tool definitions and server instructions.
+#[derive(Debug, Clone)]
+pub struct PinsSettings {
+    /// The SQLite file (`database`; default `portcullis-pins.db` beside
+    /// `[audit] database`; a relative path is read from the configuration
+    /// file's directory). `None` (written `":memory:"`): kept in memory only,
+    /// so every restart trusts on first use again.
+    pub database: Option<PathBuf>,
+}
+
 /// `arguments` of `[audit]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuditArguments {
@@ -273,7 +285,14 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         reason: format!("cannot read the file: {e}"),
         excerpt: None,
     })?;
-    load_str(&text, &file, &|name| std::env::var(name).ok())
+    let mut config = load_str(&text, &file, &|name| std::env::var(name).ok())?;
+    // Relative store paths are the configuration's, wherever the command runs.
+    if let (Some(db), Some(dir)) = (&mut config.pins.database, path.parent())
+        && db.is_relative()
+    {
+        *db = dir.join(&*db);
+    }
+    Ok(config)
 }
 
 /// Compiles `text` (labelled `file` in messages), looking environment variables up with `env`.

@@ -68,6 +68,7 @@ pub fn banner(addr: SocketAddr, admin: SocketAddr) -> String {
         r#"Portcullis demo
   MCP endpoint   {url}
   health         http://{admin}/healthz
+  pins           http://{admin}/api/pins   (tool pins and scan findings: `sync_notes` is held)
   clients        analyst  key {ANALYST_KEY}   (may read; slow_query capped at 5 s)
                  admin    key {ADMIN_KEY}     (may also call delete_record)
 
@@ -87,6 +88,9 @@ Try it (2026-07-28 stateless requests; any MCP client works too):
   # a tool the analyst may not call: the same answer as a tool that does not exist
   curl -s {url} $H -H 'Authorization: Bearer {ANALYST_KEY}' -H Mcp-Method:tools/call -H Mcp-Name:delete_record \
     -d '{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"delete_record","arguments":{{"record_id":"42"}},'"$M"'}}}}'
+
+  # the demo server also lists a poisoned tool; the gateway pinned its tools, scanned them and holds it
+  curl -s http://{admin}/api/pins
 
 Python SDK:  async with Client("{url}", mode="2026-07-28", ...) as c: await c.call_tool("lookup_order", {{"order_id": "ORD-004211"}})
              (send the header Authorization: Bearer {ANALYST_KEY})

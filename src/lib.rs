@@ -13,14 +13,21 @@
 //! client ◀──── JSON | SSE ───── proxy::respond ◀──── mcp::sse / mcp::jsonrpc ◀─────────┘
 //! ```
 //!
+//! Tool lists pass through `pins` where `proxy::catalog` stores them: each
+//! definition is hashed, compared with its pin and scanned when new; a held
+//! tool is listed as pinned and its calls are refused (`tool_quarantined`).
+//! Pins are written behind to SQLite by one thread (`pins::store`).
+//!
 //! Every refusal is an [`error::Rejection`], rendered to HTTP, JSON-RPC or an
 //! `isError` tool result in exactly one place.
 
 pub mod auth;
 pub mod config;
 pub mod demo;
+pub mod pins;
 pub mod policy;
 
+pub(crate) mod admin;
 pub mod app;
 pub(crate) mod error;
 pub(crate) mod mcp;

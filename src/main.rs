@@ -32,6 +32,11 @@ enum Command {
     },
     /// Read an API key on stdin and print its SHA-256, for `api_key_sha256`.
     HashKey,
+    /// Review and approve pinned tool definitions and server instructions.
+    Pins {
+        #[command(subcommand)]
+        command: PinsCommand,
+    },
     /// Start a bundled demo server with flawed tools behind a demo configuration.
     Demo {
         /// Port of the demo's MCP endpoint on 127.0.0.1 (0 picks a free one).
@@ -40,10 +45,46 @@ enum Command {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum PinsCommand {
+    /// Print every pin: its status, scan findings, what changed and how to approve it.
+    List {
+        /// The TOML configuration file (its `[pins] database` is read).
+        #[arg(long, short, env = "PORTCULLIS_CONFIG")]
+        config: PathBuf,
+        /// Print JSON (the shape of the admin API's GET /api/pins).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve the definition a server serves now; a running gateway picks it up.
+    Approve {
+        /// The TOML configuration file (its `[pins] database` is written).
+        #[arg(long, short, env = "PORTCULLIS_CONFIG")]
+        config: PathBuf,
+        /// The server, as named in the configuration.
+        #[arg(long)]
+        server: String,
+        /// The tool whose definition to approve.
+        #[arg(
+            long,
+            required_unless_present = "instructions",
+            conflicts_with = "instructions"
+        )]
+        tool: Option<String>,
+        /// Approve the server's instructions instead of a tool.
+        #[arg(long)]
+        instructions: bool,
+        /// Approve only if the definition still has this SHA-256 (as `pins list` prints it).
+        #[arg(long)]
+        hash: Option<String>,
+    },
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config } => check(&config),
+        Command::Pins { command } => pins(command),
         Command::HashKey => hash_key(),
         Command::Run { config } => serve(|| run(config)),
         Command::Demo { port } => serve(|| run_demo(port)),
@@ -54,6 +95,41 @@ fn check(path: &std::path::Path) -> ExitCode {
     match config::load(path) {
         Ok(config) => {
             print!("{}", config.describe());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn pins(command: PinsCommand) -> ExitCode {
+    let result = match command {
+        PinsCommand::List { config, json } => config::load(&config)
+            .map_err(|e| e.to_string())
+            .and_then(|c| portcullis::pins::cli::list(&c, json)),
+        PinsCommand::Approve {
+            config,
+            server,
+            tool,
+            instructions: _,
+            hash,
+        } => {
+            let subject = match tool {
+                Some(t) => portcullis::pins::cli::Subject::Tool(t),
+                None => portcullis::pins::cli::Subject::Instructions,
+            };
+            config::load(&config)
+                .map_err(|e| e.to_string())
+                .and_then(|c| {
+                    portcullis::pins::cli::approve(&c, &server, &subject, hash.as_deref())
+                })
+        }
+    };
+    match result {
+        Ok(text) => {
+            println!("{}", text.trim_end());
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -25,6 +25,7 @@ use axum::response::Response;
 use axum::routing::any;
 
 use crate::config::Config;
+use crate::pins::Pins;
 use catalog::Catalog;
 use session::SessionTable;
 use upstream::Upstream;
@@ -35,6 +36,8 @@ pub(crate) struct AppState {
     pub config: Arc<Config>,
     pub servers: BTreeMap<String, ServerState>,
     pub sessions: SessionTable,
+    /// Pinned tool definitions and server instructions.
+    pub pins: Arc<Pins>,
     /// The MCP listener is on a loopback address (Host checks apply).
     pub loopback: bool,
     /// Ids of requests the gateway sends on its own.
@@ -49,20 +52,26 @@ pub(crate) struct ServerState {
 }
 
 impl AppState {
-    pub(crate) fn new(config: Arc<Config>, loopback: bool) -> Result<Self, reqwest::Error> {
+    pub(crate) fn new(
+        config: Arc<Config>,
+        pins: Arc<Pins>,
+        loopback: bool,
+    ) -> Result<Self, reqwest::Error> {
         let mut servers = BTreeMap::new();
         for (name, settings) in &config.servers {
             let upstream = Upstream::new(settings.clone(), config.gateway.max_response_bytes)?;
+            let catalog = Catalog::new(name, settings.pinning, pins.clone());
             servers.insert(
                 name.clone(),
                 ServerState {
                     upstream: Arc::new(upstream),
-                    catalog: Arc::new(Catalog::default()),
+                    catalog: Arc::new(catalog),
                 },
             );
         }
         Ok(Self {
             sessions: SessionTable::new(config.gateway.max_sessions),
+            pins,
             config,
             servers,
             loopback,

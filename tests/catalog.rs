@@ -33,7 +33,7 @@ async fn every_page_is_collected_filtered_and_enforced() {
     let upstream = InProcess::scripted_with(Script {
         tools,
         page_size: 2,
-        next_tools: None,
+        ..Script::default()
     })
     .await;
     let gateway =
@@ -86,10 +86,16 @@ async fn a_changed_list_is_fetched_again() {
             tool("limit", 50),
             tool("added", 1),
         ]),
+        ..Script::default()
     })
     .await;
-    let gateway =
-        TestGateway::start(&[("s", &upstream.url)], &format!("{}{RULES}", clients())).await;
+    // Pinning would hold the changed `limit` (tests/pinning.rs); this test is about the refresh.
+    let gateway = TestGateway::start_pinning(
+        &[("s", &upstream.url)],
+        Some("off"),
+        &format!("{}{RULES}", clients()),
+    )
+    .await;
 
     assert_eq!(
         call(&gateway, "limit", json!({"n": 20})).await["_meta"]["portcullis/error"]["code"],

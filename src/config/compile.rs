@@ -17,8 +17,8 @@ use toml::Spanned;
 use super::raw::{RawConfig, RawGateway, RawRule, RawServer};
 use super::{
     AuditArguments, AuditSettings, Config, ConfigError, GatewaySettings, LogFormat, Mode,
-    OnBackendError, Pinning, RateBackend, RateLimitSettings, SanitizeSettings, SecretsAction,
-    ServerSettings, TelemetrySettings, duration,
+    OnBackendError, Pinning, PinsSettings, RateBackend, RateLimitSettings, SanitizeSettings,
+    SecretsAction, ServerSettings, TelemetrySettings, duration,
 };
 use crate::auth::{ClientTable, hash_key};
 use crate::policy::glob::Glob;
@@ -80,6 +80,7 @@ pub(super) fn compile(
         rate_limit: cx.rate_limit(&raw)?,
         sanitize: cx.sanitize(&raw)?,
         audit: cx.audit(&raw)?,
+        pins: cx.pins(&raw)?,
         telemetry: cx.telemetry(&raw)?,
     })
 }
@@ -909,6 +910,35 @@ impl Ctx<'_> {
                 ],
                 AuditArguments::Shape,
             )?,
+        })
+    }
+
+    fn pins(&self, raw: &RawConfig) -> Result<PinsSettings> {
+        let Some(value) = &raw.pins.database else {
+            // Beside the audit store, as the product promises.
+            let audit = match &raw.audit.database {
+                Some(d) => self.expand(d, "audit.database")?,
+                None => "portcullis-audit.db".to_owned(),
+            };
+            let database = std::path::Path::new(&audit).with_file_name("portcullis-pins.db");
+            return Ok(PinsSettings {
+                database: Some(database),
+            });
+        };
+        let text = self.expand(value, "pins.database")?;
+        if text == ":memory:" {
+            return Ok(PinsSettings { database: None });
+        }
+        if text.trim().is_empty() || text.ends_with(['/', '\\']) {
+            return Err(self.fail(
+                Some(value.span()),
+                "pins.database",
+                "expected the path of a SQLite file such as \"/var/lib/portcullis/pins.db\" \
+                 (or \":memory:\" to keep pins in memory only, which trusts every definition anew at each start)",
+            ));
+        }
+        Ok(PinsSettings {
+            database: Some(std::path::PathBuf::from(text)),
         })
     }
 

@@ -33,6 +33,8 @@ pub(crate) struct RawConfig {
     #[serde(default)]
     pub audit: RawAudit,
     #[serde(default)]
+    pub pins: RawPins,
+    #[serde(default)]
     pub telemetry: RawTelemetry,
 }
 
@@ -145,6 +147,13 @@ pub(crate) struct RawAudit {
     pub database: Option<Spanned<String>>,
     pub retention: Option<Spanned<String>>,
     pub arguments: Option<Spanned<String>>,
+}
+
+/// `[pins]`: where pinned tool definitions are kept.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPins {
+    pub database: Option<Spanned<String>>,
 }
 
 /// `[telemetry]`: traces and logs.

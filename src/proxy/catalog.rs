@@ -1,13 +1,16 @@
 //! What the gateway knows of each server's tools: definitions from `tools/list`,
-//! with their input schemas compiled.
+//! with their input schemas compiled and their pins checked.
 //!
 //! Place in the path: filled whenever a `tools/list` passes (a client's, or one
 //! the gateway sends itself when a call arrives first); read by every
-//! `tools/call`; emptied by `notifications/tools/list_changed`.
+//! `tools/call`; emptied by `notifications/tools/list_changed`, and stale once
+//! a pin is approved (the next call fetches the list again).
 //!
 //! Invariants: a schema is compiled once per distinct definition (keyed by its
 //! SHA-256), also across refreshes; the compiled-schema cache is bounded; a
-//! tool whose schema cannot be compiled stays listed as known but uncallable.
+//! tool whose schema cannot be compiled stays listed as known but uncallable;
+//! every definition stored has been through [`Pins::observe_tools`], so what
+//! lists serve and what calls are checked against is the pinned view.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
@@ -15,22 +18,29 @@ use std::sync::{Arc, Mutex, RwLock};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::config::Pinning;
+use crate::pins::{Pins, Verdict};
 use crate::validate::{CompiledSchema, SchemaError, SchemaLimits};
 
 /// Most distinct schemas kept compiled per server.
 const MAX_COMPILED: usize = 4096;
 
 /// One server's tools.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Catalog {
     current: RwLock<Option<Arc<ToolSet>>>,
     compiled: Mutex<HashMap<[u8; 32], Result<CompiledSchema, SchemaError>>>,
+    server: String,
+    pinning: Pinning,
+    pins: Arc<Pins>,
 }
 
 /// A snapshot of a server's tools.
 #[derive(Debug, Default)]
 pub(crate) struct ToolSet {
     pub tools: BTreeMap<String, ToolEntry>,
+    /// The pins' generation the verdicts were made at.
+    generation: u64,
 }
 
 /// One tool.
@@ -40,21 +50,40 @@ pub(crate) struct ToolEntry {
     pub definition: Value,
     /// Its compiled `inputSchema`, or why it cannot be enforced.
     pub schema: Result<CompiledSchema, SchemaError>,
+    /// What its pin says.
+    pub pin: Verdict,
 }
 
 impl Catalog {
-    /// The current snapshot, if a list has been seen since the last change.
+    pub(crate) fn new(server: &str, pinning: Pinning, pins: Arc<Pins>) -> Self {
+        Self {
+            current: RwLock::default(),
+            compiled: Mutex::default(),
+            server: server.to_owned(),
+            pinning,
+            pins,
+        }
+    }
+
+    /// The current snapshot, if a list has been seen since the last change
+    /// (and no pin was approved since).
     pub(crate) fn get(&self) -> Option<Arc<ToolSet>> {
+        let generation = self.pins.generation();
         self.current
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+            .filter(|set| set.generation == generation)
     }
 
     /// Replaces the snapshot with `tools` (the full, all-pages list).
     pub(crate) fn store(&self, tools: &[Value]) -> Arc<ToolSet> {
-        let mut set = ToolSet::default();
-        for tool in tools {
+        let mut set = ToolSet {
+            generation: self.pins.generation(),
+            ..ToolSet::default()
+        };
+        let verdicts = self.pins.observe_tools(&self.server, self.pinning, tools);
+        for (tool, pin) in tools.iter().zip(verdicts) {
             let Some(name) = tool.get("name").and_then(Value::as_str) else {
                 continue;
             };
@@ -62,6 +91,7 @@ impl Catalog {
             let entry = ToolEntry {
                 definition: tool.clone(),
                 schema: self.compile(&schema),
+                pin,
             };
             set.tools.insert(name.to_owned(), entry);
         }
@@ -98,5 +128,21 @@ impl ToolSet {
     /// Tool names, sorted.
     pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
         self.tools.keys().map(String::as_str)
+    }
+
+    /// What a list shows of `items` (this set's definitions): a held tool's
+    /// pinned definition instead of the live one, and nothing of a held tool
+    /// that has no approved definition yet.
+    pub(crate) fn served(&self, items: Vec<Value>) -> Vec<Value> {
+        items
+            .into_iter()
+            .filter_map(|item| {
+                let name = item.get("name").and_then(Value::as_str)?;
+                match self.tools.get(name).map(|e| &e.pin) {
+                    Some(Verdict::Hold(hold)) => hold.pinned.as_deref().cloned(),
+                    _ => Some(item),
+                }
+            })
+            .collect()
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! admit → route → authenticate → read body → classify → negotiate → session
-//!   tools/call:   catalog → authorize → rule arguments → Mcp-Param-* → validate → forward → relay
-//!   lists:        forward every page → remember tools → filter per client → answer
+//!   tools/call:   catalog → authorize → pin → rule arguments → Mcp-Param-* → validate → forward → relay
+//!   lists:        forward every page → remember tools (pins) → serve pinned → filter per client → answer
+//!   initialize, server/discover: forward → pin the instructions → relay
 //!   read / get:   authorize → forward → relay
 //!   anything else:                       forward → relay
 //! ```
@@ -19,6 +20,7 @@ use std::time::Instant;
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
+use futures_util::StreamExt;
 use http::request::Parts;
 use http::{HeaderMap, Method};
 use serde_json::{Map, Value, json};
@@ -26,16 +28,19 @@ use serde_json::{Map, Value, json};
 use super::catalog::ToolSet;
 use super::ingress::{admit, negotiate, read_body};
 use super::respond::{self, Recipient, relay};
-use super::upstream::{UpstreamError, forwarded_headers};
+use super::upstream::{Reply, UpstreamError, forwarded_headers};
 use super::{AppState, ServerState};
 use crate::auth::ClientId;
 use crate::config::Config;
+use crate::config::Pinning;
 use crate::error::{Rejection, RenderCtx, ToolRefusal, UpstreamFailure};
 use crate::mcp::headers::{
     self, MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
 use crate::mcp::jsonrpc::{self, Message};
+use crate::mcp::sse::SseItem;
 use crate::mcp::version::Era;
+use crate::pins::{self, Cause, Hold, Key as PinKey, scan};
 use crate::policy::{Subject, closest};
 use crate::validate::Violation;
 
@@ -219,6 +224,14 @@ async fn post(
                 .initialize(headers, body, client, recipient(ex, server, None))
                 .await
         }
+        Some("server/discover") => {
+            let reply = forward
+                .send(forward.headers(headers), body, true)
+                .await
+                .map_err(|e| upstream(forward.name(), None, e))?;
+            let reply = watch_instructions(reply, &forward, ex.id.clone());
+            Ok(relay(reply, recipient(ex, server, None)))
+        }
         _ => {
             forward
                 .relay(headers, body, recipient(ex, server, None))
@@ -277,6 +290,13 @@ async fn call_tool(
     let Some(entry) = entry else {
         return Err(unknown_tool(config, client, server_name, &tools, &name));
     };
+    if let Some(hold) = entry.pin.held() {
+        return Err(pin_quarantined(hold));
+    }
+    if let Some(flag) = entry.pin.flagged() {
+        tracing::warn!(server = server_name, tool = %name, changed = %pins::changed_fields(&flag.changes).join(","),
+            findings = flag.findings.len(), "calling a tool whose definition is not the approved one (pinning = warn)");
+    }
     let arguments = match message.params().and_then(|p| p.get("arguments")) {
         None | Some(Value::Null) => Value::Object(Map::new()),
         Some(a @ Value::Object(_)) => a.clone(),
@@ -413,6 +433,207 @@ fn quarantined(tool: &str, reason: &crate::validate::SchemaError) -> Rejection {
     })
 }
 
+/// A tool whose definition is held by its pin (`pinning = "block"`).
+fn pin_quarantined(hold: &Hold) -> Rejection {
+    let (server, tool) = (&hold.server, &hold.tool);
+    let pinned_at = hold
+        .pinned_at
+        .map(|ms| format!(" on {}", pins::iso8601(ms)))
+        .unwrap_or_default();
+    let mut text = format!(
+        "The tool `{tool}` on server `{server}` is quarantined by the gateway, so nothing was run. "
+    );
+    let key = match hold.cause {
+        Cause::Changed => {
+            let fields = pins::changed_fields(&hold.changes);
+            text.push_str(&format!(
+                "Its definition changed since it was approved{pinned_at}; clients are still shown the approved definition. \
+                 Changed: {}.",
+                fields.join(", ")
+            ));
+            PinKey::tool(server, tool)
+        }
+        Cause::New => {
+            text.push_str(
+                "It is new, and its definition was not trusted on first use because the gateway's scan flagged it; \
+                 it is not listed until an operator approves it.",
+            );
+            PinKey::tool(server, tool)
+        }
+        Cause::Instructions => {
+            text.push_str(&format!(
+                "The server's instructions changed since they were approved{pinned_at}, so every tool of this server \
+                 is held until an operator approves the new instructions."
+            ));
+            PinKey::instructions(server)
+        }
+    };
+    for change in &hold.changes {
+        text.push_str("\n- ");
+        text.push_str(&change_line(change, &hold.findings));
+    }
+    if hold.total_changes > hold.changes.len() {
+        text.push_str(&format!(
+            "\n- … and {} more",
+            hold.total_changes - hold.changes.len()
+        ));
+    }
+    if !hold.findings.is_empty() {
+        let found: Vec<String> = hold.findings.iter().map(finding_phrase).collect();
+        text.push_str(&format!("\nScan findings: {}.", found.join("; ")));
+    }
+    let command = pins::approve_command(&hold.config, &key);
+    let body = pins::approve_body(&key, Some(&hold.seen_hash));
+    text.push_str(&format!(
+        "\nRetrying will not help until an operator reviews the definition and approves it, with\n  {command}\n\
+         or POST /api/pins/approve on the gateway's admin listener with the admin token (Authorization: Bearer …) and the body {body}. \
+         Until then, use other tools or tell the user that `{tool}` awaits approval."
+    ));
+    let mut detail = Map::new();
+    detail.insert("server".into(), server.as_str().into());
+    detail.insert("tool".into(), tool.as_str().into());
+    let reason = match hold.cause {
+        Cause::Changed => "definition_changed",
+        Cause::New => "unapproved_definition",
+        Cause::Instructions => "instructions_changed",
+    };
+    detail.insert("reason".into(), reason.into());
+    detail.insert("changed".into(), json!(pins::changed_fields(&hold.changes)));
+    let findings: Vec<Value> = hold
+        .findings
+        .iter()
+        .map(|f| json!({"kind": f.kind.as_str(), "severity": f.severity, "path": f.path}))
+        .collect();
+    detail.insert("findings".into(), Value::Array(findings));
+    detail.insert(
+        "approve".into(),
+        json!({"cli": command, "api": {"method": "POST", "path": "/api/pins/approve", "body": body}}),
+    );
+    Rejection::Tool(ToolRefusal {
+        code: "tool_quarantined",
+        text,
+        detail,
+    })
+}
+
+/// One change for the model: pointer, approved value → live value, where a
+/// value (or a key) the scan flagged is withheld rather than repeated.
+fn change_line(change: &pins::Change, findings: &[scan::Finding]) -> String {
+    let warnings = findings
+        .iter()
+        .filter(|f| f.severity == scan::Severity::Warning);
+    let mut withheld_value: Vec<&'static str> = Vec::new();
+    for f in warnings {
+        let (path, key) = match f.path.strip_suffix(" (key)") {
+            Some(p) => (p, true),
+            None => (f.path.as_str(), false),
+        };
+        let under = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}/"));
+        if key && under(&change.pointer, path) {
+            return format!("(a change under a key withheld: {})", f.kind.describe());
+        }
+        if under(path, &change.pointer) || under(&change.pointer, path) {
+            withheld_value.push(f.kind.describe());
+        }
+    }
+    let before = change
+        .before
+        .as_ref()
+        .map(pins::short)
+        .unwrap_or_else(|| "(absent)".into());
+    let after = match &change.after {
+        _ if !withheld_value.is_empty() => {
+            withheld_value.dedup();
+            format!("(withheld: {})", withheld_value.join(", "))
+        }
+        Some(v) => pins::short(v),
+        None => "(removed)".into(),
+    };
+    let pointer = if change.pointer.is_empty() {
+        "/"
+    } else {
+        &change.pointer
+    };
+    format!("{pointer}: {before} → {after}")
+}
+
+fn finding_phrase(f: &scan::Finding) -> String {
+    let place = match f.path.strip_suffix(" (key)") {
+        Some(p) => format!("in a key under {}", parent(p)),
+        None => format!("in {}", f.path),
+    };
+    let notice = if f.severity == scan::Severity::Notice {
+        " (notice)"
+    } else {
+        ""
+    };
+    format!("{} {place}{notice}", f.kind.describe())
+}
+
+fn parent(pointer: &str) -> &str {
+    match pointer.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &pointer[..i],
+    }
+}
+
+/// Pins the server's instructions from the reply to `initialize` or
+/// `server/discover` as it passes; the reply itself is relayed unchanged.
+fn watch_instructions(reply: Reply, forward: &Forward<'_>, id: Option<Value>) -> Reply {
+    let settings = &forward.server.upstream.settings;
+    let mode = settings.pinning;
+    if mode == Pinning::Off {
+        return reply;
+    }
+    let pins = forward.state.pins.clone();
+    let name = settings.name.clone();
+    let observe = move |message: &Value| {
+        if message.get("id") != id.as_ref() {
+            return;
+        }
+        if let Some(result) = message.get("result").and_then(Value::as_object) {
+            let instructions = result.get("instructions").cloned().unwrap_or(Value::Null);
+            pins.observe_instructions(&name, mode, &instructions);
+        }
+    };
+    match reply {
+        Reply::Json {
+            status,
+            headers,
+            body,
+        } => {
+            if let Ok(message) = serde_json::from_slice::<Value>(&body) {
+                observe(&message);
+            }
+            Reply::Json {
+                status,
+                headers,
+                body,
+            }
+        }
+        Reply::Sse {
+            status,
+            headers,
+            events,
+        } => {
+            let events = events.inspect(move |item| {
+                if let Ok(SseItem::Event(event)) = item
+                    && !event.data.is_empty()
+                    && let Ok(message) = serde_json::from_str::<Value>(&event.data)
+                {
+                    observe(&message);
+                }
+            });
+            Reply::Sse {
+                status,
+                headers,
+                events: Box::pin(events),
+            }
+        }
+        other => other,
+    }
+}
+
 // --- lists ---
 
 /// The four lists the gateway filters per client.
@@ -476,9 +697,12 @@ async fn list(
         // The upstream refused the list: its error goes back as it is.
         Pages::Refused(error, reply_headers) => return Ok(respond::json(&error, reply_headers)),
     };
-    if kind == ListKind::Tools {
-        server.catalog.store(&items);
-    }
+    let items = if kind == ListKind::Tools {
+        // Held tools are listed as pinned (or not at all when never approved).
+        server.catalog.store(&items).served(items)
+    } else {
+        items
+    };
     let visible: Vec<Value> = items
         .into_iter()
         .filter(|item| {
@@ -674,6 +898,7 @@ impl Forward<'_> {
         {
             self.state.sessions.bind(self.name(), id, client);
         }
+        let reply = watch_instructions(reply, self, to.id.clone());
         Ok(relay(reply, to))
     }
 

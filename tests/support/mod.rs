@@ -79,6 +79,15 @@ impl TestGateway {
     /// Starts a gateway with `servers` (name → upstream URL) and the given
     /// clients and rules (TOML).
     pub async fn start(servers: &[(&str, &str)], rest: &str) -> Self {
+        Self::start_pinning(servers, None, rest).await
+    }
+
+    /// As [`TestGateway::start`], with `pinning` set on every server.
+    pub async fn start_pinning(
+        servers: &[(&str, &str)],
+        pinning: Option<&str>,
+        rest: &str,
+    ) -> Self {
         init();
         let mut text =
             String::from("[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n");
@@ -86,17 +95,33 @@ impl TestGateway {
             text.push_str(&format!(
                 "[servers.{name}]\nurl = \"{url}\"\ntimeout = \"20s\"\n"
             ));
+            if let Some(p) = pinning {
+                text.push_str(&format!("pinning = \"{p}\"\n"));
+            }
         }
         text.push_str(rest);
         Self::start_raw(&text).await
     }
 
     /// Starts a gateway from a whole configuration text (listeners included).
+    /// Unless the text has a `[pins]` table, pins are kept in memory, so tests
+    /// never share a store.
     pub async fn start_raw(text: &str) -> Self {
         init();
-        let config = portcullis::config::load_str(text, "test.toml", &|_| None)
+        let mut text = text.to_owned();
+        if !text.contains("[pins]") {
+            text.push_str("\n[pins]\ndatabase = \":memory:\"\n");
+        }
+        let config = portcullis::config::load_str(&text, "test.toml", &|_| None)
             .unwrap_or_else(|e| panic!("{e}"));
         let handle = Gateway::start(config).await.expect("gateway starts");
+        Self {
+            handle: Some(handle),
+        }
+    }
+
+    /// Wraps a gateway started elsewhere (from a configuration file, say).
+    pub fn from_handle(handle: GatewayHandle) -> Self {
         Self {
             handle: Some(handle),
         }
@@ -107,6 +132,14 @@ impl TestGateway {
         self.handle
             .as_ref()
             .map(|h| h.url(server))
+            .unwrap_or_default()
+    }
+
+    /// `http://127.0.0.1:P` of the admin listener.
+    pub fn admin_url(&self) -> String {
+        self.handle
+            .as_ref()
+            .map(|h| format!("http://{}", h.admin_addr))
             .unwrap_or_default()
     }
 

@@ -135,6 +135,10 @@ pub struct Script {
     /// Calling the tool `mutate` replaces the list with these and announces
     /// `notifications/tools/list_changed` on the call's SSE stream.
     pub next_tools: Option<Vec<Value>>,
+    /// `instructions` of the `initialize` result.
+    pub instructions: Option<String>,
+    /// Calling `mutate` replaces the instructions with these.
+    pub next_instructions: Option<String>,
 }
 
 #[derive(Clone)]
@@ -153,8 +157,14 @@ async fn scripted(State(state): State<ScriptState>, body: Bytes) -> Response {
         return StatusCode::ACCEPTED.into_response();
     };
     let result = match message["method"].as_str().unwrap_or_default() {
-        "initialize" => json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-            "serverInfo": {"name": "scripted", "version": "1"}}),
+        "initialize" => {
+            let mut result = json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                "serverInfo": {"name": "scripted", "version": "1"}});
+            if let Some(text) = &script.lock().expect("lock").instructions {
+                result["instructions"] = text.clone().into();
+            }
+            result
+        }
         "tools/list" => {
             let script = script.lock().expect("lock").clone();
             let start: usize = message["params"]["cursor"]
@@ -193,6 +203,9 @@ async fn scripted(State(state): State<ScriptState>, body: Bytes) -> Response {
                 let mut script = script.lock().expect("lock");
                 if let Some(next) = script.next_tools.take() {
                     script.tools = next;
+                }
+                if let Some(next) = script.next_instructions.take() {
+                    script.instructions = Some(next);
                 }
                 let changed =
                     json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});

@@ -188,3 +188,51 @@ fn a_non_loopback_admin_listener_needs_a_token() {
     ));
     assert_eq!(e.key, "gateway.admin_listen");
 }
+
+#[test]
+fn the_pin_store_lives_beside_the_audit_store_unless_named() {
+    let c = accept(&base());
+    assert_eq!(
+        c.pins.database.as_deref(),
+        Some(std::path::Path::new("portcullis-pins.db"))
+    );
+    let c = accept(&format!(
+        "{}[audit]\ndatabase = \"/var/lib/portcullis/audit.db\"\n",
+        base()
+    ));
+    assert_eq!(
+        c.pins.database.as_deref(),
+        Some(std::path::Path::new(
+            "/var/lib/portcullis/portcullis-pins.db"
+        ))
+    );
+    let c = accept(&format!(
+        "{}[pins]\ndatabase = \"/tmp/${{SET}}.db\"\n",
+        base()
+    ));
+    assert_eq!(
+        c.pins.database.as_deref(),
+        Some(std::path::Path::new("/tmp/value.db"))
+    );
+    let c = accept(&format!("{}[pins]\ndatabase = \":memory:\"\n", base()));
+    assert!(c.pins.database.is_none());
+}
+
+#[test]
+fn pin_store_refusals_are_precise() {
+    let e = refuse(&format!("{}[pins]\ndatabase = \"\"\n", base()));
+    assert_eq!(e.key, "pins.database");
+    assert_eq!(e.line, Some(7));
+    assert!(e.reason.contains(":memory:"), "{}", e.reason);
+    let e = refuse(&format!("{}[pins]\ndatabase = \"/var/lib/\"\n", base()));
+    assert_eq!(e.key, "pins.database");
+    let e = refuse(&format!("{}[pins]\ndatabse = \"x.db\"\n", base()));
+    assert_eq!(e.key, "pins.databse");
+    assert!(
+        e.reason.contains("did you mean `database`?"),
+        "{}",
+        e.reason
+    );
+    let e = refuse(&format!("{}[pins]\ndatabase = \"${{UNSET}}\"\n", base()));
+    assert!(e.reason.contains("UNSET is not set"), "{}", e.reason);
+}

@@ -1,0 +1,181 @@
+//! The admin API on the admin listener: pin state and approvals.
+//!
+//! Place in the path: beside the MCP data path, never on it. `GET /api/pins`
+//! lists every pin with its status, scan findings and diff;
+//! `POST /api/pins/approve` approves what a server serves now.
+//!
+//! Invariants: an admin action needs `Authorization: Bearer <admin token>`,
+//! checked against `[gateway] admin_token_sha256` in constant time (401
+//! without it or with a wrong one; 403 when no admin token is configured, so
+//! nothing can be approved by whoever reaches the port); reading pins needs
+//! the token too once one is configured; nothing here can add an upstream or
+//! read a secret.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::Response;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use subtle::ConstantTimeEq;
+
+use crate::auth::hash_key;
+use crate::error::json_response;
+use crate::pins::{ApproveOutcome, Key};
+use crate::proxy::AppState;
+
+/// `GET /api/pins`.
+pub(crate) async fn pins(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let config = &state.config;
+    if config.gateway.admin_token_sha256.is_some()
+        && let Err(refusal) = admin(&state, &headers)
+    {
+        return refusal;
+    }
+    let modes: BTreeMap<String, _> = config
+        .servers
+        .iter()
+        .map(|(name, s)| (name.clone(), s.pinning))
+        .collect();
+    json_response(StatusCode::OK, &state.pins.report(&modes))
+}
+
+/// The body of `POST /api/pins/approve`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApproveRequest {
+    server: String,
+    tool: Option<String>,
+    #[serde(default)]
+    instructions: bool,
+    /// The hash of the definition the operator reviewed (optional).
+    hash: Option<String>,
+}
+
+/// `POST /api/pins/approve`.
+pub(crate) async fn approve(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(refusal) = admin(&state, &headers) {
+        return refusal;
+    }
+    let request: ApproveRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "the body must be JSON such as {{\"server\": \"S\", \"tool\": \"T\"}} \
+                     (or {{\"server\": \"S\", \"instructions\": true}}), optionally with the \"hash\" you reviewed: {e}"
+                ),
+            );
+        }
+    };
+    if !state.config.servers.contains_key(&request.server) {
+        let known: Vec<&str> = state.config.servers.keys().map(String::as_str).collect();
+        return problem(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no server named {:?} is configured; configured servers: {}",
+                request.server,
+                known.join(", ")
+            ),
+        );
+    }
+    let key = match (&request.tool, request.instructions) {
+        (Some(tool), false) => Key::tool(&request.server, tool),
+        (None, true) => Key::instructions(&request.server),
+        _ => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                "name exactly one of \"tool\" or \"instructions\": true".into(),
+            );
+        }
+    };
+    let what = describe(&key);
+    match state.pins.approve(&key, request.hash.as_deref(), "api") {
+        ApproveOutcome::Approved { hash } => json_response(
+            StatusCode::OK,
+            &json!({"approved": true, "server": key.server, "subject": what, "hash": hash,
+                    "message": format!("approved {what} on server `{}`; calls to it are served again", key.server)}),
+        ),
+        ApproveOutcome::AlreadyApproved { hash } => json_response(
+            StatusCode::OK,
+            &json!({"approved": true, "already": true, "server": key.server, "subject": what, "hash": hash,
+                    "message": format!("{what} on server `{}` already serves its approved definition", key.server)}),
+        ),
+        ApproveOutcome::Unknown => problem(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no pin for {what} on server `{}`: the gateway pins a tool when it first lists the server's tools, \
+                 and instructions when a client first initializes",
+                key.server
+            ),
+        ),
+        ApproveOutcome::HashMismatch { seen } => {
+            let mut r = problem(
+                StatusCode::CONFLICT,
+                format!(
+                    "{what} on server `{}` changed since you reviewed it: it now hashes to {seen}; review it again \
+                     (GET /api/pins, or `portcullis pins list --config {}`) and approve that hash",
+                    key.server, state.config.source
+                ),
+            );
+            if let Ok(v) = HeaderValue::from_str(&seen) {
+                r.headers_mut().insert("x-portcullis-pin-hash", v);
+            }
+            r
+        }
+    }
+}
+
+fn describe(key: &Key) -> String {
+    match key.kind {
+        crate::pins::PinKind::Tool => format!("tool `{}`", key.name),
+        crate::pins::PinKind::Instructions => "the instructions".to_owned(),
+    }
+}
+
+/// Checks the admin token.
+// The refusal is the response itself, built once per refused request.
+#[allow(clippy::result_large_err)]
+fn admin(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+    let Some(expected) = &state.config.gateway.admin_token_sha256 else {
+        return Err(problem(
+            StatusCode::FORBIDDEN,
+            "admin actions are disabled: no admin token is configured. Set [gateway] admin_token_sha256 to the \
+             SHA-256 of a token (`portcullis hash-key` prints it), or approve with `portcullis pins approve`"
+                .into(),
+        ));
+    };
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
+        .filter(|t| !t.is_empty());
+    let ok = presented.is_some_and(|token| bool::from(hash_key(token).ct_eq(expected)));
+    if ok {
+        return Ok(());
+    }
+    let mut r = problem(
+        StatusCode::UNAUTHORIZED,
+        "this admin endpoint needs `Authorization: Bearer <admin token>`".into(),
+    );
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"portcullis-admin\""),
+    );
+    Err(r)
+}
+
+fn problem(status: StatusCode, message: String) -> Response {
+    json_response(status, &json!({"error": Value::String(message)}))
+}
