@@ -15,6 +15,18 @@ use std::fmt;
 pub struct Glob {
     source: String,
     tokens: Vec<Token>,
+    /// The common shapes, matched without walking the tokens.
+    shape: Shape,
+}
+
+/// Most patterns in policies are one of these; they match with one comparison.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Shape {
+    All,
+    Exact(String),
+    Prefix(String),
+    Suffix(String),
+    General,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,9 +100,11 @@ impl Glob {
                 }
             }
         }
+        let shape = Shape::of(&tokens);
         Ok(Self {
             source: pattern.to_owned(),
             tokens,
+            shape,
         })
     }
 
@@ -106,36 +120,69 @@ impl Glob {
 
     /// True when the pattern matches every string.
     pub fn matches_all(&self) -> bool {
-        self.tokens == [Token::AnyRun]
+        self.shape == Shape::All
     }
 
-    /// Whether `text` matches the whole pattern.
+    /// Whether `text` matches the whole pattern. Never allocates.
     pub fn matches(&self, text: &str) -> bool {
-        let text: Vec<char> = text.chars().collect();
+        match &self.shape {
+            Shape::All => return true,
+            Shape::Exact(s) => return text == s,
+            Shape::Prefix(s) => return text.starts_with(s.as_str()),
+            Shape::Suffix(s) => return text.ends_with(s.as_str()),
+            Shape::General => {}
+        }
+        // `t` is a byte offset into `text`, always on a character boundary.
         let (mut t, mut p) = (0usize, 0usize);
-        // Where to resume after the last `*`: (pattern index after it, text index).
+        // Where to resume after the last `*`: (pattern index after it, text offset).
         let mut star: Option<(usize, usize)> = None;
-        while t < text.len() {
+        while let Some(c) = text[t..].chars().next() {
             match self.tokens.get(p) {
                 Some(Token::AnyRun) => {
                     star = Some((p + 1, t));
                     p += 1;
                 }
-                Some(tok) if tok.matches_char(text[t]) => {
+                Some(tok) if tok.matches_char(c) => {
                     p += 1;
-                    t += 1;
+                    t += c.len_utf8();
                 }
                 _ => match star {
                     Some((sp, st)) => {
+                        let skipped = text[st..].chars().next().map_or(1, char::len_utf8);
                         p = sp;
-                        t = st + 1;
-                        star = Some((sp, st + 1));
+                        t = st + skipped;
+                        star = Some((sp, t));
                     }
                     None => return false,
                 },
             }
         }
         self.tokens[p..].iter().all(|tok| *tok == Token::AnyRun)
+    }
+}
+
+// === impl Shape ===
+
+impl Shape {
+    fn of(tokens: &[Token]) -> Self {
+        let literal = |ts: &[Token]| -> Option<String> {
+            ts.iter()
+                .map(|t| match t {
+                    Token::Literal(c) => Some(*c),
+                    _ => None,
+                })
+                .collect()
+        };
+        match tokens {
+            [Token::AnyRun] => Shape::All,
+            [rest @ .., Token::AnyRun] if literal(rest).is_some() => {
+                Shape::Prefix(literal(rest).unwrap_or_default())
+            }
+            [Token::AnyRun, rest @ ..] if literal(rest).is_some() => {
+                Shape::Suffix(literal(rest).unwrap_or_default())
+            }
+            all => literal(all).map_or(Shape::General, Shape::Exact),
+        }
     }
 }
 
@@ -248,6 +295,25 @@ mod tests {
         assert_eq!(Glob::new("a[]"), Err(GlobError::EmptyClass(1)));
         assert_eq!(Glob::new("[z-a]"), Err(GlobError::ReversedRange('z', 'a')));
         assert_eq!(Glob::new("ab\\"), Err(GlobError::TrailingEscape));
+    }
+
+    #[test]
+    fn shapes_match_like_the_general_walk() {
+        let cases = ["", "a", "search_flights", "flights_search", "é", "séarch_x", "x_search"];
+        for pattern in ["*", "search_*", "*_search", "search_flights", "s*_x", "é*", "*é", "?"] {
+            let glob = Glob::new(pattern).expect("glob");
+            let general = Glob { shape: Shape::General, ..glob.clone() };
+            for text in cases {
+                assert_eq!(glob.matches(text), general.matches(text), "{pattern} vs {text}");
+            }
+        }
+    }
+
+    #[test]
+    fn multibyte_text_under_wildcards() {
+        assert!(m("a*ü*z", "aßüöz"));
+        assert!(m("?ö", "äö"));
+        assert!(!m("a*ü*z", "aßöz"));
     }
 
     #[test]
