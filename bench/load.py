@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""End-to-end load benchmark of Portcullis: the same load, in the same run, interleaved
+over rounds, against the upstream directly, Portcullis as a pass-through, Portcullis with
+everything on, and mcp-proxy (when installed) as a plain proxy of the same upstream.
+
+    python3 bench/load.py [--rounds 3] [--seconds 5] [--write BENCHMARKS.md]
+
+Needs: release builds of `portcullis` and `examples/echo_upstream` (bench/load.sh builds
+them), `wrk` (Debian), and optionally `oha` and `mcp-proxy` under ~/.cache/portcullis-tools/bin.
+Everything binds 127.0.0.1; every process started is stopped by its PID; every run is
+bounded in time.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", Path.home() / ".cache/portcullis-target"))
+TOOLS = Path(os.environ.get("PORTCULLIS_TOOLS", Path.home() / ".cache/portcullis-tools")) / "bin"
+PORTCULLIS = TARGET / "release/portcullis"
+ECHO = TARGET / "release/examples/echo_upstream"
+KEY = "bench-key"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+def call_body(name, args):
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": name, "arguments": args, "_meta": META}})
+
+
+LIST_BODY = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": META}})
+
+# name, upstream variant, body, Mcp-Method, Mcp-Name, concurrencies
+WORKLOADS = [
+    ("tools/call, ~100 B arguments", "plain", call_body("echo", {"text": "hello from the load benchmark, 106 bytes of body"}), "tools/call", "echo", (1, 32)),
+    ("tools/call, invalid arguments", "plain", call_body("echo", {"text": 5}), "tools/call", "echo", (32,)),
+    ("tools/list, 200 tools", "tools200", LIST_BODY, "tools/list", None, (32,)),
+    ("tools/call, SSE response", "sse", call_body("echo", {"text": "hello"}), "tools/call", "echo", (32,)),
+    ("tools/call, 64 KiB output", "pad64k", call_body("echo", {"text": "hello"}), "tools/call", "echo", (32,)),
+]
+
+UPSTREAMS = {"plain": [], "sse": ["--sse"], "pad64k": ["--pad", "65536"], "tools200": ["--tools", "200"]}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proc:
+    """A process we started; stopped by its PID."""
+
+    def __init__(self, args, wait_port=None, announce=False, env=None):
+        self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        self.port = wait_port
+        if announce:
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                line = self.p.stdout.readline()
+                if line.startswith("LISTENING "):
+                    self.port = int(line.split()[1])
+                    break
+            else:
+                raise RuntimeError(f"{args[0]} did not announce its port")
+        elif wait_port:
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                try:
+                    with socket.create_connection(("127.0.0.1", wait_port), timeout=0.2):
+                        break
+                except OSError:
+                    time.sleep(0.05)
+            else:
+                raise RuntimeError(f"{args[0]} did not listen on {wait_port}")
+
+    def cpu_ticks(self):
+        fields = Path(f"/proc/{self.p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+
+    def peak_rss_mib(self):
+        for line in Path(f"/proc/{self.p.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def stop(self):
+        self.p.terminate()
+        try:
+            self.p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+
+
+def gateway_config(upstream_port, port, full):
+    head = f'[gateway]\nlisten = "127.0.0.1:{port}"\nadmin_listen = "127.0.0.1:0"\n'
+    server = f'[servers.up]\nurl = "http://127.0.0.1:{upstream_port}/mcp"\n'
+    if not full:
+        return head + server + 'pinning = "off"\n' + (
+            '[clients.anonymous]\n[[rules]]\nclients = ["anonymous"]\nservers = ["*"]\ntools = ["*"]\naction = "allow"\n'
+            '[sanitize]\nansi = false\ninvisible_unicode = false\nsecrets = "off"\n')
+    import hashlib
+    digest = hashlib.sha256(KEY.encode()).hexdigest()
+    return head + server + f'pinning = "warn"\n[clients.bench]\napi_key_sha256 = "{digest}"\n' + (
+        '[clients.other]\napi_key_sha256 = "' + "0" * 64 + '"\n'
+        '[[rules]]\nclients = ["bench", "other"]\nservers = ["up"]\ntools = ["echo", "lookup_*", "tool_*", "slow_query"]\naction = "allow"\n'
+        'rate = { burst = 1000000000, per_second = 1000000000.0, key = "client+tool" }\n'
+        'arguments = { properties = { text = { maxLength = 100000 } } }\n'
+        '[[rules]]\nclients = ["*"]\nservers = ["*"]\ntools = ["delete_*"]\naction = "deny"\n'
+        '[pins]\ndatabase = ":memory:"\n')
+
+
+def headers_for(target, method, name, session=None):
+    h = ["MCP-Protocol-Version: 2026-07-28", f"Mcp-Method: {method}"]
+    if name:
+        h.append(f"Mcp-Name: {name}")
+    if target == "everything on":
+        h.append(f"Authorization: Bearer {KEY}")
+    if session:
+        h.append(f"Mcp-Session-Id: {session}")
+    return "\n".join(h)
+
+
+def wrk(url, body, headers, conc, seconds):
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        f.write(body)
+        body_file = f.name
+    env = dict(os.environ, BODY_FILE=body_file, HEADERS=headers)
+    threads = 1 if conc == 1 else 2
+    out = subprocess.run(["wrk", f"-t{threads}", f"-c{conc}", f"-d{seconds}s", "--latency", "-s", str(ROOT / "bench/load.lua"), url],
+                         capture_output=True, text=True, env=env, timeout=seconds + 60)
+    os.unlink(body_file)
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            r = json.loads(line[7:])
+            r["rps"] = r["requests"] / (r["duration_us"] / 1e6)
+            return r
+    raise RuntimeError(f"wrk printed no result: {out.stdout} {out.stderr}")
+
+
+def oha(url, body, headers, rate, seconds):
+    exe = TOOLS / "oha"
+    if not exe.exists():
+        return None
+    args = [str(exe), "-z", f"{seconds}s", "-q", str(rate), "-m", "POST", "--no-tui", "--output-format", "json", "-d", body,
+            "-H", "Content-Type: application/json", "-H", "Accept: application/json, text/event-stream"]
+    for h in headers.splitlines():
+        args += ["-H", h]
+    out = subprocess.run(args + [url], capture_output=True, text=True, timeout=seconds + 60)
+    try:
+        data = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        return None
+    pct = data.get("latencyPercentiles", {})
+    return {"p50_us": pct.get("p50", 0) * 1e6, "p99_us": pct.get("p99", 0) * 1e6, "rps": data.get("summary", {}).get("requestsPerSec", 0)}
+
+
+def mcp_proxy(upstream_port):
+    """mcp-proxy 0.6.0 as a plain HTTP proxy of the same upstream, when installed."""
+    exe = TOOLS / "mcp-proxy"
+    if not exe.exists():
+        return None, None
+    port = free_port()
+    cfg = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
+    cfg.write(f'[proxy]\nname = "bench"\n[proxy.listen]\nhost = "127.0.0.1"\nport = {port}\n'
+              f'[[backends]]\nname = "up"\ntransport = "http"\nurl = "http://127.0.0.1:{upstream_port}/mcp"\n')
+    cfg.close()
+    proc = Proc([str(exe), "--config", cfg.name], wait_port=port)
+    # mcp-proxy needs an initialized session.
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/", method="POST", data=json.dumps({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}).encode(),
+        headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        session = resp.headers.get("mcp-session-id")
+    return proc, session
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=int, default=5)
+    ap.add_argument("--write", default=None)
+    args = ap.parse_args()
+    for exe in (PORTCULLIS, ECHO):
+        if not exe.exists():
+            sys.exit(f"missing {exe}: run bench/load.sh (it builds the release binaries)")
+    if not shutil.which("wrk"):
+        sys.exit("wrk is missing: apt-get install -y wrk")
+
+    procs = []
+    try:
+        upstreams = {}
+        for variant, extra in UPSTREAMS.items():
+            up = Proc([str(ECHO), "--port", "0", *extra], announce=True)
+            procs.append(up)
+            upstreams[variant] = up
+        targets = {}  # (target, variant) -> (url, proc measured for CPU or None)
+        for variant, up in upstreams.items():
+            targets[("direct", variant)] = (f"http://127.0.0.1:{up.port}/mcp", None)
+            for label, full in (("pass-through", False), ("everything on", True)):
+                port = free_port()
+                cfg = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
+                cfg.write(gateway_config(up.port, port, full))
+                cfg.close()
+                gw = Proc([str(PORTCULLIS), "run", "--config", cfg.name], wait_port=port,
+                          env=dict(os.environ, RUST_LOG="warn"))
+                procs.append(gw)
+                targets[(label, variant)] = (f"http://127.0.0.1:{port}/mcp/up", gw)
+        proxy, session = mcp_proxy(upstreams["plain"].port)
+        if proxy:
+            procs.append(proxy)
+            targets[("mcp-proxy 0.6.0", "plain")] = (f"http://127.0.0.1:{proxy.port}/", proxy)
+
+        results = {}  # (workload, conc, target) -> list of runs
+        for rnd in range(args.rounds):
+            for wl, variant, body, method, name, concs in WORKLOADS:
+                for conc in concs:
+                    for (target, v), (url, proc) in targets.items():
+                        if v != variant:
+                            continue
+                        b = body
+                        if target.startswith("mcp-proxy"):
+                            if not wl.startswith("tools/call, ~100"):
+                                continue
+                            b = b.replace('"name": "echo"', '"name": "up/echo"')
+                        hdrs = headers_for(target, method, name, session if target.startswith("mcp-proxy") else None)
+                        before = proc.cpu_ticks() if proc else 0
+                        r = wrk(url, b, hdrs, conc, args.seconds)
+                        if proc:
+                            r["cpu_us"] = (proc.cpu_ticks() - before) * 1e6 / CLK_TCK / max(r["requests"], 1)
+                        results.setdefault((wl, conc, target), []).append(r)
+                        print(f"round {rnd + 1} {wl} c={conc} {target}: {r['rps']:.0f} req/s p50 {r['p50_us']} us p99 {r['p99_us']} us"
+                              f" errors {r['errors']} non2xx {r['non2xx']}", flush=True)
+            # Open loop at a fixed rate: latency without coordinated omission.
+            wl, variant, body, method, name, _ = WORKLOADS[0]
+            for (target, v), (url, proc) in targets.items():
+                if v != variant or target.startswith("mcp-proxy"):
+                    continue
+                r = oha(url, body, headers_for(target, method, name), 1000, args.seconds)
+                if r:
+                    results.setdefault(("open loop 1000 req/s", 0, target), []).append(r)
+        rss = {t: p.peak_rss_mib() for (t, v), (u, p) in targets.items() if p and v == "plain"}
+    finally:
+        for p in procs:
+            p.stop()
+
+    table = render(results, rss, args)
+    print(table)
+    if args.write:
+        write(Path(args.write), table)
+
+
+def med(runs, key):
+    return statistics.median(r.get(key, 0) for r in runs)
+
+
+def render(results, rss, args):
+    lines = [
+        f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {git_rev()}, {os.cpu_count()} CPUs "
+        f"({cpu_model()}), load average before the run {os.getloadavg()[0]:.2f}; {args.rounds} interleaved rounds of "
+        f"{args.seconds} s per cell; medians over rounds. Ratio = req/s ÷ direct req/s in the same run.",
+        "",
+        "| workload | c | target | req/s | ratio to direct | p50 | p99 | gateway CPU per request | errors |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (wl, conc, target), runs in results.items():
+        direct = results.get((wl, conc, "direct"))
+        ratio = f"{med(runs, 'rps') / med(direct, 'rps'):.2f}" if direct and target != "direct" else ""
+        cpu = f"{med(runs, 'cpu_us'):.0f} µs" if "cpu_us" in runs[0] else ""
+        errs = sum(r.get("errors", 0) + r.get("non2xx", 0) for r in runs)
+        c = "open" if conc == 0 else str(conc)
+        lines.append(f"| {wl} | {c} | {target} | {med(runs, 'rps'):,.0f} | {ratio} | {fmt_us(med(runs, 'p50_us'))} | "
+                     f"{fmt_us(med(runs, 'p99_us'))} | {cpu} | {errs} |")
+    lines += ["", "Peak RSS (VmHWM) after the run: " + ", ".join(f"{t} {v:.1f} MiB" for t, v in rss.items()) + "."]
+    return "\n".join(lines)
+
+
+def fmt_us(us):
+    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
+
+
+def git_rev():
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "unknown"
+
+
+def cpu_model():
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def write(path, table):
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    begin, end = "<!-- load:begin -->", "<!-- load:end -->"
+    block = f"{begin}\n{table}\n{end}"
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end):]
+    else:
+        text += f"\n{block}\n"
+    path.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
