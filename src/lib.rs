@@ -11,6 +11,7 @@
 //! client ─POST /mcp/<server>─▶ proxy::ingress ─▶ auth ─▶ policy ─▶ validate ─▶ proxy::upstream ─▶ MCP server
 //!                               (mcp::jsonrpc, mcp::headers)                          │
 //! client ◀──── JSON | SSE ───── proxy::respond ◀──── mcp::sse / mcp::jsonrpc ◀─────────┘
+//!                     (sanitize, rewrite of upstream failures)
 //! ```
 //!
 //! Every refusal is an [`error::Rejection`], rendered to HTTP, JSON-RPC or an
@@ -20,6 +21,7 @@ pub mod auth;
 pub mod config;
 pub mod demo;
 pub mod policy;
+pub mod sanitize;
 
 pub mod app;
 pub(crate) mod error;
