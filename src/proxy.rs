@@ -24,8 +24,9 @@ use axum::extract::{Path, Request, State};
 use axum::response::Response;
 use axum::routing::any;
 
-use crate::config::Config;
+use crate::config::{Config, SanitizeSettings};
 use catalog::Catalog;
+use respond::OutputSchemas;
 use session::SessionTable;
 use upstream::Upstream;
 
@@ -39,6 +40,8 @@ pub(crate) struct AppState {
     pub loopback: bool,
     /// Ids of requests the gateway sends on its own.
     pub next_id: AtomicU64,
+    /// `[sanitize]`, shared with every reply in flight.
+    pub sanitize: Arc<SanitizeSettings>,
 }
 
 /// One upstream and what the gateway knows of it.
@@ -46,6 +49,8 @@ pub(crate) struct AppState {
 pub(crate) struct ServerState {
     pub upstream: Arc<Upstream>,
     pub catalog: Arc<Catalog>,
+    /// Compiled `outputSchema`s of its tools.
+    pub output_schemas: OutputSchemas,
 }
 
 impl AppState {
@@ -58,11 +63,13 @@ impl AppState {
                 ServerState {
                     upstream: Arc::new(upstream),
                     catalog: Arc::new(Catalog::default()),
+                    output_schemas: OutputSchemas::default(),
                 },
             );
         }
         Ok(Self {
             sessions: SessionTable::new(config.gateway.max_sessions),
+            sanitize: Arc::new(config.sanitize.clone()),
             config,
             servers,
             loopback,
