@@ -468,6 +468,10 @@ impl UpstreamFailure {
             Some(s) => format!(" (its reply said: \"{s}\")"),
             None => String::new(),
         };
+        let quoted = match &self.snippet {
+            Some(s) => format!(": \"{s}\""),
+            None => String::new(),
+        };
         let again = self.hints.if_it_ran(tool);
         match self.kind {
             UpstreamKind::Unavailable if self.not_run => format!(
@@ -498,12 +502,12 @@ impl UpstreamFailure {
                  call one that is listed."
             ),
             UpstreamKind::Error(RpcError { code: -32602, .. }) => format!(
-                "Server `{server}` refused the arguments for `{tool}` with JSON-RPC error -32602 (invalid params){said}, \
+                "Server `{server}` refused the arguments for `{tool}` with JSON-RPC error -32602 (invalid params){quoted}, \
                  although they match the tool's published input schema: the server checks more than its schema says. \
                  The tool did not run. Retrying the same arguments will not help; change them as the server's message says."
             ),
             UpstreamKind::Error(RpcError { code, .. }) => format!(
-                "The tool `{tool}` on server `{server}` failed with JSON-RPC error {code} ({}){said}. The arguments were \
+                "The tool `{tool}` on server `{server}` failed with JSON-RPC error {code} ({}){quoted}. The arguments were \
                  valid for the tool's input schema, so the fault is on the server's side. {}",
                 rpc_name(code),
                 self.hints.after_failure(tool)

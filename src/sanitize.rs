@@ -372,13 +372,13 @@ pub(crate) fn strip(
         }
         if invisible && !c.is_ascii() {
             let class = unicode::class(c);
-            if class == Class::Tag {
-                if let Some(n) = unicode::flag_tags(prev, rest) {
-                    out.push_str(&rest[..n]);
-                    prev = rest[..n].chars().next_back();
-                    i += n;
-                    continue;
-                }
+            if class == Class::Tag
+                && let Some(n) = unicode::flag_tags(prev, rest)
+            {
+                out.push_str(&rest[..n]);
+                prev = rest[..n].chars().next_back();
+                i += n;
+                continue;
             }
             if class != Class::Visible {
                 let next = rest[len..].chars().next();

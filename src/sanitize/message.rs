@@ -96,13 +96,35 @@ impl Sanitizer<'_> {
         }
     }
 
-    /// A `CallToolResult`: its content blocks and `structuredContent`.
+    /// A `CallToolResult`: its content blocks and `structuredContent`. A text
+    /// block that is the serialized `structuredContent` (as the spec asks
+    /// servers to send) is written again from the sanitized value, so the two
+    /// stay consistent and escapes hidden in JSON strings do not survive.
     pub(crate) fn call_result(&self, result: &mut Map<String, Value>, report: &mut Report) {
+        let mirrors = mirror_blocks(result);
         if let Some(content) = result.get_mut("content") {
             self.content(content, report);
         }
-        if let Some(structured) = result.get_mut("structuredContent") {
-            self.value(structured, report);
+        let Some(structured) = result.get_mut("structuredContent") else {
+            return;
+        };
+        let before = report.clone();
+        self.value(structured, report);
+        if mirrors.is_empty() || *report == before {
+            return;
+        }
+        let structured = structured.clone();
+        if let Some(Value::Array(blocks)) = result.get_mut("content") {
+            for (i, pretty) in mirrors {
+                let text = if pretty {
+                    serde_json::to_string_pretty(&structured)
+                } else {
+                    serde_json::to_string(&structured)
+                };
+                if let (Some(block), Ok(text)) = (blocks.get_mut(i), text) {
+                    block["text"] = Value::String(text);
+                }
+            }
         }
     }
 
@@ -167,10 +189,10 @@ impl Sanitizer<'_> {
             }
         }
         // Resources and templates: `name` is a display name (the URI identifies).
-        if obj.contains_key("uri") || obj.contains_key("uriTemplate") {
-            if let Some(Value::String(s)) = obj.get_mut("name") {
-                self.string(s, report);
-            }
+        if (obj.contains_key("uri") || obj.contains_key("uriTemplate"))
+            && let Some(Value::String(s)) = obj.get_mut("name")
+        {
+            self.string(s, report);
         }
         if let Some(Value::String(s)) = obj.get_mut("annotations").and_then(|a| a.get_mut("title"))
         {
@@ -247,4 +269,23 @@ impl Sanitizer<'_> {
             _ => {}
         }
     }
+}
+
+/// Indices of the text blocks that are `structuredContent` serialized, each
+/// with whether it was laid out over several lines.
+fn mirror_blocks(result: &Map<String, Value>) -> Vec<(usize, bool)> {
+    let (Some(structured), Some(Value::Array(blocks))) =
+        (result.get("structuredContent"), result.get("content"))
+    else {
+        return Vec::new();
+    };
+    blocks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| {
+            let text = b.get("text")?.as_str()?;
+            let parsed: Value = serde_json::from_str(text).ok()?;
+            (parsed == *structured).then_some((i, text.contains('\n')))
+        })
+        .collect()
 }
