@@ -47,6 +47,9 @@ pub const TRUNCATED: &str = "truncated";
 /// Prefix of report kinds for secrets (`secret:aws-access-key-id`).
 pub const SECRET_PREFIX: &str = "secret:";
 
+/// Most extra redaction rounds over one text (see [`Sanitizer::text`]).
+const MAX_REDACTION_ROUNDS: usize = 8;
+
 /// Room kept under `max_output_bytes` for the notice of a cut.
 const NOTICE_ROOM: usize = 120;
 
@@ -183,10 +186,26 @@ impl<'a> Sanitizer<'a> {
         if findings.is_empty() {
             return stripped;
         }
-        for f in &findings {
+        let mut redacted = self.redact(text, &findings, report);
+        // A redaction can change how a neighbouring assignment reads (its
+        // value now ends at the placeholder): redact until nothing is found,
+        // so that a second pass finds nothing either. Each round only turns
+        // text into placeholders, so this ends; the cap is for safety.
+        for _ in 0..MAX_REDACTION_ROUNDS {
+            let more = secrets::find(&redacted, self.builtin_secrets(), self.patterns());
+            if more.is_empty() {
+                break;
+            }
+            redacted = self.redact(&redacted, &more, report);
+        }
+        Some(redacted)
+    }
+
+    fn redact(&self, text: &str, findings: &[secrets::Finding], report: &mut Report) -> String {
+        for f in findings {
             report.add(&format!("{SECRET_PREFIX}{}", f.kind), 1);
         }
-        Some(secrets::redact(text, &findings))
+        secrets::redact(text, findings)
     }
 
     /// Sanitizes `s` in place; true when it changed.
