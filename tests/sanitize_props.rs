@@ -9,14 +9,69 @@ use portcullis::sanitize::{Report, Sanitizer, Skip, cut};
 use proptest::prelude::*;
 
 const PIECES: &[&str] = &[
-    "\u{1b}", "[", "]", "31m", "2J", ";", "8;;http://evil.example", "\u{7}", "\u{1b}\\", "P", "_",
-    "\u{9b}", "\u{9c}", "\u{9d}", "\u{90}", "\u{85}", "\u{0}", "\r", "\n", "\t", " ", "\u{7f}",
-    "\u{200b}", "\u{200c}", "\u{200d}", "\u{200e}", "\u{202e}", "\u{2066}", "\u{feff}", "\u{fe0f}",
-    "\u{e0100}", "\u{E0041}", "\u{E0067}\u{E0062}\u{E0065}\u{E006E}\u{E0067}\u{E007F}", "\u{E007F}",
-    "🏴", "👨", "👩", "ی", "क", "\u{094d}", "葛", "é", "a", "Z", "0", "=", ":", "\"",
-    "password=", "hunter2", "token: ", "AKIA", "Z7QWERTYUIOPASDF", "ghp_",
-    "0123456789abcdefghijABCDEFGHIJ012345", "-----BEGIN PRIVATE KEY-----", "-----END PRIVATE KEY-----",
-    "eyJhbGciOiJIUzI1NiJ9", ".", "[REDACTED:", "EXAMPLE", "sk_live_", "https://u:p4ss@h/",
+    "\u{1b}",
+    "[",
+    "]",
+    "31m",
+    "2J",
+    ";",
+    "8;;http://evil.example",
+    "\u{7}",
+    "\u{1b}\\",
+    "P",
+    "_",
+    "\u{9b}",
+    "\u{9c}",
+    "\u{9d}",
+    "\u{90}",
+    "\u{85}",
+    "\u{0}",
+    "\r",
+    "\n",
+    "\t",
+    " ",
+    "\u{7f}",
+    "\u{200b}",
+    "\u{200c}",
+    "\u{200d}",
+    "\u{200e}",
+    "\u{202e}",
+    "\u{2066}",
+    "\u{feff}",
+    "\u{fe0f}",
+    "\u{e0100}",
+    "\u{E0041}",
+    "\u{E0067}\u{E0062}\u{E0065}\u{E006E}\u{E0067}\u{E007F}",
+    "\u{E007F}",
+    "🏴",
+    "👨",
+    "👩",
+    "ی",
+    "क",
+    "\u{094d}",
+    "葛",
+    "é",
+    "a",
+    "Z",
+    "0",
+    "=",
+    ":",
+    "\"",
+    "password=",
+    "hunter2",
+    "token: ",
+    "AKIA",
+    "Z7QWERTYUIOPASDF",
+    "ghp_",
+    "0123456789abcdefghijABCDEFGHIJ012345",
+    "-----BEGIN PRIVATE KEY-----",
+    "-----END PRIVATE KEY-----",
+    "eyJhbGciOiJIUzI1NiJ9",
+    ".",
+    "[REDACTED:",
+    "EXAMPLE",
+    "sk_live_",
+    "https://u:p4ss@h/",
 ];
 
 fn text() -> impl Strategy<Value = String> {
@@ -43,7 +98,9 @@ fn placeholder_bytes(text: &str) -> usize {
     let mut from = 0;
     while let Some(at) = text[from..].find("[REDACTED:") {
         let start = from + at;
-        let end = text[start..].find(']').map_or(text.len(), |e| start + e + 1);
+        let end = text[start..]
+            .find(']')
+            .map_or(text.len(), |e| start + e + 1);
         total += end - start;
         from = end;
     }
