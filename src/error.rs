@@ -110,6 +110,9 @@ pub(crate) struct UpstreamFailure {
     pub snippet: Option<String>,
     /// True when the request certainly never reached the upstream.
     pub not_run: bool,
+    /// True when it failed while the gateway fetched the tool list, before it
+    /// could check the arguments.
+    pub unchecked: bool,
     /// What the tool's annotations say about running it again.
     pub hints: ToolHints,
 }
@@ -428,6 +431,7 @@ impl UpstreamFailure {
             reason,
             snippet: None,
             not_run: false,
+            unchecked: false,
             hints: ToolHints::default(),
         }
     }
@@ -452,6 +456,7 @@ impl UpstreamFailure {
     fn retry(&self) -> &'static str {
         let safe = self.hints.read_only || self.hints.idempotent;
         match self.kind {
+            _ if self.unchecked => "later",
             UpstreamKind::Error(RpcError { code: -32602, .. }) => "no",
             UpstreamKind::Unavailable if self.not_run => "later",
             _ if safe => "safe",
@@ -473,6 +478,14 @@ impl UpstreamFailure {
             None => String::new(),
         };
         let again = self.hints.if_it_ran(tool);
+        if self.unchecked {
+            return format!(
+                "The gateway could not get the tool list of server `{server}`, which it needs to check the call of \
+                 `{tool}`: {}{said}. The tool was not run. Retrying later may help; if it keeps failing, report that \
+                 the server is unavailable.",
+                self.reason
+            );
+        }
         match self.kind {
             UpstreamKind::Unavailable if self.not_run => format!(
                 "The gateway could not reach server `{server}` to run `{tool}`: {}. The arguments were valid, and \

@@ -346,104 +346,131 @@ pub(crate) fn strip(
         return None;
     }
     let first = first_suspect(input, ansi, invisible)?;
-    let mut out = String::with_capacity(input.len());
-    out.push_str(&input[..first]);
-    let mut prev = out.chars().next_back();
+    // Kept text is copied in runs, only once something has been dropped.
+    let mut out = String::new();
+    let mut kept_from = 0;
     let mut changed = false;
+    let mut prev = input[..first].chars().next_back();
     let mut i = first;
     let bytes = input.as_bytes();
     while i < input.len() {
+        let b = bytes[i];
+        // Printable ASCII, tab and LF: kept as they are.
+        if (0x20..0x7f).contains(&b) || b == b'\t' || b == b'\n' {
+            prev = Some(b as char);
+            i += 1;
+            continue;
+        }
         let rest = &input[i..];
         let Some(c) = rest.chars().next() else { break };
         let len = c.len_utf8();
-        // Terminal controls.
+        // What to do with the character (or sequence) at `i`: drop up to an
+        // end, or replace it with a string.
+        let mut action: Option<(usize, Option<&str>)> = None;
         if ansi {
             if c == '\u{1b}' {
-                i = controls::escape_end(input, i);
                 report.add(TERMINAL_SEQUENCE, 1);
-                changed = true;
-                continue;
-            }
-            if let Some(end) = ('\u{80}'..='\u{9f}')
+                action = Some((controls::escape_end(input, i), None));
+            } else if let Some(end) = ('\u{80}'..='\u{9f}')
                 .contains(&c)
                 .then(|| controls::c1_end(input, i, c))
                 .flatten()
             {
-                i = end;
                 report.add(TERMINAL_SEQUENCE, 1);
-                changed = true;
-                continue;
-            }
-            if controls::is_control(c) {
-                i += len;
+                action = Some((end, None));
+            } else if controls::is_control(c) {
                 report.add(CONTROL_CHARACTER, 1);
-                changed = true;
-                continue;
-            }
-            if c == '\r' && bytes.get(i + 1) != Some(&b'\n') {
-                out.push('\n');
-                prev = Some('\n');
-                i += 1;
+                action = Some((i + len, None));
+            } else if c == '\r' && bytes.get(i + 1) != Some(&b'\n') {
                 report.add(CONTROL_CHARACTER, 1);
-                changed = true;
-                continue;
+                action = Some((i + 1, Some("\n")));
             }
         }
-        if invisible && !c.is_ascii() {
+        if action.is_none() && invisible && !c.is_ascii() {
             let class = unicode::class(c);
             if class == Class::Tag
                 && let Some(n) = unicode::flag_tags(prev, rest)
             {
-                out.push_str(&rest[..n]);
                 prev = rest[..n].chars().next_back();
                 i += n;
                 continue;
             }
-            if class != Class::Visible {
-                let next = rest[len..].chars().next();
-                if !unicode::keep(class, prev, next) {
-                    i += len;
-                    report.add(INVISIBLE_UNICODE, 1);
-                    changed = true;
-                    continue;
-                }
+            if class != Class::Visible && !unicode::keep(class, prev, rest[len..].chars().next()) {
+                report.add(INVISIBLE_UNICODE, 1);
+                action = Some((i + len, None));
             }
         }
-        out.push(c);
-        prev = Some(c);
-        i += len;
+        match action {
+            None => {
+                prev = Some(c);
+                i += len;
+            }
+            Some((end, replacement)) => {
+                if !changed {
+                    out.reserve(input.len());
+                    changed = true;
+                }
+                out.push_str(&input[kept_from..i]);
+                if let Some(r) = replacement {
+                    out.push_str(r);
+                    prev = r.chars().next_back();
+                }
+                i = end;
+                kept_from = end;
+            }
+        }
     }
-    changed.then_some(out)
+    if !changed {
+        return None;
+    }
+    out.push_str(&input[kept_from..]);
+    Some(out)
 }
 
 /// The byte index of the first character that needs judging, if any. The
 /// common case — printable ASCII, tabs and line ends — is a tight byte loop.
 fn first_suspect(input: &str, ansi: bool, invisible: bool) -> Option<usize> {
+    // Blocks of printable ASCII, tabs and LFs are passed over at once (a loop
+    // the compiler vectorizes: no early exit inside a block); a block with
+    // anything else is walked character by character.
+    const BLOCK: usize = 32;
     let bytes = input.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
-        let b = bytes[i];
-        if b < 0x80 {
-            let ok = (0x20..0x7f).contains(&b)
-                || b == b'\t'
-                || b == b'\n'
-                || (b == b'\r' && bytes.get(i + 1) == Some(&b'\n'));
-            if !ok && ansi {
+        if let Some(block) = bytes.get(i..i + BLOCK) {
+            let plain = block.iter().fold(true, |all, &b| {
+                all & ((b.wrapping_sub(0x20) < 0x5f) | (b == b'\n') | (b == b'\t'))
+            });
+            if plain {
+                i += BLOCK;
+                continue;
+            }
+        }
+        let stop = (i + BLOCK).min(bytes.len());
+        while i < stop {
+            let b = bytes[i];
+            if b < 0x80 {
+                let ok = (0x20..0x7f).contains(&b)
+                    || b == b'\t'
+                    || b == b'\n'
+                    || (b == b'\r' && bytes.get(i + 1) == Some(&b'\n'));
+                if !ok && ansi {
+                    return Some(i);
+                }
+                i += 1;
+                continue;
+            }
+            let c = input[i..].chars().next()?;
+            let suspect = if ('\u{80}'..='\u{9f}').contains(&c) {
+                ansi
+            } else {
+                invisible && unicode::needs_judging(c)
+            };
+            if suspect {
                 return Some(i);
             }
-            i += 1;
-            continue;
+            i += c.len_utf8();
         }
-        let c = input[i..].chars().next()?;
-        let suspect = if ('\u{80}'..='\u{9f}').contains(&c) {
-            ansi
-        } else {
-            invisible && unicode::needs_judging(c)
-        };
-        if suspect {
-            return Some(i);
-        }
-        i += c.len_utf8();
     }
     None
 }

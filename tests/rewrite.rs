@@ -244,16 +244,33 @@ async fn upstream_timeout_drip() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_unavailable_refused() {
+    let up = Misbehaving::start().await;
+    let gateway = TestGateway::start_raw(&config(&[("s", &up.url)], "2s", "")).await;
+    // The gateway learns the tools, then the server goes away.
+    raw_call(&gateway, "python_opaque").await;
+    drop(up);
+    let result = raw_call(&gateway, "python_opaque").await;
+    snapshot(
+        "upstream_unavailable_refused",
+        "upstream_unavailable",
+        &result,
+    );
+    assert_eq!(result["_meta"]["portcullis/error"]["retry"], "later");
+    gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_unavailable_before_the_tool_list() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("port")
         .port();
     let url = format!("http://127.0.0.1:{port}/mcp");
     let gateway = TestGateway::start_raw(&config(&[("s", &url)], "2s", "")).await;
-    // The gateway must list the tools first; that fails the same way.
+    // The gateway must list the tools first to check the call; that fails.
     let result = raw_call(&gateway, "anything").await;
     snapshot(
-        "upstream_unavailable_refused",
+        "upstream_unavailable_unlisted",
         "upstream_unavailable",
         &result,
     );

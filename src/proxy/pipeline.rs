@@ -265,7 +265,13 @@ async fn call_tool(
     let tools = forward
         .tool_set(headers, message, ex.id.as_ref())
         .await
-        .map_err(|e| upstream(sanitize, server_name, Some(&name), e))?;
+        .map_err(|e| {
+            let mut rejection = upstream(sanitize, server_name, Some(&name), e);
+            if let Rejection::Upstream(f) = &mut rejection {
+                f.unchecked = true;
+            }
+            rejection
+        })?;
     let decision = config
         .policy
         .decide(client, server_name, Subject::Tool(&name));

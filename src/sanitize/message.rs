@@ -26,7 +26,7 @@ use super::{Report, Sanitizer, cut};
 
 impl Sanitizer<'_> {
     /// A whole JSON-RPC message from the upstream, by its shape.
-    pub(crate) fn message(&self, message: &mut Value, report: &mut Report) {
+    pub fn message(&self, message: &mut Value, report: &mut Report) {
         let Some(obj) = message.as_object_mut() else {
             return;
         };

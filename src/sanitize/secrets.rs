@@ -272,7 +272,7 @@ fn compiled() -> &'static Compiled {
         #[allow(clippy::expect_used)]
         let keywords = AhoCorasickBuilder::new()
             .ascii_case_insensitive(true)
-            .match_kind(MatchKind::Standard)
+            .match_kind(MatchKind::LeftmostLongest)
             .build(&words)
             .expect("the keyword list builds");
         #[allow(clippy::expect_used)]
@@ -295,7 +295,7 @@ pub(super) fn find(text: &str, builtin: bool, patterns: &[(String, Regex)]) -> V
     if builtin {
         let c = compiled();
         let mut run = vec![false; DETECTORS.len()];
-        for m in c.keywords.find_overlapping_iter(text) {
+        for m in c.keywords.find_iter(text) {
             match c.owners[m.pattern().as_usize()] {
                 Owner::Detector(i) => run[i] = true,
                 Owner::Generic(strength) => {
