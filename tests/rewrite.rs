@@ -72,6 +72,7 @@ fn assert_clean_bytes(raw: &str) {
         "\u{E0049}",
         "\\udb40",
         "<script",
+        "evil.example",
     ] {
         assert!(!raw.contains(bad), "{bad:?} reached the client: {raw}");
     }
@@ -417,5 +418,17 @@ async fn argument_not_permitted_for_a_secret() {
         &r[0],
     );
     assert!(up.ran().is_empty(), "the upstream never received it");
+    gateway.stop().await;
+}
+
+// --- not a failure: a terminal sequence split across SSE events ---
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sequence_split_across_sse_events_is_removed_from_both() {
+    let up = Misbehaving::start().await;
+    let gateway = TestGateway::start_raw(&config(&[("s", &up.url)], "2s", "")).await;
+    let result = raw_call(&gateway, "split_escape").await;
+    assert_eq!(result["content"][0]["text"], "done");
+    // raw_call checked the bytes: neither half of the link reached the client.
     gateway.stop().await;
 }
