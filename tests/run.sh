@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check and test of Portcullis. On first use it installs what the
-# tests need (the real MCP peers: a Python venv with the official SDK and an
-# npm folder with the TypeScript SDK and server-everything) into a cache
+# tests need (the real MCP peers: a Python venv with the official SDK, one with
+# FastMCP, and an npm folder with the TypeScript SDK and server-everything) into a cache
 # directory outside the clone; later runs reuse it.
 #
 #   bash tests/run.sh
