@@ -14,19 +14,27 @@ fn main() -> std::io::Result<()> {
     let mut port = 0u16;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        let mut value = || args.next().and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
+        let mut value = || {
+            args.next()
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(0)
+        };
         match arg.as_str() {
             "--port" => port = u16::try_from(value()).unwrap_or(0),
             "--sse" => options.sse = true,
             "--pad" => options.pad_output = value(),
             "--tools" => options.extra_tools = value(),
             other => {
-                eprintln!("unknown argument {other:?}; expected --port P, --sse, --pad BYTES, --tools N");
+                eprintln!(
+                    "unknown argument {other:?}; expected --port P, --sse, --pad BYTES, --tools N"
+                );
                 std::process::exit(2);
             }
         }
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         println!("LISTENING {}", listener.local_addr()?.port());

@@ -91,6 +91,13 @@ Try it (2026-07-28 stateless requests; any MCP client works too):
 
   # the demo server also lists a poisoned tool; the gateway pinned its tools, scanned them and holds it
   curl -s http://{admin}/api/pins
+  # logs full of terminal escapes, a hidden link and secrets: they come out clean
+  curl -s {url} $H -H 'Authorization: Bearer {ANALYST_KEY}' -H Mcp-Method:tools/call -H Mcp-Name:fetch_logs \
+    -d '{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"fetch_logs","arguments":{{}},'"$M"'}}}}'
+
+  # a tool that fails saying nothing: the failure is explained, with retry advice
+  curl -s {url} $H -H 'Authorization: Bearer {ANALYST_KEY}' -H Mcp-Method:tools/call -H Mcp-Name:generate_report \
+    -d '{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{{"name":"generate_report","arguments":{{"month":"2026-07"}},'"$M"'}}}}'
 
 Python SDK:  async with Client("{url}", mode="2026-07-28", ...) as c: await c.call_tool("lookup_order", {{"order_id": "ORD-004211"}})
              (send the header Authorization: Bearer {ANALYST_KEY})

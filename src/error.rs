@@ -83,6 +83,8 @@ pub(crate) enum Rejection {
     Tool(ToolRefusal),
     /// The upstream failed (isError on tools/call, 502/504 otherwise).
     Upstream(UpstreamFailure),
+    /// A `tools/call` result the gateway will not pass on (isError result).
+    Output(OutputRefusal),
 }
 
 /// A tool call the gateway answers itself.
@@ -105,6 +107,15 @@ pub(crate) struct UpstreamFailure {
     pub tool: Option<String>,
     /// Gateway-written description (never upstream text).
     pub reason: String,
+    /// The upstream's own words, already sanitized and capped (see [`snippet`]).
+    pub snippet: Option<String>,
+    /// True when the request certainly never reached the upstream.
+    pub not_run: bool,
+    /// True when it failed while the gateway fetched the tool list, before it
+    /// could check the arguments.
+    pub unchecked: bool,
+    /// What the tool's annotations say about running it again.
+    pub hints: ToolHints,
 }
 
 /// Kinds of upstream failure, as in the product's error table.
@@ -116,6 +127,79 @@ pub(crate) enum UpstreamKind {
     Timeout,
     /// An answer the gateway cannot read (malformed JSON or SSE, wrong id, over the size cap).
     Protocol,
+    /// A JSON-RPC error in answer to `tools/call`.
+    Error(RpcError),
+    /// An `isError` result from the upstream's tool.
+    ToolFailed(ToolFailure),
+}
+
+/// A JSON-RPC error answering `tools/call`, as the gateway reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RpcError {
+    /// The upstream's code.
+    pub code: i64,
+    /// -32602 with a "not found" / "unknown tool" message: the upstream no
+    /// longer has the tool (SDKs answer an unknown tool this way).
+    pub unknown_tool: bool,
+}
+
+/// How an upstream `isError` result reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ToolFailure {
+    /// The Python SDK's bare "Error executing tool X": the cause was swallowed.
+    Opaque,
+    /// Any other text (an SDK's prefix removed from the snippet).
+    Message,
+}
+
+/// What a tool's `annotations` say about running it again. Annotations are
+/// untrusted: they only shape advice, never a decision.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ToolHints {
+    /// `readOnlyHint: true`.
+    pub read_only: bool,
+    /// `idempotentHint: true`.
+    pub idempotent: bool,
+}
+
+/// A `tools/call` result withheld by the gateway.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct OutputRefusal {
+    pub kind: OutputKind,
+    pub server: String,
+    pub tool: String,
+    pub hints: ToolHints,
+}
+
+/// Why a result was withheld.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum OutputKind {
+    /// It carried secrets and `secrets = "block"`: the kinds found.
+    Withheld(Vec<String>),
+    /// `structuredContent` does not match the tool's `outputSchema`; `sanitized`
+    /// when it did before the sanitizer changed it.
+    SchemaViolation {
+        violations: Vec<crate::validate::Violation>,
+        sanitized: bool,
+    },
+}
+
+/// Longest upstream snippet quoted in a gateway text, in characters.
+pub(crate) const SNIPPET_CHARS: usize = 300;
+
+/// The upstream's words made fit to quote: whitespace runs folded to one
+/// space, cut at [`SNIPPET_CHARS`] with an ellipsis. The caller sanitizes first.
+pub(crate) fn snippet(text: &str) -> Option<String> {
+    let folded = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if folded.is_empty() {
+        return None;
+    }
+    if folded.chars().count() <= SNIPPET_CHARS {
+        return Some(folded);
+    }
+    let mut cut: String = folded.chars().take(SNIPPET_CHARS).collect();
+    cut.push('…');
+    Some(cut)
 }
 
 /// What rendering needs to know about the request.
@@ -153,7 +237,7 @@ impl Rejection {
             | Rejection::InvalidParams(_)
             | Rejection::SessionNotFound => Source::Client,
             Rejection::NotFound(_) | Rejection::Tool(_) => Source::Policy,
-            Rejection::Upstream(_) => Source::Upstream,
+            Rejection::Upstream(_) | Rejection::Output(_) => Source::Upstream,
         }
     }
 
@@ -175,6 +259,7 @@ impl Rejection {
             Rejection::NotFound(_) => "not_found",
             Rejection::Tool(t) => t.code,
             Rejection::Upstream(u) => u.kind.code(),
+            Rejection::Output(o) => o.kind.code(),
         }
     }
 
@@ -272,14 +357,9 @@ impl Rejection {
                 error_response(StatusCode::OK, id, jsonrpc::INVALID_PARAMS, &what, None)
             }
             Rejection::Tool(t) => tool_result(cx, t.code, t.text, t.detail),
-            Rejection::Upstream(u) => match u.tool.clone() {
-                Some(tool) => {
-                    let mut detail = serde_json::Map::new();
-                    detail.insert("server".into(), u.server.clone().into());
-                    detail.insert("tool".into(), tool.into());
-                    let text = u.text();
-                    tool_result(cx, u.kind.code(), text, detail)
-                }
+            Rejection::Output(o) => tool_result(cx, o.kind.code(), o.text(), o.detail()),
+            Rejection::Upstream(u) => match &u.tool {
+                Some(_) => tool_result(cx, u.kind.code(), u.text(), u.detail()),
                 None => {
                     let status = match u.kind {
                         UpstreamKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
@@ -296,42 +376,247 @@ impl Rejection {
     pub(crate) fn tool_message(&self, cx: RenderCtx<'_>) -> Option<Value> {
         match self {
             Rejection::Tool(t) => Some(tool_message(cx, t.code, &t.text, t.detail.clone())),
+            Rejection::Output(o) => Some(tool_message(cx, o.kind.code(), &o.text(), o.detail())),
             Rejection::Upstream(u) if u.tool.is_some() => {
-                let mut detail = serde_json::Map::new();
-                detail.insert("server".into(), u.server.clone().into());
-                detail.insert("tool".into(), u.tool.clone().unwrap_or_default().into());
-                Some(tool_message(cx, u.kind.code(), &u.text(), detail))
+                Some(tool_message(cx, u.kind.code(), &u.text(), u.detail()))
             }
             _ => None,
         }
     }
 }
 
+/// A call refused because its arguments carry secrets (`[sanitize] arguments
+/// = "block"`): each finding as (JSON pointer, kind). Never a value.
+pub(crate) fn secret_in_arguments(tool: &str, found: &[(String, String)]) -> Rejection {
+    let mut text = format!(
+        "The arguments for `{tool}` contain what looks like a credential, so the gateway did not send them and the tool was not run:"
+    );
+    for (pointer, kind) in found {
+        let at = if pointer.is_empty() {
+            "(the arguments)"
+        } else {
+            pointer
+        };
+        text.push_str(&format!("\n- {at}: {kind}"));
+    }
+    text.push_str(
+        "\nSending secrets to a tool is refused so that they cannot leave through it. Remove the credential \
+         from the arguments and call again; retrying the same arguments will be refused again. If the tool \
+         really needs it, an operator can exempt the tool (`[[sanitize.exemptions]]` with `skip = [\"arguments\"]`).",
+    );
+    let mut detail = serde_json::Map::new();
+    detail.insert("tool".into(), tool.into());
+    detail.insert(
+        "secrets".into(),
+        Value::Array(
+            found
+                .iter()
+                .map(|(pointer, kind)| json!({"pointer": pointer, "kind": kind}))
+                .collect(),
+        ),
+    );
+    Rejection::Tool(ToolRefusal {
+        code: "argument_not_permitted",
+        text,
+        detail,
+    })
+}
+
 // === impl UpstreamFailure ===
 
 impl UpstreamFailure {
-    fn text(&self) -> String {
-        let subject = match &self.tool {
-            Some(t) => format!("the tool `{t}` on server `{}`", self.server),
-            None => format!("server `{}`", self.server),
-        };
+    /// A failure of `kind` on `server` (and `tool`, for `tools/call`).
+    pub(crate) fn new(
+        kind: UpstreamKind,
+        server: &str,
+        tool: Option<&str>,
+        reason: String,
+    ) -> Self {
+        Self {
+            kind,
+            server: server.to_owned(),
+            tool: tool.map(str::to_owned),
+            reason,
+            snippet: None,
+            not_run: false,
+            unchecked: false,
+            hints: ToolHints::default(),
+        }
+    }
+
+    fn detail(&self) -> serde_json::Map<String, Value> {
+        let mut detail = serde_json::Map::new();
+        detail.insert("server".into(), self.server.clone().into());
+        if let Some(tool) = &self.tool {
+            detail.insert("tool".into(), tool.clone().into());
+        }
+        if let UpstreamKind::Error(e) = self.kind {
+            detail.insert("upstream_code".into(), e.code.into());
+        }
+        if let Some(snippet) = &self.snippet {
+            detail.insert("upstream_text".into(), snippet.clone().into());
+        }
+        detail.insert("retry".into(), self.retry().into());
+        detail
+    }
+
+    /// Machine-readable retry advice: `safe`, `check_first`, `later` or `no`.
+    fn retry(&self) -> &'static str {
+        let safe = self.hints.read_only || self.hints.idempotent;
         match self.kind {
+            _ if self.unchecked => "later",
+            UpstreamKind::Error(RpcError { code: -32602, .. }) => "no",
+            UpstreamKind::Unavailable if self.not_run => "later",
+            _ if safe => "safe",
+            _ => "check_first",
+        }
+    }
+
+    fn text(&self) -> String {
+        let Some(tool) = &self.tool else {
+            return self.method_text();
+        };
+        let server = &self.server;
+        let said = match &self.snippet {
+            Some(s) => format!(" (its reply said: \"{s}\")"),
+            None => String::new(),
+        };
+        let quoted = match &self.snippet {
+            Some(s) => format!(": \"{s}\""),
+            None => String::new(),
+        };
+        let again = self.hints.if_it_ran(tool);
+        if self.unchecked {
+            return format!(
+                "The gateway could not get the tool list of server `{server}`, which it needs to check the call of \
+                 `{tool}`: {}{said}. The tool was not run. Retrying later may help; if it keeps failing, report that \
+                 the server is unavailable.",
+                self.reason
+            );
+        }
+        match self.kind {
+            UpstreamKind::Unavailable if self.not_run => format!(
+                "The gateway could not reach server `{server}` to run `{tool}`: {}. The arguments were valid, and \
+                 the tool did not run. Retrying later may help; if it keeps failing, report that the server is unavailable.",
+                self.reason
+            ),
             UpstreamKind::Unavailable => format!(
-                "The gateway could not get an answer from {subject}: {}. The request may not have run. \
-                 Retrying later may help; if it keeps failing, report that the server is unavailable.",
+                "Server `{server}` failed while handling the call to `{tool}`: {}{said}. The arguments were valid. \
+                 The call may or may not have run. Retrying later may help: {again}",
                 self.reason
             ),
             UpstreamKind::Timeout => format!(
-                "The gateway stopped waiting for {subject}: {}. The call may still have run: retry only if \
-                 running it twice is safe, or check its effect first.",
+                "The gateway stopped waiting for `{tool}` on server `{server}`: {}. The arguments were valid. The call \
+                 may still have run, or may still be running, on the server: {again}",
                 self.reason
             ),
             UpstreamKind::Protocol => format!(
-                "The gateway could not read the reply of {subject}: {}. The call may have run: retry only if \
-                 running it twice is safe.",
+                "The gateway could not read the reply of server `{server}` to the call of `{tool}`: {}{said}. The \
+                 arguments were valid, and the call may have run: {again}",
+                self.reason
+            ),
+            UpstreamKind::Error(RpcError {
+                unknown_tool: true, ..
+            }) => format!(
+                "Server `{server}` answered that it has no tool `{tool}`{said}, although it listed it before: its tools \
+                 have changed. The arguments were valid and nothing was run. List the tools again (tools/list) and \
+                 call one that is listed."
+            ),
+            UpstreamKind::Error(RpcError { code: -32602, .. }) => format!(
+                "Server `{server}` refused the arguments for `{tool}` with JSON-RPC error -32602 (invalid params){quoted}, \
+                 although they match the tool's published input schema: the server checks more than its schema says. \
+                 The tool did not run. Retrying the same arguments will not help; change them as the server's message says."
+            ),
+            UpstreamKind::Error(RpcError { code, .. }) => format!(
+                "The tool `{tool}` on server `{server}` failed with JSON-RPC error {code} ({}){quoted}. The arguments were \
+                 valid for the tool's input schema, so the fault is on the server's side. {}",
+                rpc_name(code),
+                self.hints.after_failure(tool)
+            ),
+            UpstreamKind::ToolFailed(ToolFailure::Opaque) => format!(
+                "The tool `{tool}` on server `{server}` failed without saying why: the server's SDK reported only \
+                 \"Error executing tool {tool}\" (the cause is in the server's own log). The arguments were valid for \
+                 the tool's input schema, so they are not the cause. {}",
+                self.hints.after_failure(tool)
+            ),
+            UpstreamKind::ToolFailed(ToolFailure::Message) => {
+                let message = match &self.snippet {
+                    Some(s) => format!(": \"{s}\""),
+                    None => " without a message".to_owned(),
+                };
+                format!(
+                    "The tool `{tool}` on server `{server}` reported an error{message}. The arguments were valid for the \
+                     tool's input schema; the message says what went wrong on the server's side. {}",
+                    self.hints.after_failure(tool)
+                )
+            }
+        }
+    }
+
+    /// The text of a failure of another method (an HTTP error, not a tool result).
+    fn method_text(&self) -> String {
+        let server = &self.server;
+        match self.kind {
+            UpstreamKind::Timeout => format!(
+                "The gateway stopped waiting for server `{server}`: {}. The request may still have run.",
+                self.reason
+            ),
+            UpstreamKind::Protocol => format!(
+                "The gateway could not read the reply of server `{server}`: {}. The request may have run.",
+                self.reason
+            ),
+            _ => format!(
+                "The gateway could not get an answer from server `{server}`: {}. Retrying later may help; if it keeps \
+                 failing, report that the server is unavailable.",
                 self.reason
             ),
         }
+    }
+}
+
+impl ToolHints {
+    /// Advice when the call may have run.
+    fn if_it_ran(&self, tool: &str) -> String {
+        if self.read_only {
+            format!("`{tool}` is marked read-only, so retrying is safe.")
+        } else if self.idempotent {
+            format!("`{tool}` is marked idempotent, so retrying is safe.")
+        } else {
+            format!(
+                "`{tool}` is not marked idempotent, so check whether the call took effect before retrying, or it may run twice."
+            )
+        }
+    }
+
+    /// Advice when the tool ran and reported a failure.
+    fn after_failure(&self, tool: &str) -> String {
+        if self.read_only || self.idempotent {
+            let why = if self.read_only {
+                "read-only"
+            } else {
+                "idempotent"
+            };
+            format!(
+                "Retrying helps only if the cause was temporary; `{tool}` is marked {why}, so a retry is safe."
+            )
+        } else {
+            format!(
+                "Retry only if the cause was temporary: `{tool}` is not marked idempotent and may have done part of its \
+                 work, so check its effect first."
+            )
+        }
+    }
+}
+
+fn rpc_name(code: i64) -> &'static str {
+    match code {
+        -32700 => "parse error",
+        -32600 => "invalid request",
+        -32601 => "method not found",
+        -32602 => "invalid params",
+        -32603 => "internal error",
+        -32099..=-32000 => "server error",
+        _ => "an error code of the server's own",
     }
 }
 
@@ -341,14 +626,86 @@ impl UpstreamKind {
             UpstreamKind::Unavailable => "upstream_unavailable",
             UpstreamKind::Timeout => "upstream_timeout",
             UpstreamKind::Protocol => "upstream_protocol_error",
+            UpstreamKind::Error(_) => "upstream_error",
+            UpstreamKind::ToolFailed(_) => "upstream_tool_failed",
         }
     }
 
     fn json_rpc_code(self) -> i64 {
         match self {
-            UpstreamKind::Unavailable => codes::UPSTREAM_UNAVAILABLE,
             UpstreamKind::Timeout => codes::UPSTREAM_TIMEOUT,
             UpstreamKind::Protocol => codes::UPSTREAM_PROTOCOL,
+            _ => codes::UPSTREAM_UNAVAILABLE,
+        }
+    }
+}
+
+// === impl OutputRefusal ===
+
+impl OutputKind {
+    fn code(&self) -> &'static str {
+        match self {
+            OutputKind::Withheld(_) => "output_withheld",
+            OutputKind::SchemaViolation { .. } => "output_schema_violation",
+        }
+    }
+}
+
+impl OutputRefusal {
+    fn detail(&self) -> serde_json::Map<String, Value> {
+        let mut detail = serde_json::Map::new();
+        detail.insert("server".into(), self.server.clone().into());
+        detail.insert("tool".into(), self.tool.clone().into());
+        match &self.kind {
+            OutputKind::Withheld(kinds) => {
+                detail.insert("secrets".into(), json!(kinds));
+            }
+            OutputKind::SchemaViolation { violations, .. } => {
+                detail.insert("violations".into(), json!(violations));
+            }
+        }
+        detail
+    }
+
+    fn text(&self) -> String {
+        let (tool, server) = (&self.tool, &self.server);
+        match &self.kind {
+            OutputKind::Withheld(kinds) => {
+                let what = if kinds.len() == 1 {
+                    "a credential-like value"
+                } else {
+                    "credential-like values"
+                };
+                format!(
+                    "The result of `{tool}` on server `{server}` was withheld: it contained {what} ({}), and this \
+                     gateway withholds results that carry secrets. The arguments were valid and the tool did run, so \
+                     its effects stand. Retrying will return the same secret; ask for output that leaves it out (a \
+                     narrower query, other fields), or ask an operator.",
+                    kinds.join(", ")
+                )
+            }
+            OutputKind::SchemaViolation {
+                violations,
+                sanitized,
+            } => {
+                let mut text = format!(
+                    "The result of `{tool}` on server `{server}` does not match the tool's output schema{}, so it was withheld:",
+                    if *sanitized {
+                        " once the gateway removed unsafe content from it"
+                    } else {
+                        ""
+                    }
+                );
+                for v in violations {
+                    text.push_str("\n- ");
+                    text.push_str(&v.line());
+                }
+                text.push_str(
+                    "\nThe arguments were valid and the tool did run. Retrying will most likely return the same \
+                     result; report the mismatch to the server's operator.",
+                );
+                text
+            }
         }
     }
 }

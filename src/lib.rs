@@ -11,6 +11,7 @@
 //! client ─POST /mcp/<server>─▶ proxy::ingress ─▶ auth ─▶ policy ─▶ validate ─▶ proxy::upstream ─▶ MCP server
 //!                               (mcp::jsonrpc, mcp::headers)                          │
 //! client ◀──── JSON | SSE ───── proxy::respond ◀──── mcp::sse / mcp::jsonrpc ◀─────────┘
+//!                     (sanitize, rewrite of upstream failures)
 //! ```
 //!
 //! Tool lists pass through `pins` where `proxy::catalog` stores them: each
@@ -26,6 +27,7 @@ pub mod config;
 pub mod demo;
 pub mod pins;
 pub mod policy;
+pub mod sanitize;
 
 pub(crate) mod admin;
 pub mod app;

@@ -24,9 +24,10 @@ use axum::extract::{Path, Request, State};
 use axum::response::Response;
 use axum::routing::any;
 
-use crate::config::Config;
+use crate::config::{Config, SanitizeSettings};
 use crate::pins::Pins;
 use catalog::Catalog;
+use respond::OutputSchemas;
 use session::SessionTable;
 use upstream::Upstream;
 
@@ -42,6 +43,8 @@ pub(crate) struct AppState {
     pub loopback: bool,
     /// Ids of requests the gateway sends on its own.
     pub next_id: AtomicU64,
+    /// `[sanitize]`, shared with every reply in flight.
+    pub sanitize: Arc<SanitizeSettings>,
 }
 
 /// One upstream and what the gateway knows of it.
@@ -49,6 +52,8 @@ pub(crate) struct AppState {
 pub(crate) struct ServerState {
     pub upstream: Arc<Upstream>,
     pub catalog: Arc<Catalog>,
+    /// Compiled `outputSchema`s of its tools.
+    pub output_schemas: OutputSchemas,
 }
 
 impl AppState {
@@ -66,12 +71,14 @@ impl AppState {
                 ServerState {
                     upstream: Arc::new(upstream),
                     catalog: Arc::new(catalog),
+                    output_schemas: OutputSchemas::default(),
                 },
             );
         }
         Ok(Self {
             sessions: SessionTable::new(config.gateway.max_sessions),
             pins,
+            sanitize: Arc::new(config.sanitize.clone()),
             config,
             servers,
             loopback,

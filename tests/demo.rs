@@ -52,6 +52,8 @@ async fn the_demo_answers_a_real_client() {
                 call("lookup_order", json!({"order_id": "ORD-004211"})),
                 call("lookup_order", json!({"order_id": "1 OR 1=1"})),
                 call("delete_record", json!({"record_id": "42"})),
+                call("fetch_logs", json!({"lines": 6})),
+                call("generate_report", json!({"month": "2026-07"})),
             ]),
         )
         .await;
@@ -73,6 +75,37 @@ async fn the_demo_answers_a_real_client() {
             "{r:?}"
         );
         assert_eq!(support::gateway_code(&r[3]), Some("unknown_tool"), "{r:?}");
+        // The leaky log comes out clean: no escapes, no zero-width space, no secrets.
+        let logs = r[4]["text"].as_str().unwrap_or_default();
+        for leak in [
+            "\u{1b}",
+            "\u{7}",
+            "\u{200b}",
+            "evil.example",
+            "AKIAZ7QWERTYUIOPASDF",
+            "hunter2-demo",
+        ] {
+            assert!(!logs.contains(leak), "{leak:?} in {logs:?}");
+        }
+        assert!(logs.contains("ERROR db: connection reset by peer; reconnecting with password=[REDACTED:generic-secret]"), "{logs}");
+        assert!(
+            logs.contains("static key [REDACTED:aws-access-key-id]"),
+            "{logs}"
+        );
+        assert!(logs.contains("user admin signed in"), "{logs}");
+        // The opaque failure is explained.
+        assert_eq!(
+            support::gateway_code(&r[5]),
+            Some("upstream_tool_failed"),
+            "{r:?}"
+        );
+        assert!(
+            r[5]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("failed without saying why"),
+            "{r:?}"
+        );
     }
     let r = sdk(
         Sdk::TypeScript,

@@ -121,7 +121,17 @@ async fn each_client_sees_and_calls_what_its_rules_allow() {
             call("book_flight", json!({"origin": "CDG", "destination": "LHR", "date": "2026-12-01", "passengers": 6}))])).await;
         assert_eq!(
             names(&r[0]),
-            ["admin_reset", "book_flight", "echo", "explode", "progress"]
+            [
+                "admin_reset",
+                "book_flight",
+                "echo",
+                "explode",
+                "hang",
+                "huge",
+                "leaky_structured",
+                "leaky_text",
+                "progress"
+            ]
         );
         assert_eq!(r[1]["text"], "reset done");
         assert_eq!(

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs every check and test of Portcullis. On first use it installs what the
-# tests need (the real MCP peers: a Python venv with the official SDK and an
-# npm folder with the TypeScript SDK and server-everything, and the official
-# conformance suite with the Node 22 it needs) into cache directories outside
-# the clone; later runs reuse them.
+# tests need (the real MCP peers: a Python venv with the official SDK, one with
+# FastMCP, an npm folder with the TypeScript SDK and server-everything, and the
+# official conformance suite with the Node 22 it needs) into cache directories
+# outside the clone; later runs reuse them.
 #
 #   bash tests/run.sh
 #

@@ -16,9 +16,9 @@ use toml::Spanned;
 
 use super::raw::{RawConfig, RawGateway, RawRule, RawServer};
 use super::{
-    AuditArguments, AuditSettings, Config, ConfigError, GatewaySettings, LogFormat, Mode,
-    OnBackendError, Pinning, PinsSettings, RateBackend, RateLimitSettings, SanitizeSettings,
-    SecretsAction, ServerSettings, TelemetrySettings, duration,
+    ArgumentScan, AuditArguments, AuditSettings, Config, ConfigError, Exemption, GatewaySettings,
+    LogFormat, Mode, OnBackendError, Pinning, PinsSettings, RateBackend, RateLimitSettings,
+    SanitizeSettings, SecretsAction, ServerSettings, TelemetrySettings, duration,
 };
 use crate::auth::{ClientTable, hash_key};
 use crate::policy::glob::Glob;
@@ -26,6 +26,15 @@ use crate::policy::{Action, Policy, Rate, RateKey, Rule};
 use crate::validate::{CompiledSchema, SchemaLimits};
 
 type Result<T> = std::result::Result<T, ConfigError>;
+
+/// What `[[sanitize.exemptions]]` may turn off.
+const SKIPPABLE: &[&str] = &[
+    "ansi",
+    "invisible_unicode",
+    "secrets",
+    "max_output_bytes",
+    "arguments",
+];
 
 /// Headers the gateway owns on the upstream request; a server's `headers` may not set them.
 const RESERVED_HEADERS: &[&str] = &[
@@ -71,6 +80,7 @@ pub(super) fn compile(
     let servers = cx.servers(&raw)?;
     let (clients, client_names) = cx.clients(&raw)?;
     let policy = cx.policy(&raw.rules, &client_names, &servers)?;
+    let sanitize = cx.sanitize(&raw, &servers)?;
     Ok(Config {
         source: file.to_owned(),
         gateway,
@@ -78,7 +88,7 @@ pub(super) fn compile(
         clients,
         policy,
         rate_limit: cx.rate_limit(&raw)?,
-        sanitize: cx.sanitize(&raw)?,
+        sanitize,
         audit: cx.audit(&raw)?,
         pins: cx.pins(&raw)?,
         telemetry: cx.telemetry(&raw)?,
@@ -836,8 +846,21 @@ impl Ctx<'_> {
         })
     }
 
-    fn sanitize(&self, raw: &RawConfig) -> Result<SanitizeSettings> {
+    fn sanitize(
+        &self,
+        raw: &RawConfig,
+        servers: &BTreeMap<String, Arc<ServerSettings>>,
+    ) -> Result<SanitizeSettings> {
         let s = &raw.sanitize;
+        let server_names: BTreeSet<String> = servers.keys().cloned().collect();
+        let mut exemptions = Vec::new();
+        for (i, e) in s.exemptions.iter().enumerate() {
+            exemptions.push(self.exemption(
+                e,
+                &format!("sanitize.exemptions[{i}]"),
+                &server_names,
+            )?);
+        }
         let mut patterns = Vec::new();
         let mut names = BTreeSet::new();
         for (i, p) in s.patterns.iter().enumerate() {
@@ -882,6 +905,77 @@ impl Ctx<'_> {
                 64 << 20,
             )?,
             patterns,
+            arguments: self.one_of(
+                s.arguments.as_ref(),
+                "sanitize.arguments",
+                &[("off", ArgumentScan::Off), ("block", ArgumentScan::Block)],
+                ArgumentScan::Block,
+            )?,
+            exemptions,
+        })
+    }
+
+    fn exemption(
+        &self,
+        raw: &super::raw::RawExemption,
+        key: &str,
+        servers: &BTreeSet<String>,
+    ) -> Result<Exemption> {
+        let servers = match &raw.servers {
+            Some(list) => self.references(list, &format!("{key}.servers"), servers, "servers")?,
+            None => vec![Glob::new("*").map_err(|e| self.fail(None, key, e.to_string()))?],
+        };
+        if raw.tools.get_ref().is_empty() {
+            return Err(self.fail(
+                Some(raw.tools.span()),
+                &format!("{key}.tools"),
+                "the list is empty, so the exemption can never apply; name the tools (globs such as \"read_*\")",
+            ));
+        }
+        let tools = self.globs(Some(raw.tools.get_ref()), &format!("{key}.tools"))?;
+        if raw.skip.get_ref().is_empty() {
+            return Err(self.fail(
+                Some(raw.skip.span()),
+                &format!("{key}.skip"),
+                format!(
+                    "the list is empty; name what to turn off: {}",
+                    SKIPPABLE.join(", ")
+                ),
+            ));
+        }
+        let mut skip = crate::sanitize::Skip::default();
+        for (j, item) in raw.skip.get_ref().iter().enumerate() {
+            let flag = match item.get_ref().as_str() {
+                "ansi" => &mut skip.ansi,
+                "invisible_unicode" => &mut skip.invisible_unicode,
+                "secrets" => &mut skip.secrets,
+                "max_output_bytes" => &mut skip.max_output_bytes,
+                "arguments" => &mut skip.arguments,
+                other => {
+                    let hint = match crate::policy::closest(other, SKIPPABLE, 1).first() {
+                        Some(best) => format!("did you mean {best:?}? "),
+                        None => String::new(),
+                    };
+                    return Err(self.fail(
+                        Some(item.span()),
+                        &format!("{key}.skip[{j}]"),
+                        format!(
+                            "{other:?} is not a sanitizer action; {hint}expected one of {}",
+                            SKIPPABLE
+                                .iter()
+                                .map(|s| format!("{s:?}"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                }
+            };
+            *flag = true;
+        }
+        Ok(Exemption {
+            servers,
+            tools,
+            skip,
         })
     }
 

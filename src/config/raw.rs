@@ -130,6 +130,9 @@ pub(crate) struct RawSanitize {
     pub max_output_bytes: Option<Spanned<i64>>,
     #[serde(default)]
     pub patterns: Vec<RawPattern>,
+    pub arguments: Option<Spanned<String>>,
+    #[serde(default)]
+    pub exemptions: Vec<RawExemption>,
 }
 
 /// `[[sanitize.patterns]]`: an operator's own redaction.
@@ -138,6 +141,15 @@ pub(crate) struct RawSanitize {
 pub(crate) struct RawPattern {
     pub name: Spanned<String>,
     pub regex: Spanned<String>,
+}
+
+/// `[[sanitize.exemptions]]`: actions turned off for some tools.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawExemption {
+    pub servers: Option<Spanned<Vec<Spanned<String>>>>,
+    pub tools: Spanned<Vec<Spanned<String>>>,
+    pub skip: Spanned<Vec<Spanned<String>>>,
 }
 
 /// `[audit]`: the SQLite audit trail.

@@ -299,12 +299,36 @@ mod tests {
 
     #[test]
     fn shapes_match_like_the_general_walk() {
-        let cases = ["", "a", "search_flights", "flights_search", "é", "séarch_x", "x_search"];
-        for pattern in ["*", "search_*", "*_search", "search_flights", "s*_x", "é*", "*é", "?"] {
+        let cases = [
+            "",
+            "a",
+            "search_flights",
+            "flights_search",
+            "é",
+            "séarch_x",
+            "x_search",
+        ];
+        for pattern in [
+            "*",
+            "search_*",
+            "*_search",
+            "search_flights",
+            "s*_x",
+            "é*",
+            "*é",
+            "?",
+        ] {
             let glob = Glob::new(pattern).expect("glob");
-            let general = Glob { shape: Shape::General, ..glob.clone() };
+            let general = Glob {
+                shape: Shape::General,
+                ..glob.clone()
+            };
             for text in cases {
-                assert_eq!(glob.matches(text), general.matches(text), "{pattern} vs {text}");
+                assert_eq!(
+                    glob.matches(text),
+                    general.matches(text),
+                    "{pattern} vs {text}"
+                );
             }
         }
     }

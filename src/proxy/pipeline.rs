@@ -27,13 +27,12 @@ use serde_json::{Map, Value, json};
 
 use super::catalog::ToolSet;
 use super::ingress::{admit, negotiate, read_body};
-use super::respond::{self, Recipient, relay};
+use super::respond::{self, CallFacts, Recipient, relay};
 use super::upstream::{Reply, UpstreamError, forwarded_headers};
 use super::{AppState, ServerState};
 use crate::auth::ClientId;
-use crate::config::Config;
-use crate::config::Pinning;
-use crate::error::{Rejection, RenderCtx, ToolRefusal, UpstreamFailure};
+use crate::config::{ArgumentScan, Config, Pinning, SanitizeSettings};
+use crate::error::{self, Rejection, RenderCtx, ToolRefusal, UpstreamFailure};
 use crate::mcp::headers::{
     self, MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
@@ -42,6 +41,7 @@ use crate::mcp::sse::SseItem;
 use crate::mcp::version::Era;
 use crate::pins::{self, Cause, Hold, Key as PinKey, scan};
 use crate::policy::{Subject, closest};
+use crate::sanitize::{Report, Sanitizer, Skip};
 use crate::validate::Violation;
 
 /// Accept header sent upstream on POST (MCP requires both).
@@ -192,7 +192,7 @@ async fn post(
         // 2026-07-28 removed subscribe/unsubscribe: the upstream answers them (-32601).
         Some("resources/subscribe" | "resources/unsubscribe") if era == Era::Modern => {
             forward
-                .relay(headers, body, recipient(ex, server, None))
+                .relay(headers, body, recipient(state, ex, server, None))
                 .await
         }
         Some("resources/read" | "resources/subscribe" | "resources/unsubscribe") => {
@@ -201,7 +201,7 @@ async fn post(
                 format!("Resource not found: {uri}")
             })?;
             forward
-                .relay(headers, body, recipient(ex, server, None))
+                .relay(headers, body, recipient(state, ex, server, None))
                 .await
         }
         Some("prompts/get") => {
@@ -210,31 +210,31 @@ async fn post(
                 format!("Unknown prompt: {name}")
             })?;
             forward
-                .relay(headers, body, recipient(ex, server, None))
+                .relay(headers, body, recipient(state, ex, server, None))
                 .await
         }
         Some("completion/complete") => {
             authorize_completion(config, client, server, &message)?;
             forward
-                .relay(headers, body, recipient(ex, server, None))
+                .relay(headers, body, recipient(state, ex, server, None))
                 .await
         }
         Some("initialize") => {
             forward
-                .initialize(headers, body, client, recipient(ex, server, None))
+                .initialize(headers, body, client, recipient(state, ex, server, None))
                 .await
         }
         Some("server/discover") => {
             let reply = forward
                 .send(forward.headers(headers), body, true)
                 .await
-                .map_err(|e| upstream(forward.name(), None, e))?;
+                .map_err(|e| upstream(&state.sanitize, forward.name(), None, e))?;
             let reply = watch_instructions(reply, &forward, ex.id.clone());
-            Ok(relay(reply, recipient(ex, server, None)))
+            Ok(relay(reply, recipient(state, ex, server, None)))
         }
         _ => {
             forward
-                .relay(headers, body, recipient(ex, server, None))
+                .relay(headers, body, recipient(state, ex, server, None))
                 .await
         }
     }
@@ -279,10 +279,17 @@ async fn call_tool(
     ex.tool = Some(name.clone());
     let server = forward.server;
     let server_name = server.upstream.settings.name.as_str();
+    let sanitize = &forward.state.sanitize;
     let tools = forward
         .tool_set(headers, message, ex.id.as_ref())
         .await
-        .map_err(|e| upstream(server_name, Some(&name), e))?;
+        .map_err(|e| {
+            let mut rejection = upstream(sanitize, server_name, Some(&name), e);
+            if let Rejection::Upstream(f) = &mut rejection {
+                f.unchecked = true;
+            }
+            rejection
+        })?;
     let decision = config
         .policy
         .decide(client, server_name, Subject::Tool(&name));
@@ -323,9 +330,23 @@ async fn call_tool(
     schema
         .check(&arguments)
         .map_err(|v| invalid_arguments(&name, &v))?;
-    forward
-        .relay(headers, body, recipient(ex, server, Some(name)))
-        .await
+    let skip = sanitize.skip_for(server_name, &name);
+    if sanitize.arguments == ArgumentScan::Block && !skip.arguments {
+        let found = Sanitizer::new(sanitize, skip).find_secrets(&arguments);
+        if !found.is_empty() {
+            return Err(error::secret_in_arguments(&name, &found));
+        }
+    }
+    let facts = CallFacts::of(
+        &entry.definition,
+        skip,
+        &server.output_schemas,
+        server_name,
+        &name,
+    );
+    let mut to = recipient(forward.state, ex, server, Some(name));
+    to.call = facts;
+    forward.relay(headers, body, to).await
 }
 
 fn unknown_tool(
@@ -688,14 +709,20 @@ async fn list(
     let server = forward.server;
     let name = server.upstream.settings.name.as_str();
     let request = rebuild(message);
+    let sanitize = &forward.state.sanitize;
+    let sanitizer = Sanitizer::new(sanitize, Skip::default());
+    let mut report = Report::default();
     let pages = forward
         .all_pages(headers, request, kind.key())
         .await
-        .map_err(|e| upstream(name, None, e))?;
+        .map_err(|e| upstream(sanitize, name, None, e))?;
     let (items, mut result) = match pages {
         Pages::Complete(items, result) => (items, result),
-        // The upstream refused the list: its error goes back as it is.
-        Pages::Refused(error, reply_headers) => return Ok(respond::json(&error, reply_headers)),
+        // The upstream refused the list: its error goes back, sanitized.
+        Pages::Refused(mut error, reply_headers) => {
+            sanitizer.message(&mut error, &mut report);
+            return Ok(respond::json(&error, reply_headers));
+        }
     };
     let items = if kind == ListKind::Tools {
         // Held tools are listed as pinned (or not at all when never approved).
@@ -709,7 +736,14 @@ async fn list(
             kind.subject(item)
                 .is_some_and(|s| config.policy.decide(client, name, s).allowed)
         })
+        .map(|mut item| {
+            sanitizer.definition(&mut item, &mut report);
+            item
+        })
         .collect();
+    if !report.is_empty() {
+        tracing::info!(server = name, method = %ex.method, actions = %report.summary(), "sanitized");
+    }
     result.insert(kind.key().into(), Value::Array(visible));
     result.remove("nextCursor");
     if ex.era == Era::Modern {
@@ -803,13 +837,13 @@ async fn stream_or_end(
         .upstream
         .send(parts.method.clone(), out, None)
         .await
-        .map_err(|e| upstream(&name, None, e))?;
+        .map_err(|e| upstream(&state.sanitize, &name, None, e))?;
     // A GET stream lives as long as the session: no idle limit.
     let reply = server
         .upstream
         .read(response, None)
         .await
-        .map_err(|e| upstream(&name, None, e))?;
+        .map_err(|e| upstream(&state.sanitize, &name, None, e))?;
     if let Some(id) = &session {
         let status = reply_status(&reply);
         if parts.method == Method::DELETE
@@ -818,7 +852,7 @@ async fn stream_or_end(
             state.sessions.remove(&name, id);
         }
     }
-    Ok(relay(reply, recipient(ex, server, None)))
+    Ok(relay(reply, recipient(state, ex, server, None)))
 }
 
 // --- forwarding ---
@@ -876,7 +910,7 @@ impl Forward<'_> {
         let reply = self
             .send(self.headers(headers), body, !listen)
             .await
-            .map_err(|e| upstream(self.name(), to.tool.as_deref(), e))?;
+            .map_err(|e| to.failure(e))?;
         Ok(relay(reply, to))
     }
 
@@ -891,7 +925,7 @@ impl Forward<'_> {
         let reply = self
             .send(self.headers(headers), body, true)
             .await
-            .map_err(|e| upstream(self.name(), None, e))?;
+            .map_err(|e| to.failure(e))?;
         if let Some(id) = reply_headers(&reply)
             .get(MCP_SESSION_ID)
             .and_then(|v| v.to_str().ok())
@@ -933,10 +967,10 @@ impl Forward<'_> {
         let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params});
         match self.all_pages(headers, request, "tools").await? {
             Pages::Complete(items, _) => Ok(self.server.catalog.store(&items)),
-            Pages::Refused(..) => Err(UpstreamError {
-                kind: crate::error::UpstreamKind::Protocol,
-                reason: "it refused to list its tools".into(),
-            }),
+            Pages::Refused(..) => Err(UpstreamError::new(
+                crate::error::UpstreamKind::Protocol,
+                "it refused to list its tools",
+            )),
         }
     }
 
@@ -987,10 +1021,10 @@ impl Forward<'_> {
                 _ => return Ok(Pages::Complete(items, result)),
             }
         }
-        Err(UpstreamError {
-            kind: crate::error::UpstreamKind::Protocol,
-            reason: format!("its list has more than {MAX_PAGES} pages"),
-        })
+        Err(UpstreamError::new(
+            crate::error::UpstreamKind::Protocol,
+            format!("its list has more than {MAX_PAGES} pages"),
+        ))
     }
 }
 
@@ -1032,23 +1066,37 @@ fn reply_status(reply: &super::upstream::Reply) -> http::StatusCode {
     }
 }
 
-fn recipient(ex: &Exchange, server: &ServerState, tool: Option<String>) -> Recipient {
+fn recipient(
+    state: &AppState,
+    ex: &Exchange,
+    server: &ServerState,
+    tool: Option<String>,
+) -> Recipient {
     Recipient {
         id: ex.id.clone(),
         era: ex.era,
         server: server.upstream.settings.name.clone(),
         tool,
         catalog: server.catalog.clone(),
+        sanitize: state.sanitize.clone(),
+        call: CallFacts::default(),
     }
 }
 
-fn upstream(server: &str, tool: Option<&str>, e: UpstreamError) -> Rejection {
-    Rejection::Upstream(UpstreamFailure {
-        kind: e.kind,
-        server: server.to_owned(),
-        tool: tool.map(str::to_owned),
-        reason: e.reason,
-    })
+/// A failure met before any reply could be relayed; its upstream words are sanitized.
+fn upstream(
+    sanitize: &SanitizeSettings,
+    server: &str,
+    tool: Option<&str>,
+    e: UpstreamError,
+) -> Rejection {
+    let mut f = UpstreamFailure::new(e.kind, server, tool, e.reason);
+    f.not_run = e.not_run;
+    f.snippet = e.snippet.as_deref().and_then(|raw| {
+        let clean = Sanitizer::new(sanitize, Skip::default()).text(raw, &mut Report::default());
+        error::snippet(clean.as_deref().unwrap_or(raw))
+    });
+    Rejection::Upstream(f)
 }
 
 fn param_str<'m>(message: &'m Message, key: &str) -> Result<&'m str, Rejection> {

@@ -4,14 +4,19 @@
 //! Place in the path: after forwarding. SSE streams are decoded event by event
 //! and re-encoded as they arrive, so progress notifications are never held
 //! back; each message is inspected on the way (a `tools/list_changed`
-//! notification drops the cached tool list).
+//! notification drops the cached tool list) and sanitized; the final response
+//! to a `tools/call` is also rewritten when it is a failure (see
+//! [`Recipient::finish`]).
 //!
 //! Invariants: a `tools/call` gets exactly one response with its own id — the
-//! upstream's, or a gateway-made `isError` result when the upstream failed,
-//! answered another id, or ended the stream without answering; upstream bodies
-//! that are not JSON-RPC are never shown to the client.
+//! upstream's (sanitized), or a gateway-made `isError` result when the upstream
+//! failed, answered another id, or ended the stream without answering; upstream
+//! bodies that are not JSON-RPC are never shown to the client, at most a
+//! sanitized, capped snippet of their text is quoted; a message the sanitizer
+//! did not change is passed on byte for byte.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
 use axum::response::Response;
@@ -19,12 +24,22 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use super::catalog::Catalog;
 use super::upstream::{Reply, SseStream, UpstreamError};
-use crate::error::{Rejection, RenderCtx, UpstreamFailure, UpstreamKind, json_response};
+use crate::config::SanitizeSettings;
+use crate::error::{
+    self, OutputKind, OutputRefusal, Rejection, RenderCtx, RpcError, ToolFailure, ToolHints,
+    UpstreamFailure, UpstreamKind, json_response,
+};
 use crate::mcp::sse::{SseEvent, SseItem};
 use crate::mcp::version::Era;
+use crate::sanitize::{Report, Sanitizer, Skip};
+use crate::validate::{CompiledSchema, SchemaLimits};
+
+/// Most distinct output schemas kept compiled per server.
+const MAX_OUTPUT_SCHEMAS: usize = 1024;
 
 /// Who the reply is for, and what the gateway must guarantee about it.
 #[derive(Debug, Clone)]
@@ -37,23 +52,129 @@ pub(crate) struct Recipient {
     pub tool: Option<String>,
     /// Emptied when the upstream says its tool list changed.
     pub catalog: Arc<Catalog>,
+    /// `[sanitize]`.
+    pub sanitize: Arc<SanitizeSettings>,
+    /// What is known of the called tool (default for other methods).
+    pub call: CallFacts,
+}
+
+/// What the gateway knows of the tool a `tools/call` runs.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallFacts {
+    /// Its annotations, for retry advice.
+    pub hints: ToolHints,
+    /// Its compiled `outputSchema`, when it has one the gateway can enforce.
+    pub output_schema: Option<CompiledSchema>,
+    /// Sanitizer actions exempted for it.
+    pub skip: Skip,
+}
+
+impl CallFacts {
+    /// Facts from a tool's definition as listed.
+    pub(crate) fn of(
+        definition: &Value,
+        skip: Skip,
+        schemas: &OutputSchemas,
+        server: &str,
+        tool: &str,
+    ) -> Self {
+        let hint = |k: &str| {
+            definition
+                .get("annotations")
+                .and_then(|a| a.get(k))
+                .and_then(Value::as_bool)
+                == Some(true)
+        };
+        let output_schema = definition
+            .get("outputSchema")
+            .filter(|s| !s.is_null())
+            .and_then(|s| match schemas.get(s) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    tracing::warn!(server, tool, error = %e, "outputSchema not enforced");
+                    None
+                }
+            });
+        Self {
+            hints: ToolHints {
+                read_only: hint("readOnlyHint"),
+                idempotent: hint("idempotentHint"),
+            },
+            output_schema,
+            skip,
+        }
+    }
+}
+
+/// Compiled output schemas of one server, by the SHA-256 of their JSON.
+#[derive(Debug, Default)]
+pub(crate) struct OutputSchemas {
+    compiled: Mutex<HashMap<[u8; 32], Result<CompiledSchema, crate::validate::SchemaError>>>,
+}
+
+impl OutputSchemas {
+    fn get(&self, schema: &Value) -> Result<CompiledSchema, crate::validate::SchemaError> {
+        let key: [u8; 32] = Sha256::digest(serde_json::to_vec(schema).unwrap_or_default()).into();
+        let mut cache = self.compiled.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(hit) = cache.get(&key) {
+            return hit.clone();
+        }
+        let compiled = CompiledSchema::compile(schema, SchemaLimits::default());
+        if cache.len() >= MAX_OUTPUT_SCHEMAS {
+            cache.clear();
+        }
+        cache.insert(key, compiled.clone());
+        compiled
+    }
 }
 
 impl Recipient {
-    fn failure(&self, e: UpstreamError) -> Rejection {
-        Rejection::Upstream(UpstreamFailure {
-            kind: e.kind,
-            server: self.server.clone(),
-            tool: self.tool.clone(),
-            reason: e.reason,
-        })
+    fn sanitizer(&self) -> Sanitizer<'_> {
+        Sanitizer::new(&self.sanitize, self.call.skip)
+    }
+
+    /// A failure of this request, attributed and with its upstream words made safe.
+    pub(crate) fn failure(&self, e: UpstreamError) -> Rejection {
+        let mut report = Report::default();
+        let rejection = self.failure_with(e, &mut report);
+        self.log(&report);
+        rejection
+    }
+
+    /// The upstream's words, sanitized and capped; withheld whole when they
+    /// carry a secret and secrets are blocked.
+    fn snippet(&self, raw: &str, report: &mut Report) -> Option<String> {
+        let sanitizer = self.sanitizer();
+        let mut local = Report::default();
+        let clean = sanitizer.text(raw, &mut local);
+        report.merge(&local);
+        let kinds = local.secret_kinds();
+        if sanitizer.blocks_secrets() && !kinds.is_empty() {
+            return Some(format!("[withheld: it contained {}]", kinds.join(", ")));
+        }
+        error::snippet(clean.as_deref().unwrap_or(raw))
     }
 
     fn render(&self, rejection: Rejection) -> Response {
-        rejection.into_response(RenderCtx {
+        rejection.into_response(self.render_ctx())
+    }
+
+    fn render_ctx(&self) -> RenderCtx<'_> {
+        RenderCtx {
             id: self.id.as_ref(),
             era: self.era,
-        })
+        }
+    }
+
+    fn log(&self, report: &Report) {
+        if !report.is_empty() {
+            tracing::info!(
+                server = %self.server,
+                tool = self.tool.as_deref(),
+                actions = %report.summary(),
+                "sanitized"
+            );
+        }
     }
 
     /// The upstream's message, or `None` when it is not JSON.
@@ -70,6 +191,173 @@ impl Recipient {
     fn answers(&self, message: &Value) -> bool {
         is_response(message) && self.id.as_ref() == message.get("id")
     }
+
+    /// A message on its way: sanitized; `None` when nothing changed.
+    fn pass(&self, mut message: Value) -> Option<Value> {
+        let mut report = Report::default();
+        self.sanitizer().message(&mut message, &mut report);
+        self.log(&report);
+        (!report.is_empty()).then_some(message)
+    }
+
+    /// The final response to a `tools/call`: sanitized when it is a result,
+    /// rewritten into the error table when it is a failure or must be withheld.
+    /// `None` when it passes unchanged.
+    fn finish(&self, mut message: Value) -> Option<Value> {
+        let mut report = Report::default();
+        let outcome = self.judge(&mut message, &mut report);
+        self.log(&report);
+        match outcome {
+            Ok(()) if report.is_empty() => None,
+            Ok(()) => Some(message),
+            Err(rejection) => rejection.tool_message(self.render_ctx()),
+        }
+    }
+
+    fn judge(&self, message: &mut Value, report: &mut Report) -> Result<(), Rejection> {
+        let tool = self.tool.clone().unwrap_or_default();
+        if let Some(error) = message.get("error") {
+            let code = error.get("code").and_then(Value::as_i64).unwrap_or(-32603);
+            let text = error_text(error);
+            let lower = text.to_lowercase();
+            let unknown_tool = code == -32602
+                && [
+                    "not found",
+                    "unknown tool",
+                    "no such tool",
+                    "does not exist",
+                ]
+                .iter()
+                .any(|p| lower.contains(p));
+            if unknown_tool {
+                self.catalog.invalidate();
+            }
+            let e = UpstreamError::new(
+                UpstreamKind::Error(RpcError { code, unknown_tool }),
+                format!("JSON-RPC error {code}"),
+            )
+            .with_snippet(Some(text));
+            return Err(self.failure_with(e, report));
+        }
+        let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) else {
+            return Ok(());
+        };
+        let sanitizer = self.sanitizer();
+        if result.get("isError").and_then(Value::as_bool) == Some(true) {
+            let text = content_text(result);
+            let (failure, words) = read_failure(&text, &tool);
+            let e = UpstreamError::new(UpstreamKind::ToolFailed(failure), String::new())
+                .with_snippet(words);
+            return Err(self.failure_with(e, report));
+        }
+        // Results still in progress (input_required, task) are only sanitized.
+        if let Some(kind) = result.get("resultType").and_then(Value::as_str)
+            && kind != "complete"
+        {
+            sanitizer.result(result, report);
+            return Ok(());
+        }
+        let before = self
+            .call
+            .output_schema
+            .as_ref()
+            .and_then(|_| result.get("structuredContent").cloned());
+        sanitizer.call_result(result, report);
+        let kinds = report.secret_kinds();
+        if sanitizer.blocks_secrets() && !kinds.is_empty() {
+            return Err(Rejection::Output(OutputRefusal {
+                kind: OutputKind::Withheld(kinds.iter().map(|k| (*k).to_owned()).collect()),
+                server: self.server.clone(),
+                tool,
+                hints: self.call.hints,
+            }));
+        }
+        if let (Some(schema), Some(structured)) =
+            (&self.call.output_schema, result.get("structuredContent"))
+            && let Err(mut violations) = schema.check(structured)
+        {
+            for v in &mut violations {
+                if v.pointer.is_empty() {
+                    v.pointer = "(structuredContent)".into();
+                }
+                if let Some(d) = v.description.as_mut() {
+                    sanitizer.string(d, report);
+                }
+                sanitizer.string(&mut v.received, report);
+            }
+            return Err(Rejection::Output(OutputRefusal {
+                kind: OutputKind::SchemaViolation {
+                    violations,
+                    sanitized: before.as_ref() != Some(structured),
+                },
+                server: self.server.clone(),
+                tool,
+                hints: self.call.hints,
+            }));
+        }
+        Ok(())
+    }
+
+    fn failure_with(&self, e: UpstreamError, report: &mut Report) -> Rejection {
+        let snippet = e.snippet.as_deref().and_then(|s| self.snippet(s, report));
+        let mut f = UpstreamFailure::new(e.kind, &self.server, self.tool.as_deref(), e.reason);
+        f.snippet = snippet;
+        f.not_run = e.not_run;
+        f.hints = self.call.hints;
+        Rejection::Upstream(f)
+    }
+}
+
+/// An error object's words: its message, and its data when that is text.
+fn error_text(error: &Value) -> String {
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    match error.get("data") {
+        Some(Value::String(d)) if !d.is_empty() => format!("{message}: {d}"),
+        _ => message,
+    }
+}
+
+/// The text blocks of a result, joined.
+fn content_text(result: &serde_json::Map<String, Value>) -> String {
+    result
+        .get("content")
+        .and_then(Value::as_array)
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+/// Reads an upstream `isError` text: the Python SDK's bare "Error executing
+/// tool X" is opaque; its "Error executing tool X: …" and FastMCP's "Error
+/// calling tool 'X': …" lose their prefix; anything else (the TypeScript SDK
+/// passes raw exception text) is quoted as it is.
+fn read_failure(text: &str, tool: &str) -> (ToolFailure, Option<String>) {
+    let trimmed = text.trim();
+    let python = format!("Error executing tool {tool}");
+    if trimmed == python {
+        return (ToolFailure::Opaque, None);
+    }
+    let prefixes = [
+        format!("{python}: "),
+        format!("Error calling tool '{tool}': "),
+        format!("Error calling tool {tool}: "),
+    ];
+    let words = prefixes
+        .iter()
+        .find_map(|p| trimmed.strip_prefix(p.as_str()))
+        .unwrap_or(trimmed);
+    let words = (!words.is_empty()).then(|| words.to_owned());
+    (ToolFailure::Message, words)
 }
 
 fn is_response(message: &Value) -> bool {
@@ -83,14 +371,17 @@ pub(crate) fn relay(reply: Reply, to: Recipient) -> Response {
         Reply::Empty { status, headers } => {
             with_headers(Response::new(Body::empty()), status, headers)
         }
-        Reply::Other { status, .. } => {
-            let reason = format!("it answered HTTP {status} without a JSON-RPC message");
+        Reply::Other { status, text, .. } => {
             let kind = if status.is_server_error() || status.is_redirection() {
                 UpstreamKind::Unavailable
             } else {
                 UpstreamKind::Protocol
             };
-            to.render(to.failure(UpstreamError { kind, reason }))
+            let reason = format!(
+                "it answered HTTP {} without a JSON-RPC message",
+                status_words(status)
+            );
+            to.render(to.failure(UpstreamError::new(kind, reason).with_snippet(text)))
         }
         Reply::Json {
             status,
@@ -116,39 +407,84 @@ pub(crate) fn relay(reply: Reply, to: Recipient) -> Response {
     }
 }
 
+/// `502 Bad Gateway`, or the bare number when it has no reason phrase.
+fn status_words(status: StatusCode) -> String {
+    match status.canonical_reason() {
+        Some(reason) => format!("{} {reason}", status.as_u16()),
+        None => status.as_u16().to_string(),
+    }
+}
+
+/// The start of a body that is not what it should be, as text to quote.
+fn body_words(body: &[u8]) -> Option<String> {
+    let head = &body[..body.len().min(1024)];
+    let text = String::from_utf8_lossy(head);
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
 fn relay_json(status: StatusCode, headers: HeaderMap, body: Bytes, to: Recipient) -> Response {
     let message = std::str::from_utf8(&body)
         .ok()
         .and_then(|text| to.inspect(text));
     if to.tool.is_some() {
-        if status.is_server_error() {
-            let reason = format!("it answered HTTP {status}");
-            return to.render(to.failure(UpstreamError {
-                kind: UpstreamKind::Unavailable,
-                reason,
-            }));
-        }
         let Some(message) = message else {
-            let reason = "its reply is not valid JSON".to_owned();
-            return to.render(to.failure(UpstreamError {
-                kind: UpstreamKind::Protocol,
-                reason,
-            }));
+            let (kind, reason) = if status.is_server_error() {
+                (
+                    UpstreamKind::Unavailable,
+                    format!("it answered HTTP {}", status_words(status)),
+                )
+            } else {
+                (
+                    UpstreamKind::Protocol,
+                    "its reply is not valid JSON".to_owned(),
+                )
+            };
+            let e = UpstreamError::new(kind, reason).with_snippet(body_words(&body));
+            return to.render(to.failure(e));
         };
-        if status.is_success() && !to.answers(&message) {
-            let reason = "its reply does not answer this request (wrong or missing id)".to_owned();
-            return to.render(to.failure(UpstreamError {
-                kind: UpstreamKind::Protocol,
-                reason,
-            }));
+        if !to.answers(&message) {
+            let e = if status.is_server_error() {
+                let words = message.get("error").map(error_text);
+                UpstreamError::new(
+                    UpstreamKind::Unavailable,
+                    format!("it answered HTTP {}", status_words(status)),
+                )
+                .with_snippet(words)
+            } else {
+                UpstreamError::new(
+                    UpstreamKind::Protocol,
+                    "its reply does not answer this request (wrong or missing id)",
+                )
+            };
+            return to.render(to.failure(e));
         }
-    } else if message.is_none() {
-        let reason = format!("it answered HTTP {status} with a body that is not JSON");
-        return to.render(to.failure(UpstreamError {
-            kind: UpstreamKind::Protocol,
-            reason,
-        }));
+        return match to.finish(message) {
+            // A rewritten or sanitized answer is a JSON-RPC response like any other: HTTP 200.
+            Some(rewritten) => json(&rewritten, headers),
+            None if status.is_success() => json_bytes(status, headers, body),
+            None => json_bytes(StatusCode::OK, headers, body),
+        };
     }
+    let Some(message) = message else {
+        let reason = format!(
+            "it answered HTTP {} with a body that is not JSON",
+            status_words(status)
+        );
+        let e = UpstreamError::new(UpstreamKind::Protocol, reason).with_snippet(body_words(&body));
+        return to.render(to.failure(e));
+    };
+    match to.pass(message) {
+        Some(clean) => {
+            let mut r = json_response(status, &clean);
+            r.headers_mut().extend(headers);
+            r
+        }
+        None => json_bytes(status, headers, body),
+    }
+}
+
+fn json_bytes(status: StatusCode, headers: HeaderMap, body: Bytes) -> Response {
     let mut r = Response::new(Body::from(body));
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -163,7 +499,8 @@ fn with_headers(mut response: Response, status: StatusCode, headers: HeaderMap) 
     response
 }
 
-/// Re-encodes SSE items as they arrive; for a `tools/call`, guarantees the one answer.
+/// Re-encodes SSE items as they arrive, each message sanitized; for a
+/// `tools/call`, rewrites the final response and guarantees the one answer.
 fn sse_relay(
     events: SseStream,
     to: Recipient,
@@ -172,12 +509,15 @@ fn sse_relay(
         events: SseStream,
         to: Recipient,
         answered: bool,
+        /// A response to another id went by (the reason, if none comes for ours).
+        other_id: bool,
         done: bool,
     }
     let state = State {
         events,
         to,
         answered: false,
+        other_id: false,
         done: false,
     };
     futures_util::stream::unfold(state, |mut st| async move {
@@ -190,10 +530,12 @@ fn sse_relay(
                 None => {
                     st.done = true;
                     if st.to.tool.is_some() && !st.answered {
-                        let e = UpstreamError {
-                            kind: UpstreamKind::Protocol,
-                            reason: "the event stream ended without a response".into(),
+                        let reason = if st.other_id {
+                            "its event stream answered another request id and ended without answering this one"
+                        } else {
+                            "its event stream ended without a response"
                         };
+                        let e = UpstreamError::new(UpstreamKind::Protocol, reason);
                         return Some((Ok(gateway_event(&st.to, e)), st));
                     }
                     return None;
@@ -204,27 +546,34 @@ fn sse_relay(
                 Ok(SseItem::Event(event)) if event.data.is_empty() => {
                     return Some((Ok(SseItem::Event(event).encode()), st));
                 }
-                Ok(SseItem::Event(event)) => {
-                    let message = st.to.inspect(&event.data);
-                    if st.to.tool.is_some() {
-                        match &message {
-                            None => {
-                                st.done = true;
-                                let e = UpstreamError {
-                                    kind: UpstreamKind::Protocol,
-                                    reason: "an event of its stream is not valid JSON".into(),
-                                };
-                                return Some((Ok(gateway_event(&st.to, e)), st));
-                            }
-                            Some(m) if st.to.answers(m) => {
-                                st.answered = true;
-                                // The final response ends the exchange.
-                                st.done = true;
-                            }
-                            // A response to another id is not this client's to see.
-                            Some(m) if is_response(m) => continue,
-                            Some(_) => {}
+                Ok(SseItem::Event(mut event)) => {
+                    let Some(message) = st.to.inspect(&event.data) else {
+                        if st.to.tool.is_some() {
+                            st.done = true;
+                            let e = UpstreamError::new(
+                                UpstreamKind::Protocol,
+                                "an event of its stream is not valid JSON",
+                            )
+                            .with_snippet(body_words(event.data.as_bytes()));
+                            return Some((Ok(gateway_event(&st.to, e)), st));
                         }
+                        // Not JSON-RPC: never shown to the client.
+                        continue;
+                    };
+                    let changed = if st.to.tool.is_some() && st.to.answers(&message) {
+                        st.answered = true;
+                        // The final response ends the exchange.
+                        st.done = true;
+                        st.to.finish(message)
+                    } else if st.to.tool.is_some() && is_response(&message) {
+                        // A response to another id is not this client's to see.
+                        st.other_id = true;
+                        continue;
+                    } else {
+                        st.to.pass(message)
+                    };
+                    if let Some(m) = changed {
+                        event.data = m.to_string();
                     }
                     return Some((Ok(SseItem::Event(event).encode()), st));
                 }
@@ -243,10 +592,7 @@ fn sse_relay(
 fn gateway_event(to: &Recipient, e: UpstreamError) -> Bytes {
     let rejection = to.failure(e);
     let message = rejection
-        .tool_message(RenderCtx {
-            id: to.id.as_ref(),
-            era: to.era,
-        })
+        .tool_message(to.render_ctx())
         .unwrap_or(Value::Null);
     SseItem::Event(SseEvent::message(message.to_string())).encode()
 }
@@ -257,24 +603,25 @@ pub(crate) async fn collect(
     id: &Value,
     catalog: &Catalog,
 ) -> Result<Value, UpstreamError> {
-    let protocol = |reason: &str| UpstreamError {
-        kind: UpstreamKind::Protocol,
-        reason: reason.to_owned(),
-    };
+    let protocol = |reason: &str| UpstreamError::new(UpstreamKind::Protocol, reason);
     match reply {
         Reply::Json { status, body, .. } => {
-            let message: Value = serde_json::from_slice(&body)
-                .map_err(|_| protocol("its reply is not valid JSON"))?;
+            let message: Value = serde_json::from_slice(&body).map_err(|_| {
+                protocol("its reply is not valid JSON").with_snippet(body_words(&body))
+            })?;
             if message.get("id") != Some(id) {
                 let kind = if status.is_server_error() {
                     UpstreamKind::Unavailable
                 } else {
                     UpstreamKind::Protocol
                 };
-                return Err(UpstreamError {
+                return Err(UpstreamError::new(
                     kind,
-                    reason: format!("it answered HTTP {status} without a response to the request"),
-                });
+                    format!(
+                        "it answered HTTP {} without a response to the request",
+                        status_words(status)
+                    ),
+                ));
             }
             Ok(message)
         }
@@ -297,16 +644,19 @@ pub(crate) async fn collect(
                     return Ok(message);
                 }
             }
-            Err(protocol("the event stream ended without a response"))
+            Err(protocol("its event stream ended without a response"))
         }
-        Reply::Empty { status, .. } | Reply::Other { status, .. } => Err(UpstreamError {
-            kind: if status.is_server_error() {
+        Reply::Empty { status, .. } | Reply::Other { status, .. } => Err(UpstreamError::new(
+            if status.is_server_error() {
                 UpstreamKind::Unavailable
             } else {
                 UpstreamKind::Protocol
             },
-            reason: format!("it answered HTTP {status} without a response"),
-        }),
+            format!(
+                "it answered HTTP {} without a response",
+                status_words(status)
+            ),
+        )),
     }
 }
 
@@ -315,4 +665,30 @@ pub(crate) fn json(message: &Value, headers: HeaderMap) -> Response {
     let mut r = json_response(StatusCode::OK, message);
     r.headers_mut().extend(headers);
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sdk_failure_texts_are_recognised() {
+        assert_eq!(
+            read_failure("Error executing tool explode", "explode"),
+            (ToolFailure::Opaque, None)
+        );
+        assert_eq!(
+            read_failure("Error executing tool explode: bad date", "explode"),
+            (ToolFailure::Message, Some("bad date".into()))
+        );
+        assert_eq!(
+            read_failure("Error calling tool 'explode': db down", "explode"),
+            (ToolFailure::Message, Some("db down".into()))
+        );
+        assert_eq!(
+            read_failure("cannot connect", "explode"),
+            (ToolFailure::Message, Some("cannot connect".into()))
+        );
+        assert_eq!(read_failure("  ", "explode"), (ToolFailure::Message, None));
+    }
 }

@@ -63,7 +63,12 @@ pub(crate) struct Upstream {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct UpstreamError {
     pub kind: UpstreamKind,
+    /// Gateway-written (never upstream text).
     pub reason: String,
+    /// The upstream's own words, raw: sanitized before anyone sees them.
+    pub snippet: Option<String>,
+    /// True when the request certainly never reached the upstream.
+    pub not_run: bool,
 }
 
 /// What the upstream answered.
@@ -85,12 +90,18 @@ pub(crate) enum Reply {
         status: StatusCode,
         headers: HeaderMap,
     },
-    /// Anything else (an HTML error page, plain text): its body is never shown to clients.
+    /// Anything else (an HTML error page, plain text): its body is never shown
+    /// to clients as it is; at most a sanitized snippet of its text is quoted.
     Other {
         status: StatusCode,
         headers: HeaderMap,
+        /// The first [`OTHER_BODY_BYTES`] of the body, as text, when it is text.
+        text: Option<String>,
     },
 }
+
+/// How much of a non-JSON body is kept to quote from.
+const OTHER_BODY_BYTES: usize = 4096;
 
 /// Events of an upstream SSE response.
 pub(crate) type SseStream = Pin<Box<dyn Stream<Item = Result<SseItem, UpstreamError>> + Send>>;
@@ -107,11 +118,25 @@ impl std::fmt::Debug for Reply {
 }
 
 impl UpstreamError {
-    fn new(kind: UpstreamKind, reason: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: UpstreamKind, reason: impl Into<String>) -> Self {
         Self {
             kind,
             reason: reason.into(),
+            snippet: None,
+            not_run: false,
         }
+    }
+
+    /// With the upstream's own words (raw; sanitized later).
+    pub(crate) fn with_snippet(mut self, text: Option<String>) -> Self {
+        self.snippet = text;
+        self
+    }
+
+    fn from_http(e: &reqwest::Error) -> Self {
+        let mut err = Self::new(UpstreamKind::Unavailable, describe(e));
+        err.not_run = e.is_connect();
+        err
     }
 }
 
@@ -161,7 +186,7 @@ impl Upstream {
                 UpstreamKind::Timeout,
                 format!("no response within {}", humanize(self.settings.timeout)),
             )),
-            Ok(Err(e)) => Err(UpstreamError::new(UpstreamKind::Unavailable, describe(&e))),
+            Ok(Err(e)) => Err(UpstreamError::from_http(&e)),
             Ok(Ok(r)) => Ok(r),
         }
     }
@@ -200,13 +225,53 @@ impl Upstream {
                 body,
             });
         }
-        // Drain a little so the connection can be reused, but never show it.
-        let _ = self.read_body(response).await;
         if status == StatusCode::ACCEPTED || status == StatusCode::NO_CONTENT || status.is_success()
         {
+            // Drain a little so the connection can be reused, but never show it.
+            let _ = self.read_prefix(response, OTHER_BODY_BYTES).await;
             return Ok(Reply::Empty { status, headers });
         }
-        Ok(Reply::Other { status, headers })
+        let text = if content_type.starts_with("text/") || content_type.is_empty() {
+            self.read_prefix(response, OTHER_BODY_BYTES)
+                .await
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+        } else {
+            let _ = self.read_prefix(response, OTHER_BODY_BYTES).await;
+            None
+        };
+        let text = text.map(|t| {
+            if content_type.starts_with("text/html") {
+                html_words(&t)
+            } else {
+                t
+            }
+        });
+        Ok(Reply::Other {
+            status,
+            headers,
+            text,
+        })
+    }
+
+    /// At most `limit` bytes of a body, within the server's timeout; `None` when
+    /// reading fails.
+    async fn read_prefix(&self, mut response: reqwest::Response, limit: usize) -> Option<Bytes> {
+        let read = async {
+            let mut out = Vec::new();
+            while out.len() < limit {
+                match response.chunk().await {
+                    Ok(Some(chunk)) => out.extend_from_slice(&chunk),
+                    Ok(None) => break,
+                    Err(_) => return None,
+                }
+            }
+            out.truncate(limit);
+            Some(Bytes::from(out))
+        };
+        tokio::time::timeout(self.settings.timeout, read)
+            .await
+            .ok()
+            .flatten()
     }
 
     async fn read_body(&self, mut response: reqwest::Response) -> Result<Bytes, UpstreamError> {
@@ -216,7 +281,7 @@ impl Upstream {
             while let Some(chunk) = response
                 .chunk()
                 .await
-                .map_err(|e| UpstreamError::new(UpstreamKind::Unavailable, describe(&e)))?
+                .map_err(|e| UpstreamError::from_http(&e))?
             {
                 if out.len() + chunk.len() > limit {
                     return Err(UpstreamError::new(
@@ -273,6 +338,9 @@ fn sse_stream(response: reqwest::Response, max_event: usize, idle: Option<Durati
         pending: VecDeque<SseItem>,
         done: bool,
         idle: Option<Duration>,
+        /// When the last item was handed on: the next one must follow within `idle`,
+        /// however slowly its bytes trickle in.
+        since: tokio::time::Instant,
     }
     let state = State {
         bytes: Box::pin(response.bytes_stream()),
@@ -280,23 +348,29 @@ fn sse_stream(response: reqwest::Response, max_event: usize, idle: Option<Durati
         pending: VecDeque::new(),
         done: false,
         idle,
+        since: tokio::time::Instant::now(),
     };
     Box::pin(futures_util::stream::unfold(state, |mut st| async move {
         loop {
             if let Some(item) = st.pending.pop_front() {
+                st.since = tokio::time::Instant::now();
                 return Some((Ok(item), st));
             }
             if st.done {
                 return None;
             }
             let next = match st.idle {
-                Some(idle) => match tokio::time::timeout(idle, st.bytes.next()).await {
+                Some(idle) => match tokio::time::timeout_at(st.since + idle, st.bytes.next()).await
+                {
                     Ok(n) => n,
                     Err(_) => {
                         st.done = true;
                         let e = UpstreamError::new(
                             UpstreamKind::Timeout,
-                            format!("the event stream was silent for {}", humanize(idle)),
+                            format!(
+                                "its event stream sent no complete event for {}",
+                                humanize(idle)
+                            ),
                         );
                         return Some((Err(e), st));
                     }
@@ -318,7 +392,7 @@ fn sse_stream(response: reqwest::Response, max_event: usize, idle: Option<Durati
                     st.done = true;
                     let e = UpstreamError::new(
                         UpstreamKind::Unavailable,
-                        format!("the event stream broke: {}", describe(&e)),
+                        format!("its event stream broke: {}", describe(&e)),
                     );
                     return Some((Err(e), st));
                 }
@@ -338,6 +412,57 @@ fn sse_stream(response: reqwest::Response, max_event: usize, idle: Option<Durati
             }
         }
     }))
+}
+
+/// The words of an HTML page: its `<title>` when it has one, else its text
+/// with the tags, scripts and styles left out.
+fn html_words(html: &str) -> String {
+    let lower = html.to_ascii_lowercase();
+    if let Some(start) = lower.find("<title>") {
+        let from = start + "<title>".len();
+        if let Some(len) = lower[from..].find("</title>") {
+            let title = html[from..from + len].trim();
+            if !title.is_empty() {
+                return title.to_owned();
+            }
+        }
+    }
+    let mut out = String::new();
+    let mut in_tag = false;
+    let mut skip_until: Option<&str> = None;
+    let mut i = 0;
+    while i < html.len() {
+        let rest = &lower[i..];
+        if let Some(end) = skip_until {
+            match rest.find(end) {
+                Some(at) => {
+                    i += at + end.len();
+                    skip_until = None;
+                    continue;
+                }
+                None => break,
+            }
+        }
+        if rest.starts_with("<script") {
+            skip_until = Some("</script>");
+        } else if rest.starts_with("<style") {
+            skip_until = Some("</style>");
+        }
+        let Some(c) = html[i..].chars().next() else {
+            break;
+        };
+        match c {
+            '<' => in_tag = true,
+            '>' if in_tag => {
+                in_tag = false;
+                out.push(' ');
+            }
+            _ if !in_tag => out.push(c),
+            _ => {}
+        }
+        i += c.len_utf8();
+    }
+    out
 }
 
 /// A reqwest error in words that name no URL or credential.

@@ -3,7 +3,8 @@
 # against, into a cache folder outside the clone:
 #   $PORTCULLIS_PEERS/venv  Python venv with the official Python SDK (mcp)
 #   $PORTCULLIS_PEERS/npm   npm folder with the official TypeScript SDK v2 and server-everything
-# Idempotent: a stamp file records the pinned versions; when it matches, nothing is done.
+#   $PORTCULLIS_PEERS/fastmcp-venv  Python venv with FastMCP (its own venv: it pins its own mcp)
+# Idempotent: stamp files record the pinned versions; when they match, nothing is done.
 set -euo pipefail
 
 PEERS="${PORTCULLIS_PEERS:-$HOME/.cache/portcullis-peers}"
@@ -22,6 +23,24 @@ STAMP="$PEERS/stamp"
 
 mkdir -p "$PEERS"
 cp "$HERE/force-loopback.cjs" "$PEERS/force-loopback.cjs"
+
+# FastMCP, in a venv of its own, with a stamp of its own.
+FASTMCP_PKGS=(fastmcp==4.2.3)
+FASTMCP_STAMP="$PEERS/stamp-fastmcp"
+FASTMCP_STAMP_TEXT="stamp-v1 python=${FASTMCP_PKGS[*]}"
+if [[ -f "$FASTMCP_STAMP" && "$(cat "$FASTMCP_STAMP")" == "$FASTMCP_STAMP_TEXT" \
+      && -x "$PEERS/fastmcp-venv/bin/python" ]]; then
+  echo "portcullis peers: FastMCP up to date in $PEERS/fastmcp-venv"
+else
+  rm -f "$FASTMCP_STAMP"
+  if [[ ! -x "$PEERS/fastmcp-venv/bin/python" ]]; then
+    "${PYTHON:-python3}" -m venv "$PEERS/fastmcp-venv"
+  fi
+  "$PEERS/fastmcp-venv/bin/python" -m pip install --quiet --disable-pip-version-check "${FASTMCP_PKGS[@]}"
+  "$PEERS/fastmcp-venv/bin/python" -c 'import fastmcp, uvicorn, anyio'
+  printf '%s' "$FASTMCP_STAMP_TEXT" > "$FASTMCP_STAMP"
+  echo "portcullis peers: FastMCP installed in $PEERS/fastmcp-venv"
+fi
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$STAMP_TEXT" \
       && -x "$PEERS/venv/bin/python" && -d "$PEERS/npm/node_modules" ]]; then

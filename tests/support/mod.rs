@@ -1,4 +1,4 @@
-//! Test harness: real MCP peers (Python SDK, TypeScript SDK, server-everything)
+//! Test harness: real MCP peers (Python SDK, FastMCP, TypeScript SDK, server-everything)
 //! started on loopback, the gateway started in-process in front of them, and
 //! real SDK clients driven through small scripts.
 //!
@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod misbehaving;
 pub mod upstreams;
 
 use std::path::PathBuf;
@@ -176,6 +177,8 @@ pub enum Peer {
     PythonStateless,
     /// TypeScript SDK v2 (`createMcpHandler`).
     TypeScript,
+    /// FastMCP 4.2.3 (its own venv).
+    FastMcp,
     /// `@modelcontextprotocol/server-everything` (legacy only).
     Everything,
 }
@@ -201,6 +204,19 @@ impl PeerServer {
                 if peer == Peer::PythonStateless {
                     c.arg("--stateless");
                 }
+                c
+            }
+            Peer::FastMcp => {
+                let mut c = Command::new(require(
+                    peers.join("fastmcp-venv/bin/python"),
+                    "the FastMCP venv",
+                ));
+                c.arg(repo("tests/peers/fastmcp_server.py")).args([
+                    "--port",
+                    "0",
+                    "--record",
+                    &record_path,
+                ]);
                 c
             }
             Peer::TypeScript => {

@@ -236,3 +236,79 @@ fn pin_store_refusals_are_precise() {
     let e = refuse(&format!("{}[pins]\ndatabase = \"${{UNSET}}\"\n", base()));
     assert!(e.reason.contains("UNSET is not set"), "{}", e.reason);
 }
+
+#[test]
+fn sanitize_exemptions_compile_to_per_tool_skips() {
+    let c = accept(&format!(
+        "{}[servers.vault]\nurl = \"http://127.0.0.1:3002/mcp\"\n\
+         [sanitize]\narguments = \"off\"\n\
+         [[sanitize.exemptions]]\nservers = [\"vault\"]\ntools = [\"read_*\"]\nskip = [\"secrets\", \"max_output_bytes\"]\n\
+         [[sanitize.exemptions]]\ntools = [\"login\"]\nskip = [\"arguments\"]\n",
+        base()
+    ));
+    assert_eq!(c.sanitize.arguments, crate::config::ArgumentScan::Off);
+    let skip = c.sanitize.skip_for("vault", "read_secret");
+    assert!(skip.secrets && skip.max_output_bytes && !skip.ansi && !skip.arguments);
+    assert_eq!(
+        c.sanitize.skip_for("flights", "read_secret"),
+        Default::default()
+    );
+    assert!(c.sanitize.skip_for("flights", "login").arguments);
+    assert_eq!(
+        accept(&base()).sanitize.arguments,
+        crate::config::ArgumentScan::Block
+    );
+}
+
+#[test]
+fn sanitize_exemptions_are_checked() {
+    let e = refuse(&format!(
+        "{}[[sanitize.exemptions]]\ntools = [\"x\"]\nskip = [\"secret\"]\n",
+        base()
+    ));
+    assert_eq!(e.key, "sanitize.exemptions[0].skip[0]");
+    assert!(
+        e.reason
+            .starts_with("\"secret\" is not a sanitizer action; did you mean \"secrets\"?"),
+        "{}",
+        e.reason
+    );
+    assert_eq!(e.line, Some(8));
+
+    let e = refuse(&format!(
+        "{}[[sanitize.exemptions]]\ntools = []\nskip = [\"ansi\"]\n",
+        base()
+    ));
+    assert_eq!(e.key, "sanitize.exemptions[0].tools");
+
+    let e = refuse(&format!(
+        "{}[[sanitize.exemptions]]\ntools = [\"x\"]\nskip = []\n",
+        base()
+    ));
+    assert_eq!(e.key, "sanitize.exemptions[0].skip");
+
+    let e = refuse(&format!(
+        "{}[[sanitize.exemptions]]\nservers = [\"nope\"]\ntools = [\"x\"]\nskip = [\"ansi\"]\n",
+        base()
+    ));
+    assert_eq!(e.key, "sanitize.exemptions[0].servers[0]");
+    assert!(
+        e.reason.contains("no server named \"nope\""),
+        "{}",
+        e.reason
+    );
+
+    let e = refuse(&format!(
+        "{}[[sanitize.exemptions]]\ntool = [\"x\"]\nskip = [\"ansi\"]\n",
+        base()
+    ));
+    assert!(
+        e.reason
+            .starts_with("unknown key `tool`; did you mean `tools`?"),
+        "{}",
+        e.reason
+    );
+
+    let e = refuse(&format!("{}[sanitize]\narguments = \"redact\"\n", base()));
+    assert_eq!(e.key, "sanitize.arguments");
+}
