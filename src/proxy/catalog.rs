@@ -13,7 +13,7 @@
 //! lists serve and what calls are checked against is the pinned view.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -39,8 +39,14 @@ pub(crate) struct Catalog {
 #[derive(Debug, Default)]
 pub(crate) struct ToolSet {
     pub tools: BTreeMap<String, ToolEntry>,
+    /// Tool names in the order the server listed them.
+    order: Vec<String>,
     /// The pins' generation the verdicts were made at.
     generation: u64,
+    /// SHA-256 of the list as the server sent it: an identical list reuses this set.
+    digest: [u8; 32],
+    /// What lists serve (pinned view, sanitized), computed once per set.
+    listed: OnceLock<Vec<Value>>,
 }
 
 /// One tool.
@@ -78,8 +84,19 @@ impl Catalog {
 
     /// Replaces the snapshot with `tools` (the full, all-pages list).
     pub(crate) fn store(&self, tools: &[Value]) -> Arc<ToolSet> {
+        let digest = list_digest(tools);
+        let generation = self.pins.generation();
+        // The same list again (the common case): pins, schemas and the sanitized
+        // view are already worked out.
+        if let Some(set) = self.get()
+            && set.digest == digest
+            && set.generation == generation
+        {
+            return set;
+        }
         let mut set = ToolSet {
-            generation: self.pins.generation(),
+            generation,
+            digest,
             ..ToolSet::default()
         };
         let verdicts = self.pins.observe_tools(&self.server, self.pinning, tools);
@@ -93,7 +110,9 @@ impl Catalog {
                 schema: self.compile(&schema),
                 pin,
             };
-            set.tools.insert(name.to_owned(), entry);
+            if set.tools.insert(name.to_owned(), entry).is_none() {
+                set.order.push(name.to_owned());
+            }
         }
         let set = Arc::new(set);
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Some(set.clone());
@@ -124,7 +143,30 @@ impl Catalog {
     }
 }
 
+/// SHA-256 of the serialized list, without an intermediate buffer.
+fn list_digest(tools: &[Value]) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    // Writing into a hasher cannot fail.
+    let _ = serde_json::to_writer(&mut hasher, tools);
+    hasher.finalize().into()
+}
+
 impl ToolSet {
+    /// What a list shows, in the server's order: held tools as pinned (or not
+    /// at all), each definition passed through `prepare` (the sanitizer) once
+    /// per snapshot.
+    pub(crate) fn listed(&self, prepare: impl FnOnce(Vec<Value>) -> Vec<Value>) -> &[Value] {
+        self.listed.get_or_init(|| {
+            let definitions = self
+                .order
+                .iter()
+                .filter_map(|name| self.tools.get(name))
+                .map(|e| e.definition.clone())
+                .collect();
+            prepare(self.served(definitions))
+        })
+    }
+
     /// Tool names, sorted.
     pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
         self.tools.keys().map(String::as_str)

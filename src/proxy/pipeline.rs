@@ -724,23 +724,34 @@ async fn list(
             return Ok(respond::json(&error, reply_headers));
         }
     };
-    let items = if kind == ListKind::Tools {
-        // Held tools are listed as pinned (or not at all when never approved).
-        server.catalog.store(&items).served(items)
+    let permitted = |item: &Value| {
+        kind.subject(item)
+            .is_some_and(|s| config.policy.decide(client, name, s).allowed)
+    };
+    let visible: Vec<Value> = if kind == ListKind::Tools {
+        // Held tools are listed as pinned (or not at all when never approved);
+        // the sanitized view is worked out once per distinct list.
+        let set = server.catalog.store(&items);
+        let listed = set.listed(|definitions| {
+            definitions
+                .into_iter()
+                .map(|mut item| {
+                    sanitizer.definition(&mut item, &mut report);
+                    item
+                })
+                .collect()
+        });
+        listed.iter().filter(|i| permitted(i)).cloned().collect()
     } else {
         items
+            .into_iter()
+            .filter(|i| permitted(i))
+            .map(|mut item| {
+                sanitizer.definition(&mut item, &mut report);
+                item
+            })
+            .collect()
     };
-    let visible: Vec<Value> = items
-        .into_iter()
-        .filter(|item| {
-            kind.subject(item)
-                .is_some_and(|s| config.policy.decide(client, name, s).allowed)
-        })
-        .map(|mut item| {
-            sanitizer.definition(&mut item, &mut report);
-            item
-        })
-        .collect();
     if !report.is_empty() {
         tracing::info!(server = name, method = %ex.method, actions = %report.summary(), "sanitized");
     }
