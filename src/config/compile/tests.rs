@@ -45,7 +45,12 @@ fn unknown_keys_are_refused_with_their_place() {
     ));
     assert_eq!((e.line, e.column), (Some(3), Some(1)));
     assert_eq!(e.key, "gateway.listn");
-    assert!(e.reason.starts_with("unknown key `listn`; did you mean `listen`?"), "{}", e.reason);
+    assert!(
+        e.reason
+            .starts_with("unknown key `listn`; did you mean `listen`?"),
+        "{}",
+        e.reason
+    );
     // Keys of named tables are spelled out.
     let e = refuse(&base().replace("mcp\"\n", "mcp\"\ntimout = \"5s\"\n"));
     assert_eq!(e.key, "servers.flights.timout");
