@@ -152,6 +152,20 @@ impl Policy {
             .filter_map(|i| self.rules[*i].rate.map(|r| (self.rules[*i].index, r)))
     }
 
+    /// The patterns of rule `index` for the kind of `subject` (its `tools`,
+    /// `resources` or `prompts`), as written.
+    pub(crate) fn rule_subjects(&self, index: usize, subject: Subject<'_>) -> Vec<String> {
+        let Some(rule) = self.rules.get(index) else {
+            return Vec::new();
+        };
+        let globs = match subject {
+            Subject::Tool(_) => &rule.tools,
+            Subject::Resource(_) => &rule.resources,
+            Subject::Prompt(_) => &rule.prompts,
+        };
+        globs.iter().map(|g| g.as_str().to_owned()).collect()
+    }
+
     /// The effective policy as text, per client and server: what `portcullis check` prints.
     pub(crate) fn describe(&self, clients: &[ClientId], servers: &[&str]) -> String {
         let mut out = String::new();
@@ -244,23 +258,28 @@ fn client_matches(glob: &Glob, client: &ClientId) -> bool {
 impl Rate {
     /// `3 calls, then 1 every 20 s, per client` style text.
     pub fn describe(&self) -> String {
+        let key = match self.key {
+            RateKey::Client => "per client",
+            RateKey::ClientTool => "per client and tool",
+            RateKey::All => "shared by all clients",
+        };
+        format!("{}, {key}", self.quota_text())
+    }
+
+    /// `3 calls, then 1 every 20 s` style text: the bucket without who shares it.
+    pub fn quota_text(&self) -> String {
         let every = 1.0 / self.per_second;
         let refill = if self.per_second >= 1.0 {
             format!("{} per second", trim_float(self.per_second))
         } else {
             format!("1 every {} s", trim_float(every))
         };
-        let key = match self.key {
-            RateKey::Client => "per client",
-            RateKey::ClientTool => "per client and tool",
-            RateKey::All => "shared by all clients",
-        };
         let calls = if self.burst.get() == 1 {
             "call"
         } else {
             "calls"
         };
-        format!("{} {calls}, then {refill}, {key}", self.burst)
+        format!("{} {calls}, then {refill}", self.burst)
     }
 }
 

@@ -1,0 +1,304 @@
+//! The in-memory bucket store: one TAT per key in a sharded hash table.
+//!
+//! Place in the path: behind [`super::RateLimiter`] with `backend = "memory"`;
+//! every replica has its own buckets.
+//!
+//! Why not governor's keyed limiter: it holds one quota per limiter and checks
+//! one key at a time, so a call needing tokens from two buckets would take the
+//! first before learning the second refuses. Here every bucket of a call is
+//! decided together, so a refused call takes nothing.
+//!
+//! Layout and locking (no global lock):
+//! - 64 shards, each a `RwLock<HashTable<Cell>>`; a key's hash picks its shard.
+//!   Checks take shard locks in *read* mode only, so they never wait for each
+//!   other on the table; the write lock is for inserting a new key and for the
+//!   janitor's sweep of one shard.
+//! - A cell is the key and an `AtomicU64` holding its TAT. One bucket (the usual
+//!   case) is decided with a compare-and-swap loop: lock-free.
+//! - Several buckets are decided under per-cell locks: the top bit of each TAT
+//!   is a lock bit, taken in a fixed order (shard, then key), so concurrent
+//!   calls cannot deadlock; all TATs are read, decided with
+//!   [`gcra::admit_all`], then written (or left as they were) and released.
+//!   The single-bucket path waits while a cell's lock bit is set, so the
+//!   all-or-nothing decision is exact under any interleaving.
+//! - Shard read locks are taken in ascending shard order, each at most once,
+//!   so a waiting writer cannot close a cycle.
+//!
+//! Invariants: a refused call writes nothing; a key is removed only when its
+//! bucket is full (TAT ≤ now), which is the state of an absent key, so the
+//! sweep never changes a decision; memory is one cell per key that was used
+//! within its refill time (a bucket takes at most `burst / per_second` to fill).
+
+use std::hash::BuildHasher;
+use std::hash::RandomState;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use hashbrown::HashTable;
+
+use super::gcra::{self, Quota, Refusal};
+
+/// Number of shards (a power of two).
+const SHARDS: usize = 64;
+/// Lock bit of a cell's TAT (TATs stay below 2^63).
+const LOCKED: u64 = 1 << 63;
+
+/// Buckets by key.
+#[derive(Debug)]
+pub(crate) struct MemoryStore {
+    shards: Box<[Shard]>,
+    hasher: RandomState,
+}
+
+/// One shard, on its own cache lines.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard {
+    table: RwLock<HashTable<Cell>>,
+}
+
+#[derive(Debug)]
+struct Cell {
+    key: Box<[u8]>,
+    tat: AtomicU64,
+}
+
+// === impl MemoryStore ===
+
+impl MemoryStore {
+    pub(crate) fn new() -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            hasher: RandomState::new(),
+        }
+    }
+
+    /// Decides a call needing one token from each bucket `keys[i]` (shape
+    /// `quotas[i]`) at `now`; takes them all or none. Keys must be distinct.
+    pub(crate) fn check(&self, keys: &[&[u8]], quotas: &[Quota], now: u64) -> Result<(), Refusal> {
+        match keys {
+            [] => Ok(()),
+            [key] => self.check_one(key, quotas[0], now),
+            _ => self.check_many(keys, quotas, now),
+        }
+    }
+
+    fn check_one(&self, key: &[u8], quota: Quota, now: u64) -> Result<(), Refusal> {
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shard(hash);
+        {
+            let table = read(shard);
+            if let Some(cell) = table.find(hash, |c| &*c.key == key) {
+                return decide_one(&cell.tat, quota, now);
+            }
+        }
+        // A new key: insert it and decide while no one else can see it.
+        let mut table = write(shard);
+        let cell = match table.find_mut(hash, |c| &*c.key == key) {
+            Some(cell) => cell,
+            None => table
+                .insert_unique(hash, Cell::new(key), |c| self.hasher.hash_one(&c.key))
+                .into_mut(),
+        };
+        let tat = cell.tat.get_mut();
+        match gcra::admit(*tat, now, quota) {
+            Ok(next) => {
+                *tat = next;
+                Ok(())
+            }
+            Err(retry_at) => Err(Refusal { index: 0, retry_at }),
+        }
+    }
+
+    fn check_many(&self, keys: &[&[u8]], quotas: &[Quota], now: u64) -> Result<(), Refusal> {
+        // Lock order: by shard, then by key bytes.
+        let mut order: Vec<(usize, u64, usize)> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let hash = self.hasher.hash_one(k);
+                (self.shard_index(hash), hash, i)
+            })
+            .collect();
+        order.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| keys[a.2].cmp(keys[b.2])));
+        let mut shards: Vec<usize> = order.iter().map(|o| o.0).collect();
+        shards.dedup();
+
+        let guards: Vec<(usize, RwLockReadGuard<'_, HashTable<Cell>>)> =
+            shards.iter().map(|&s| (s, read(&self.shards[s]))).collect();
+        let mut cells: Vec<&AtomicU64> = Vec::with_capacity(order.len());
+        for &(s, hash, i) in &order {
+            let table = guards
+                .iter()
+                .find(|g| g.0 == s)
+                .map(|g| &g.1)
+                .expect("a guard for every shard in the order");
+            match table.find(hash, |c| *c.key == *keys[i]) {
+                Some(cell) => cells.push(&cell.tat),
+                None => break,
+            }
+        }
+        if cells.len() < order.len() {
+            drop(cells);
+            drop(guards);
+            return self.check_many_exclusive(keys, quotas, now, &order, &shards);
+        }
+
+        // Lock every cell in order, decide, write, release.
+        let mut tats = vec![0; keys.len()];
+        for (cell, &(_, _, i)) in cells.iter().zip(&order) {
+            tats[i] = lock(cell);
+        }
+        let before = tats.clone();
+        let outcome = gcra::admit_all(&mut tats, now, quotas);
+        for (cell, &(_, _, i)) in cells.iter().zip(&order) {
+            let value = if outcome.is_ok() { tats[i] } else { before[i] };
+            cell.store(value, Ordering::Release);
+        }
+        outcome
+    }
+
+    /// The path for calls touching a key not yet in the store: every shard
+    /// involved is write-locked (ascending), missing keys are inserted, and
+    /// the decision is made with exclusive access.
+    fn check_many_exclusive(
+        &self,
+        keys: &[&[u8]],
+        quotas: &[Quota],
+        now: u64,
+        order: &[(usize, u64, usize)],
+        shards: &[usize],
+    ) -> Result<(), Refusal> {
+        let mut guards: Vec<(usize, RwLockWriteGuard<'_, HashTable<Cell>>)> = shards
+            .iter()
+            .map(|&s| (s, write(&self.shards[s])))
+            .collect();
+        let mut tats = vec![0; keys.len()];
+        for &(s, hash, i) in order {
+            let table = guard_mut(&mut guards, s);
+            let cell = match table.find_mut(hash, |c| *c.key == *keys[i]) {
+                Some(cell) => cell,
+                None => table
+                    .insert_unique(hash, Cell::new(keys[i]), |c| self.hasher.hash_one(&c.key))
+                    .into_mut(),
+            };
+            tats[i] = *cell.tat.get_mut();
+        }
+        gcra::admit_all(&mut tats, now, quotas)?;
+        for &(s, hash, i) in order {
+            let table = guard_mut(&mut guards, s);
+            if let Some(cell) = table.find_mut(hash, |c| *c.key == *keys[i]) {
+                *cell.tat.get_mut() = tats[i];
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every full bucket (TAT ≤ `now`) and returns the freed table
+    /// space; returns how many keys were removed.
+    pub(crate) fn sweep(&self, now: u64) -> usize {
+        let mut removed = 0;
+        for shard in self.shards.iter() {
+            let mut table = write(shard);
+            let before = table.len();
+            table.retain(|c| *c.tat.get_mut() > now);
+            removed += before - table.len();
+            if table.capacity() > 2 * table.len() + 64 {
+                table.shrink_to_fit(|c| self.hasher.hash_one(&c.key));
+            }
+        }
+        removed
+    }
+
+    /// Keys held.
+    pub(crate) fn len(&self) -> usize {
+        self.shards.iter().map(|s| read(s).len()).sum()
+    }
+
+    fn shard_index(&self, hash: u64) -> usize {
+        // The table uses the low bits and the top 7; take shards from the middle.
+        ((hash >> 32) as usize) & (SHARDS - 1)
+    }
+
+    fn shard(&self, hash: u64) -> &Shard {
+        &self.shards[self.shard_index(hash)]
+    }
+}
+
+impl Cell {
+    fn new(key: &[u8]) -> Self {
+        Self {
+            key: key.into(),
+            tat: AtomicU64::new(0),
+        }
+    }
+}
+
+/// One bucket, lock-free: compare-and-swap until the TAT read is the TAT replaced.
+fn decide_one(tat: &AtomicU64, quota: Quota, now: u64) -> Result<(), Refusal> {
+    let mut spins = 0;
+    let mut current = tat.load(Ordering::Acquire);
+    loop {
+        if current & LOCKED != 0 {
+            backoff(&mut spins);
+            current = tat.load(Ordering::Acquire);
+            continue;
+        }
+        let next =
+            gcra::admit(current, now, quota).map_err(|retry_at| Refusal { index: 0, retry_at })?;
+        match tat.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Ok(()),
+            Err(actual) => current = actual,
+        }
+    }
+}
+
+/// Sets a cell's lock bit; returns the TAT it held.
+fn lock(tat: &AtomicU64) -> u64 {
+    let mut spins = 0;
+    loop {
+        let current = tat.load(Ordering::Relaxed);
+        if current & LOCKED == 0
+            && tat
+                .compare_exchange_weak(
+                    current,
+                    current | LOCKED,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            return current;
+        }
+        backoff(&mut spins);
+    }
+}
+
+/// Spin briefly, then let other threads run (the lock holder may be descheduled).
+fn backoff(spins: &mut u32) {
+    if *spins < 32 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+    *spins = spins.saturating_add(1);
+}
+
+fn read(shard: &Shard) -> RwLockReadGuard<'_, HashTable<Cell>> {
+    shard.table.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write(shard: &Shard) -> RwLockWriteGuard<'_, HashTable<Cell>> {
+    shard.table.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn guard_mut<'a, 'g>(
+    guards: &'a mut [(usize, RwLockWriteGuard<'g, HashTable<Cell>>)],
+    shard: usize,
+) -> &'a mut HashTable<Cell> {
+    let position = guards
+        .iter()
+        .position(|g| g.0 == shard)
+        .expect("a guard for every shard in the order");
+    &mut guards[position].1
+}
