@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::proxy::{self, AppState};
+use crate::ratelimit;
 
 /// A gateway with its sockets bound, ready to serve.
 #[derive(Debug)]
@@ -46,7 +47,7 @@ impl Gateway {
         let listener = TcpListener::bind(config.gateway.listen).await?;
         let admin = TcpListener::bind(config.gateway.admin_listen).await?;
         let loopback = listener.local_addr()?.ip().is_loopback();
-        let state = AppState::new(Arc::new(config), loopback).map_err(io::Error::other)?;
+        let state = AppState::new(Arc::new(config), loopback)?;
         Ok(Self {
             state: Arc::new(state),
             listener,
@@ -67,6 +68,8 @@ impl Gateway {
     /// Serves until `shutdown` resolves, then drains for at most `shutdown_grace`.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> io::Result<()> {
         let grace = self.state.config.gateway.shutdown_grace;
+        let janitor = self.state.limiter.spawn_janitor(ratelimit::JANITOR_EVERY);
+        let _janitor = AbortOnDrop(janitor);
         let (stop_tx, stop_rx) = watch::channel(false);
         let mcp = proxy::router(self.state.clone());
         let admin = admin_router(self.state.clone());
@@ -137,6 +140,17 @@ fn admin_router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(|| async { "ready\n" }))
         .with_state(state)
+}
+
+/// Stops a background task when the server stops.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
 }
 
 /// reqwest is built without a default TLS provider; install ring once.

@@ -11,6 +11,8 @@
 //! a stable code; gateway-made text never embeds raw upstream bodies; the
 //! gateway's own JSON-RPC codes lie outside -32768…-32000.
 
+use std::time::Duration;
+
 use axum::body::Body;
 use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
@@ -20,6 +22,8 @@ use crate::auth::AuthError;
 use crate::mcp::META_GATEWAY_ERROR;
 use crate::mcp::jsonrpc::{self, ClassifyError};
 use crate::mcp::version::{self, Era};
+use crate::policy::{Rate, RateKey};
+use crate::ratelimit::{ceil_millis, ceil_secs};
 
 /// Gateway-specific JSON-RPC codes (outside the reserved range).
 pub(crate) mod codes {
@@ -39,6 +43,8 @@ pub(crate) mod codes {
     pub(crate) const TOO_LARGE: i64 = -31007;
     /// No such server, or a method the endpoint does not serve.
     pub(crate) const NOT_FOUND: i64 = -31008;
+    /// A rate limit refused a `resources/read` or `prompts/get`.
+    pub(crate) const RATE_LIMITED: i64 = -31009;
 }
 
 /// Who a failure is attributed to.
@@ -80,6 +86,9 @@ pub(crate) enum Rejection {
     NotFound(String),
     /// A `tools/call` refused by policy or validation (isError result).
     Tool(ToolRefusal),
+    /// A call refused by a rate limit (isError on tools/call, JSON-RPC error
+    /// otherwise; `Retry-After` on both).
+    RateLimited(RateLimited),
     /// The upstream failed (isError on tools/call, 502/504 otherwise).
     Upstream(UpstreamFailure),
 }
@@ -93,6 +102,38 @@ pub(crate) struct ToolRefusal {
     pub text: String,
     /// Extra fields for `_meta["portcullis/error"]`.
     pub detail: serde_json::Map<String, Value>,
+}
+
+/// A call a rate limit refused, or that could not be checked.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RateLimited {
+    /// What was called.
+    pub subject: Limited,
+    /// The authenticated client.
+    pub client: String,
+    /// The bucket that binds; `None` when the limiter's backend could not answer.
+    pub limit: Option<Limit>,
+    /// When the same call passes (exact for a limit; a suggestion otherwise).
+    pub retry_after: Duration,
+}
+
+/// What a rate-limited call asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Limited {
+    Tool(String),
+    Resource(String),
+    Prompt(String),
+}
+
+/// The rate that refused a call.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Limit {
+    /// Position of the rule in `[[rules]]`.
+    pub rule: usize,
+    /// The rule's `rate`.
+    pub rate: Rate,
+    /// With `key = "client"`: the rule's patterns whose calls share the bucket.
+    pub shared_by: Vec<String>,
 }
 
 /// What went wrong upstream.
@@ -151,7 +192,9 @@ impl Rejection {
             | Rejection::UnsupportedVersion(_)
             | Rejection::InvalidParams(_)
             | Rejection::SessionNotFound => Source::Client,
-            Rejection::NotFound(_) | Rejection::Tool(_) => Source::Policy,
+            Rejection::NotFound(_) | Rejection::Tool(_) | Rejection::RateLimited(_) => {
+                Source::Policy
+            }
             Rejection::Upstream(_) => Source::Upstream,
         }
     }
@@ -173,6 +216,7 @@ impl Rejection {
             Rejection::SessionNotFound => "session_not_found",
             Rejection::NotFound(_) => "not_found",
             Rejection::Tool(t) => t.code,
+            Rejection::RateLimited(_) => RATE_LIMITED,
             Rejection::Upstream(u) => u.kind.code(),
         }
     }
@@ -264,6 +308,27 @@ impl Rejection {
                 error_response(StatusCode::OK, id, jsonrpc::INVALID_PARAMS, &what, None)
             }
             Rejection::Tool(t) => tool_result(cx, t.code, t.text, t.detail),
+            Rejection::RateLimited(r) => {
+                let mut response = match &r.subject {
+                    Limited::Tool(_) => tool_result(cx, RATE_LIMITED, r.text(), r.detail()),
+                    Limited::Resource(_) | Limited::Prompt(_) => {
+                        let mut data = r.detail();
+                        data.insert("code".into(), RATE_LIMITED.into());
+                        error_response(
+                            StatusCode::OK,
+                            id,
+                            codes::RATE_LIMITED,
+                            &r.text(),
+                            Some(Value::Object(data)),
+                        )
+                    }
+                };
+                response.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(ceil_secs(r.retry_after)),
+                );
+                response
+            }
             Rejection::Upstream(u) => match u.tool.clone() {
                 Some(tool) => {
                     let mut detail = serde_json::Map::new();
@@ -288,6 +353,9 @@ impl Rejection {
     pub(crate) fn tool_message(&self, cx: RenderCtx<'_>) -> Option<Value> {
         match self {
             Rejection::Tool(t) => Some(tool_message(cx, t.code, &t.text, t.detail.clone())),
+            Rejection::RateLimited(r) if matches!(r.subject, Limited::Tool(_)) => {
+                Some(tool_message(cx, RATE_LIMITED, &r.text(), r.detail()))
+            }
             Rejection::Upstream(u) if u.tool.is_some() => {
                 let mut detail = serde_json::Map::new();
                 detail.insert("server".into(), u.server.clone().into());
@@ -296,6 +364,115 @@ impl Rejection {
             }
             _ => None,
         }
+    }
+}
+
+// === impl RateLimited ===
+
+/// Stable code of a rate-limit refusal.
+const RATE_LIMITED: &str = "rate_limited";
+
+impl RateLimited {
+    /// "Rate limit for `echo` reached for client `bob`: 3 calls, then 1 every 20 s. Retry after 7.4 s."
+    fn text(&self) -> String {
+        let what = match &self.subject {
+            Limited::Tool(name) => format!("`{name}`"),
+            Limited::Resource(uri) => format!("the resource `{uri}`"),
+            Limited::Prompt(name) => format!("the prompt `{name}`"),
+        };
+        let wait = wait_text(self.retry_after);
+        let Some(limit) = &self.limit else {
+            return format!(
+                "The rate limit for {what} cannot be checked right now (the gateway cannot reach its \
+                 rate-limit store), so the call was not run. Retry after {wait}."
+            );
+        };
+        let quota = limit.rate.quota_text();
+        match limit.rate.key {
+            RateKey::ClientTool => format!(
+                "Rate limit for {what} reached for client `{}`: {quota}. Retry after {wait}.",
+                self.client
+            ),
+            RateKey::Client => {
+                let own = match &self.subject {
+                    Limited::Tool(n) | Limited::Resource(n) | Limited::Prompt(n) => n,
+                };
+                let shared = if limit.shared_by.len() == 1 && limit.shared_by[0] == *own {
+                    String::new()
+                } else {
+                    let names: Vec<String> =
+                        limit.shared_by.iter().map(|p| format!("`{p}`")).collect();
+                    format!(", counted together for {}", names.join(", "))
+                };
+                format!(
+                    "Rate limit for {what} reached for client `{}`: {quota}{shared}. Retry after {wait}.",
+                    self.client
+                )
+            }
+            RateKey::All => format!(
+                "Rate limit for {what} reached: {quota}, shared by all clients. Retry after {wait}."
+            ),
+        }
+    }
+
+    /// `_meta["portcullis/error"]` fields besides `code`.
+    fn detail(&self) -> serde_json::Map<String, Value> {
+        let mut detail = serde_json::Map::new();
+        let (kind, name) = match &self.subject {
+            Limited::Tool(n) => ("tool", n),
+            Limited::Resource(n) => ("resource", n),
+            Limited::Prompt(n) => ("prompt", n),
+        };
+        detail.insert(kind.into(), name.clone().into());
+        detail.insert("client".into(), self.client.clone().into());
+        let limit = match &self.limit {
+            Some(l) => json!({
+                "rule": format!("rules[{}]", l.rule),
+                "burst": l.rate.burst.get(),
+                "per_second": l.rate.per_second,
+                "key": match l.rate.key {
+                    RateKey::Client => "client",
+                    RateKey::ClientTool => "client+tool",
+                    RateKey::All => "all",
+                },
+                "text": l.rate.describe(),
+            }),
+            None => {
+                detail.insert("reason".into(), "backend_unavailable".into());
+                Value::Null
+            }
+        };
+        detail.insert("limit".into(), limit);
+        detail.insert(
+            "retry_after_ms".into(),
+            ceil_millis(self.retry_after).into(),
+        );
+        detail
+    }
+}
+
+/// A wait for a model to read, rounded up so that waiting that long is enough:
+/// tenths of a second below a minute, then seconds, then minutes.
+fn wait_text(d: Duration) -> String {
+    let tenths = d.as_nanos().div_ceil(100_000_000);
+    if tenths < 600 {
+        return if tenths.is_multiple_of(10) {
+            format!("{} s", tenths / 10)
+        } else {
+            format!("{}.{} s", tenths / 10, tenths % 10)
+        };
+    }
+    let secs = ceil_secs(d);
+    if secs < 3600 {
+        return match secs % 60 {
+            0 => format!("{} min", secs / 60),
+            s => format!("{} min {s} s", secs / 60),
+        };
+    }
+    let mins = secs.div_ceil(60);
+    match mins % 60 {
+        0 => format!("{} h", mins / 60),
+        m => format!("{} h {m} min", mins / 60),
     }
 }
 

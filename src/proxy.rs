@@ -15,6 +15,7 @@ mod upstream;
 pub(crate) use upstream::humanize;
 
 use std::collections::BTreeMap;
+use std::io;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
@@ -25,6 +26,7 @@ use axum::response::Response;
 use axum::routing::any;
 
 use crate::config::Config;
+use crate::ratelimit::{RateLimiter, RatePlan};
 use catalog::Catalog;
 use session::SessionTable;
 use upstream::Upstream;
@@ -39,6 +41,10 @@ pub(crate) struct AppState {
     pub loopback: bool,
     /// Ids of requests the gateway sends on its own.
     pub next_id: AtomicU64,
+    /// Token buckets (they outlive a configuration: see `ratelimit`).
+    pub limiter: RateLimiter,
+    /// The buckets of `config`'s rules.
+    pub rate_plan: RatePlan,
 }
 
 /// One upstream and what the gateway knows of it.
@@ -49,10 +55,13 @@ pub(crate) struct ServerState {
 }
 
 impl AppState {
-    pub(crate) fn new(config: Arc<Config>, loopback: bool) -> Result<Self, reqwest::Error> {
+    /// Builds the state of `config`; inside a Tokio runtime (the Redis
+    /// rate-limit backend starts its connection task).
+    pub(crate) fn new(config: Arc<Config>, loopback: bool) -> io::Result<Self> {
         let mut servers = BTreeMap::new();
         for (name, settings) in &config.servers {
-            let upstream = Upstream::new(settings.clone(), config.gateway.max_response_bytes)?;
+            let upstream = Upstream::new(settings.clone(), config.gateway.max_response_bytes)
+                .map_err(io::Error::other)?;
             servers.insert(
                 name.clone(),
                 ServerState {
@@ -61,7 +70,11 @@ impl AppState {
                 },
             );
         }
+        let limiter = RateLimiter::from_settings(&config.rate_limit).map_err(io::Error::other)?;
+        let rate_plan = RatePlan::new(&config.policy);
         Ok(Self {
+            limiter,
+            rate_plan,
             sessions: SessionTable::new(config.gateway.max_sessions),
             config,
             servers,
