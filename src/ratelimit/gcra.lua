@@ -5,7 +5,8 @@
 --   retry = tat' - capacity - now
 -- Times are nanoseconds, held as (seconds, nanoseconds) pairs so that every
 -- value stays exact in Lua's doubles. A key holds its TAT as decimal
--- nanoseconds and expires when its bucket is full again.
+-- nanoseconds and expires one second after its bucket is full again (an
+-- absent key is a full bucket, so expiry never changes a decision).
 --
 -- KEYS: one per bucket (distinct).
 -- ARGV[1], ARGV[2]: now as seconds and nanoseconds, or "" and "" for the
@@ -73,7 +74,7 @@ end
 
 for i = 1, #KEYS do
   local ds, dn = sub(next_s[i], next_n[i], now_s, now_n)
-  local ttl_ms = ds * 1000 + math.ceil(dn / 1000000) + 1
+  local ttl_ms = ds * 1000 + math.ceil(dn / 1000000) + 1000
   redis.call("SET", KEYS[i], string.format("%d%09d", next_s[i], next_n[i]), "PX", ttl_ms)
 end
 return {1}

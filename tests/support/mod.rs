@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod redis;
 pub mod upstreams;
 
 use std::path::PathBuf;
