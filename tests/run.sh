@@ -2,7 +2,8 @@
 # Runs every check and test of Portcullis. On first use it installs what the
 # tests need (the real MCP peers: a Python venv with the official SDK and an
 # npm folder with the TypeScript SDK and server-everything) into a cache
-# directory outside the clone; later runs reuse it.
+# directory outside the clone, and Debian's redis-server when running as
+# root; later runs reuse them.
 #
 #   bash tests/run.sh
 #
@@ -19,11 +20,23 @@ step() { printf '\n== %s\n' "$*"; }
 step "installing test peers (first use only)"
 bash tests/peers/setup.sh
 
+step "redis-server for the rate-limit tests (first use only)"
+if ! command -v redis-server >/dev/null; then
+  if [[ "$(id -u)" == 0 ]]; then
+    apt-get update -qq && apt-get install -y -qq redis-server
+  else
+    echo "redis-server is missing: run 'sudo apt-get install -y redis-server' (the rate-limit tests fail without it)"
+  fi
+fi
+command -v redis-server || true
+
 step "format"
 cargo fmt --check
 
 step "lint"
 cargo clippy --all-targets --locked -- -D warnings
+# The lean build without Redis support must stay clean too.
+cargo clippy --lib --no-default-features --locked -- -D warnings
 
 step "tests"
 cargo test --locked --no-fail-fast
