@@ -231,6 +231,16 @@ impl RateLimiter {
         }
     }
 
+    /// Bytes the in-memory tables hold (24 bytes per slot plus a control
+    /// byte; no allocation per key), `None` for Redis.
+    pub fn memory_bytes(&self) -> Option<usize> {
+        match &self.backend {
+            Backend::Memory { store, .. } => Some(store.table_bytes()),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(_) => None,
+        }
+    }
+
     /// Drops every full bucket from memory now; returns how many went.
     pub fn sweep(&self) -> usize {
         match &self.backend {

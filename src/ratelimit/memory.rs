@@ -13,8 +13,12 @@
 //!   Checks take shard locks in *read* mode only, so they never wait for each
 //!   other on the table; the write lock is for inserting a new key and for the
 //!   janitor's sweep of one shard.
-//! - A cell is the key and an `AtomicU64` holding its TAT. One bucket (the usual
-//!   case) is decided with a compare-and-swap loop: lock-free.
+//! - A cell is the key's identity and an `AtomicU64` holding its TAT (24 bytes,
+//!   no allocation per key). The identity is two independent 64-bit SipHash
+//!   values of the key under random per-process keys: two keys would share a
+//!   bucket only if both collide (odds about n² / 2¹²⁹ for n keys), which no
+//!   client can arrange without the process's secret keys.
+//! - One bucket (the usual case) is decided with a compare-and-swap loop: lock-free.
 //! - Several buckets are decided under per-cell locks: the top bit of each TAT
 //!   is a lock bit, taken in a fixed order (shard, then key), so concurrent
 //!   calls cannot deadlock; all TATs are read, decided with
@@ -47,8 +51,13 @@ const LOCKED: u64 = 1 << 63;
 #[derive(Debug)]
 pub(crate) struct MemoryStore {
     shards: Box<[Shard]>,
-    hasher: RandomState,
+    /// Two independent hash keys: a key's identity is both hashes.
+    hashers: [RandomState; 2],
 }
+
+/// A key's identity; `.0` is also its hash in the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Id(u64, u64);
 
 /// One shard, on its own cache lines.
 #[derive(Debug, Default)]
@@ -59,7 +68,7 @@ struct Shard {
 
 #[derive(Debug)]
 struct Cell {
-    key: Box<[u8]>,
+    id: Id,
     tat: AtomicU64,
 }
 
@@ -69,8 +78,12 @@ impl MemoryStore {
     pub(crate) fn new() -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
-            hasher: RandomState::new(),
+            hashers: [RandomState::new(), RandomState::new()],
         }
+    }
+
+    fn id(&self, key: &[u8]) -> Id {
+        Id(self.hashers[0].hash_one(key), self.hashers[1].hash_one(key))
     }
 
     /// Decides a call needing one token from each bucket `keys[i]` (shape
@@ -84,20 +97,20 @@ impl MemoryStore {
     }
 
     fn check_one(&self, key: &[u8], quota: Quota, now: u64) -> Result<(), Refusal> {
-        let hash = self.hasher.hash_one(key);
-        let shard = self.shard(hash);
+        let id = self.id(key);
+        let shard = &self.shards[shard_index(id)];
         {
             let table = read(shard);
-            if let Some(cell) = table.find(hash, |c| &*c.key == key) {
+            if let Some(cell) = table.find(id.0, |c| c.id == id) {
                 return decide_one(&cell.tat, quota, now);
             }
         }
         // A new key: insert it and decide while no one else can see it.
         let mut table = write(shard);
-        let cell = match table.find_mut(hash, |c| &*c.key == key) {
+        let cell = match table.find_mut(id.0, |c| c.id == id) {
             Some(cell) => cell,
             None => table
-                .insert_unique(hash, Cell::new(key), |c| self.hasher.hash_one(&c.key))
+                .insert_unique(id.0, Cell::new(id), |c| c.id.0)
                 .into_mut(),
         };
         let tat = cell.tat.get_mut();
@@ -111,29 +124,29 @@ impl MemoryStore {
     }
 
     fn check_many(&self, keys: &[&[u8]], quotas: &[Quota], now: u64) -> Result<(), Refusal> {
-        // Lock order: by shard, then by key bytes.
-        let mut order: Vec<(usize, u64, usize)> = keys
+        // Lock order: by shard, then by identity.
+        let mut order: Vec<(usize, Id, usize)> = keys
             .iter()
             .enumerate()
             .map(|(i, k)| {
-                let hash = self.hasher.hash_one(k);
-                (self.shard_index(hash), hash, i)
+                let id = self.id(k);
+                (shard_index(id), id, i)
             })
             .collect();
-        order.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| keys[a.2].cmp(keys[b.2])));
+        order.sort_unstable();
         let mut shards: Vec<usize> = order.iter().map(|o| o.0).collect();
         shards.dedup();
 
         let guards: Vec<(usize, RwLockReadGuard<'_, HashTable<Cell>>)> =
             shards.iter().map(|&s| (s, read(&self.shards[s]))).collect();
         let mut cells: Vec<&AtomicU64> = Vec::with_capacity(order.len());
-        for &(s, hash, i) in &order {
+        for &(s, id, _) in &order {
             let table = guards
                 .iter()
                 .find(|g| g.0 == s)
                 .map(|g| &g.1)
                 .expect("a guard for every shard in the order");
-            match table.find(hash, |c| *c.key == *keys[i]) {
+            match table.find(id.0, |c| c.id == id) {
                 Some(cell) => cells.push(&cell.tat),
                 None => break,
             }
@@ -141,7 +154,7 @@ impl MemoryStore {
         if cells.len() < order.len() {
             drop(cells);
             drop(guards);
-            return self.check_many_exclusive(keys, quotas, now, &order, &shards);
+            return self.check_many_exclusive(quotas, now, &order, &shards);
         }
 
         // Lock every cell in order, decide, write, release.
@@ -163,31 +176,30 @@ impl MemoryStore {
     /// the decision is made with exclusive access.
     fn check_many_exclusive(
         &self,
-        keys: &[&[u8]],
         quotas: &[Quota],
         now: u64,
-        order: &[(usize, u64, usize)],
+        order: &[(usize, Id, usize)],
         shards: &[usize],
     ) -> Result<(), Refusal> {
         let mut guards: Vec<(usize, RwLockWriteGuard<'_, HashTable<Cell>>)> = shards
             .iter()
             .map(|&s| (s, write(&self.shards[s])))
             .collect();
-        let mut tats = vec![0; keys.len()];
-        for &(s, hash, i) in order {
+        let mut tats = vec![0; quotas.len()];
+        for &(s, id, i) in order {
             let table = guard_mut(&mut guards, s);
-            let cell = match table.find_mut(hash, |c| *c.key == *keys[i]) {
+            let cell = match table.find_mut(id.0, |c| c.id == id) {
                 Some(cell) => cell,
                 None => table
-                    .insert_unique(hash, Cell::new(keys[i]), |c| self.hasher.hash_one(&c.key))
+                    .insert_unique(id.0, Cell::new(id), |c| c.id.0)
                     .into_mut(),
             };
             tats[i] = *cell.tat.get_mut();
         }
         gcra::admit_all(&mut tats, now, quotas)?;
-        for &(s, hash, i) in order {
+        for &(s, id, i) in order {
             let table = guard_mut(&mut guards, s);
-            if let Some(cell) = table.find_mut(hash, |c| *c.key == *keys[i]) {
+            if let Some(cell) = table.find_mut(id.0, |c| c.id == id) {
                 *cell.tat.get_mut() = tats[i];
             }
         }
@@ -204,7 +216,7 @@ impl MemoryStore {
             table.retain(|c| *c.tat.get_mut() > now);
             removed += before - table.len();
             if table.capacity() > 2 * table.len() + 64 {
-                table.shrink_to_fit(|c| self.hasher.hash_one(&c.key));
+                table.shrink_to_fit(|c| c.id.0);
             }
         }
         removed
@@ -215,20 +227,24 @@ impl MemoryStore {
         self.shards.iter().map(|s| read(s).len()).sum()
     }
 
-    fn shard_index(&self, hash: u64) -> usize {
-        // The table uses the low bits and the top 7; take shards from the middle.
-        ((hash >> 32) as usize) & (SHARDS - 1)
-    }
-
-    fn shard(&self, hash: u64) -> &Shard {
-        &self.shards[self.shard_index(hash)]
+    /// Bytes of memory the tables hold (slots and control bytes), for figures.
+    pub(crate) fn table_bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| read(s).capacity() * (std::mem::size_of::<Cell>() + 1))
+            .sum()
     }
 }
 
+/// The table uses a hash's low bits and its top 7; shards take the middle.
+fn shard_index(id: Id) -> usize {
+    ((id.0 >> 32) as usize) & (SHARDS - 1)
+}
+
 impl Cell {
-    fn new(key: &[u8]) -> Self {
+    fn new(id: Id) -> Self {
         Self {
-            key: key.into(),
+            id,
             tat: AtomicU64::new(0),
         }
     }
