@@ -87,7 +87,7 @@ impl MemoryStore {
     }
 
     /// Decides a call needing one token from each bucket `keys[i]` (shape
-    /// `quotas[i]`) at `now`; takes them all or none. Keys must be distinct.
+    /// `quotas[i]`) at `now`; takes them all or none. A key given twice is one bucket.
     pub(crate) fn check(&self, keys: &[&[u8]], quotas: &[Quota], now: u64) -> Result<(), Refusal> {
         match keys {
             [] => Ok(()),
@@ -134,6 +134,25 @@ impl MemoryStore {
             })
             .collect();
         order.sort_unstable();
+        if order.windows(2).any(|w| w[0].1 == w[1].1) {
+            // One identity twice (the same key, or a 128-bit collision): one
+            // bucket, checked once; locking its cell twice would never return.
+            let mut seen: Vec<Id> = Vec::with_capacity(order.len());
+            let mut positions = Vec::with_capacity(order.len());
+            for (i, key) in keys.iter().enumerate() {
+                let id = self.id(key);
+                if !seen.contains(&id) {
+                    seen.push(id);
+                    positions.push(i);
+                }
+            }
+            let keys: Vec<&[u8]> = positions.iter().map(|&i| keys[i]).collect();
+            let quotas: Vec<Quota> = positions.iter().map(|&i| quotas[i]).collect();
+            return self.check(&keys, &quotas, now).map_err(|r| Refusal {
+                index: positions[r.index],
+                ..r
+            });
+        }
         let mut shards: Vec<usize> = order.iter().map(|o| o.0).collect();
         shards.dedup();
 

@@ -155,6 +155,17 @@ fn the_binding_bucket_is_the_one_that_admits_last() {
 }
 
 #[test]
+fn a_key_given_twice_is_one_bucket() {
+    run(async {
+        let (l, _clock) = limiter();
+        let b = bucket("same", 2, SEC);
+        let twice = [b.clone(), b.clone()];
+        assert_eq!(admitted(&l, &twice, 5).await, 2);
+        assert_eq!(admitted(&l, &[b], 5).await, 0);
+    });
+}
+
+#[test]
 fn keys_are_isolated() {
     run(async {
         let (l, _clock) = limiter();
