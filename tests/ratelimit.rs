@@ -118,7 +118,8 @@ fn subset(mask: u8) -> Vec<usize> {
     (0..3).filter(|i| mask & (1 << i) != 0).collect()
 }
 
-/// Runs `seq` through `check` and through the model; every verdict must match.
+/// Runs `seq` through `check` and through the model; every verdict must
+/// match, and each bucket must respect the window bound.
 async fn compare<F, Fut>(
     quotas: [Quota; 3],
     seq: &[Step],
@@ -131,6 +132,7 @@ where
 {
     let names: Vec<String> = (0..3).map(|i| unique(&format!("b{i}"))).collect();
     let mut models: Vec<TokenBucket> = quotas.iter().map(|q| TokenBucket::new(*q)).collect();
+    let mut taken: [Vec<u64>; 3] = Default::default();
     let mut now = start;
     for (n, (gap, mask)) in seq.iter().enumerate() {
         now += gap;
@@ -155,6 +157,30 @@ where
             now - start,
             which
         );
+        if got == Verdict::Admitted {
+            for &i in &which {
+                taken[i].push(now);
+            }
+        }
+    }
+    for (i, times) in taken.iter().enumerate() {
+        window_bound(times, quotas[i])?;
+    }
+    Ok(())
+}
+
+/// Over every window [a, b] between two admitted calls of one bucket: at most
+/// burst + ⌊(b − a) / interval⌋ calls (burst + ⌊per_second · T⌋).
+fn window_bound(admitted: &[u64], q: Quota) -> Result<(), TestCaseError> {
+    for (i, a) in admitted.iter().enumerate() {
+        for (j, b) in admitted.iter().enumerate().skip(i) {
+            let allowed = u64::from(q.burst().get()) + (b - a) / q.interval();
+            prop_assert!(
+                (j - i + 1) as u64 <= allowed,
+                "{} calls in [{a}, {b}], bound {allowed}",
+                j - i + 1
+            );
+        }
     }
     Ok(())
 }
@@ -199,13 +225,7 @@ proptest! {
             }
             Ok::<(), TestCaseError>(())
         })?;
-        for (i, a) in admitted.iter().enumerate() {
-            for (j, b) in admitted.iter().enumerate().skip(i) {
-                let allowed = u64::from(burst) + (b - a) / interval;
-                prop_assert!((j - i + 1) as u64 <= allowed,
-                    "{} calls in [{a}, {b}], bound {allowed}", j - i + 1);
-            }
-        }
+        window_bound(&admitted, q)?;
     }
 
     /// Calls needing any subset of three buckets: all-or-nothing decisions and
@@ -335,10 +355,11 @@ fn redis_limiter(server: &RedisServer, rt: &tokio::runtime::Runtime) -> RateLimi
     RateLimiter::redis(&server.url(), OnBackendError::Deny).expect("redis limiter")
 }
 
-/// The Redis script against the same model, on random sequences at explicit
-/// instants: every decision and every wait identical to the nanosecond.
+/// The Redis script against the same model and, in lockstep, against the
+/// memory backend, on random sequences at explicit instants: every decision
+/// and every wait identical to the nanosecond.
 #[test]
-fn the_redis_script_matches_the_model() {
+fn the_redis_script_matches_the_model_and_the_memory_backend() {
     let server = RedisServer::start();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let limiter = redis_limiter(&server, &rt);
@@ -361,13 +382,19 @@ fn the_redis_script_matches_the_model() {
     runner
         .run(&strategy, |(bursts, intervals, seq)| {
             let quotas = [0, 1, 2].map(|i| quota(bursts[i], intervals[i]));
+            let memory = RateLimiter::memory(Arc::new(FakeClock::at(1)));
             rt.block_on(compare(
                 quotas,
                 &seq,
                 EPOCH_2026 + 123_456_789,
                 |buckets, now| {
-                    let limiter = &limiter;
-                    async move { limiter.check_at(&buckets, now).await }
+                    let (limiter, memory) = (&limiter, &memory);
+                    async move {
+                        let shared = limiter.check_at(&buckets, now).await;
+                        let local = memory.check_at(&buckets, now).await;
+                        assert_eq!(shared, local, "Redis and memory disagree at {now}");
+                        shared
+                    }
                 },
             ))
         })

@@ -195,6 +195,35 @@ fn the_janitor_drops_full_buckets_only_and_changes_no_decision() {
     });
 }
 
+/// The janitor task reclaims full buckets by itself (bounded wait: 2 s).
+#[test]
+fn the_janitor_task_reclaims_idle_keys() {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime")
+        .block_on(async {
+            let (l, clock) = limiter();
+            for i in 0..100 {
+                let b = [bucket(&format!("k{i}"), 1, SEC)];
+                assert_eq!(l.check(&b).await, Verdict::Admitted);
+            }
+            assert_eq!(l.keys(), Some(100));
+            clock.advance(Duration::from_secs(2));
+            let janitor = l
+                .spawn_janitor(Duration::from_millis(5))
+                .expect("memory janitor");
+            for _ in 0..400 {
+                if l.keys() == Some(0) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            janitor.abort();
+            assert_eq!(l.keys(), Some(0));
+        });
+}
+
 #[test]
 fn gcra_arithmetic() {
     let q = quota(3, 20 * SEC);
