@@ -14,10 +14,11 @@
 //!   other on the table; the write lock is for inserting a new key and for the
 //!   janitor's sweep of one shard.
 //! - A cell is the key's identity and an `AtomicU64` holding its TAT (24 bytes,
-//!   no allocation per key). The identity is two independent 64-bit SipHash
-//!   values of the key under random per-process keys: two keys would share a
-//!   bucket only if both collide (odds about n² / 2¹²⁹ for n keys), which no
-//!   client can arrange without the process's secret keys.
+//!   no allocation per key). The identity is two independent 64-bit hashes of
+//!   the key under random per-process seeds: SipHash (which also places the
+//!   key in the table, and resists crafted collisions) and foldhash. Two keys
+//!   would share a bucket only if both collide (odds about n² / 2¹²⁹ for n
+//!   keys), which no client can arrange without the process's secret keys.
 //! - One bucket (the usual case) is decided with a compare-and-swap loop: lock-free.
 //! - Several buckets are decided under per-cell locks: the top bit of each TAT
 //!   is a lock bit, taken in a fixed order (shard, then key), so concurrent
@@ -51,8 +52,8 @@ const LOCKED: u64 = 1 << 63;
 #[derive(Debug)]
 pub(crate) struct MemoryStore {
     shards: Box<[Shard]>,
-    /// Two independent hash keys: a key's identity is both hashes.
-    hashers: [RandomState; 2],
+    /// Two independently seeded hashers: a key's identity is both hashes.
+    hashers: (RandomState, foldhash::quality::RandomState),
 }
 
 /// A key's identity; `.0` is also its hash in the table.
@@ -78,12 +79,15 @@ impl MemoryStore {
     pub(crate) fn new() -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
-            hashers: [RandomState::new(), RandomState::new()],
+            hashers: (
+                RandomState::new(),
+                foldhash::quality::RandomState::default(),
+            ),
         }
     }
 
     fn id(&self, key: &[u8]) -> Id {
-        Id(self.hashers[0].hash_one(key), self.hashers[1].hash_one(key))
+        Id(self.hashers.0.hash_one(key), self.hashers.1.hash_one(key))
     }
 
     /// Decides a call needing one token from each bucket `keys[i]` (shape
