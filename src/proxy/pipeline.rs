@@ -323,7 +323,7 @@ async fn call_tool(
 }
 
 /// Takes a token from every bucket the access decision names, or refuses the
-/// call with when it may be made again. Nothing is taken when any bucket refuses.
+/// call and says when it may be made again. Nothing is taken when any bucket refuses.
 async fn rate_limit(
     state: &AppState,
     config: &Config,
