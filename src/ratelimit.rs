@@ -33,7 +33,6 @@ mod memory;
 #[cfg(feature = "redis-ratelimit")]
 mod redis;
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
@@ -428,7 +427,7 @@ pub fn bucket_key(
     server: &str,
     subject: Subject<'_>,
 ) -> String {
-    let mut out = String::with_capacity(tag.len() + 48);
+    let mut out = String::with_capacity(tag.len() + 64 + client.name().len() + server.len());
     out.push_str(tag);
     out.push('/');
     out.push_str(key_name(key));
@@ -452,11 +451,26 @@ pub fn bucket_key(
 }
 
 fn push_part(out: &mut String, part: &str) {
+    out.push('/');
     if part.len() <= MAX_KEY_PART {
-        let _ = write!(out, "/{}:{part}", part.len());
+        // The length in decimal, without the formatting machinery (hot path).
+        let mut digits = [0u8; 20];
+        let mut start = digits.len();
+        let mut n = part.len();
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        out.extend(digits[start..].iter().map(|&d| char::from(d)));
+        out.push(':');
+        out.push_str(part);
     } else {
-        let digest = hex::encode(Sha256::digest(part.as_bytes()));
-        let _ = write!(out, "/sha256:{digest}");
+        out.push_str("sha256:");
+        out.push_str(&hex::encode(Sha256::digest(part.as_bytes())));
     }
 }
 
