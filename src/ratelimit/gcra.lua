@@ -18,6 +18,10 @@
 
 local G = 1000000000
 
+-- Redis before 5 replicates scripts verbatim and refuses writes after TIME
+-- unless told to replicate the writes instead (a no-op from Redis 7 on).
+if redis.replicate_commands then redis.replicate_commands() end
+
 local function norm(s, n)
   if n >= G then return s + 1, n - G end
   if n < 0 then return s - 1, n + G end
