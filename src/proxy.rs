@@ -3,7 +3,7 @@
 //!
 //! Place in the path: everything between the client's TCP connection and the
 //! upstream's. Transport concerns only here; decisions live in `auth`,
-//! `policy` and `validate`, the sequence in `pipeline`.
+//! `policy`, `ratelimit` and `validate`, the sequence in `pipeline`.
 
 mod catalog;
 mod ingress;
