@@ -21,6 +21,7 @@ use crate::admin;
 use crate::config::Config;
 use crate::pins::Pins;
 use crate::proxy::{self, AppState};
+use crate::ratelimit;
 
 /// A gateway with its sockets bound, ready to serve.
 #[derive(Debug)]
@@ -54,7 +55,7 @@ impl Gateway {
             .await
             .map_err(io::Error::other)?
             .map_err(io::Error::other)?;
-        let state = AppState::new(Arc::new(config), pins, loopback).map_err(io::Error::other)?;
+        let state = AppState::new(Arc::new(config), pins, loopback)?;
         Ok(Self {
             state: Arc::new(state),
             listener,
@@ -75,6 +76,8 @@ impl Gateway {
     /// Serves until `shutdown` resolves, then drains for at most `shutdown_grace`.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> io::Result<()> {
         let grace = self.state.config.gateway.shutdown_grace;
+        let janitor = self.state.limiter.spawn_janitor(ratelimit::JANITOR_EVERY);
+        let _janitor = AbortOnDrop(janitor);
         let (stop_tx, stop_rx) = watch::channel(false);
         let mcp = proxy::router(self.state.clone());
         let admin = admin_router(self.state.clone());
@@ -157,6 +160,17 @@ fn admin_router(state: Arc<AppState>) -> Router {
         .route("/api/pins", get(admin::pins))
         .route("/api/pins/approve", post(admin::approve))
         .with_state(state)
+}
+
+/// Stops a background task when the server stops.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
 }
 
 /// reqwest is built without a default TLS provider; install ring once.

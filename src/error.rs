@@ -11,6 +11,8 @@
 //! a stable code; gateway-made text never embeds raw upstream bodies; the
 //! gateway's own JSON-RPC codes lie outside -32768…-32000.
 
+use std::time::Duration;
+
 use axum::body::Body;
 use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
@@ -20,6 +22,8 @@ use crate::auth::AuthError;
 use crate::mcp::META_GATEWAY_ERROR;
 use crate::mcp::jsonrpc::{self, ClassifyError};
 use crate::mcp::version::{self, Era};
+use crate::policy::{Rate, RateKey};
+use crate::ratelimit::{ceil_millis, ceil_secs};
 
 /// Gateway-specific JSON-RPC codes (outside the reserved range).
 pub(crate) mod codes {
@@ -39,6 +43,8 @@ pub(crate) mod codes {
     pub(crate) const TOO_LARGE: i64 = -31007;
     /// No such server, or a method the endpoint does not serve.
     pub(crate) const NOT_FOUND: i64 = -31008;
+    /// A rate limit refused a `resources/read` or `prompts/get`.
+    pub(crate) const RATE_LIMITED: i64 = -31009;
 }
 
 /// Who a failure is attributed to.
@@ -81,6 +87,9 @@ pub(crate) enum Rejection {
     NotFound(String),
     /// A `tools/call` refused by policy or validation (isError result).
     Tool(ToolRefusal),
+    /// A call refused by a rate limit (isError on tools/call, JSON-RPC error
+    /// otherwise; `Retry-After` on both).
+    RateLimited(RateLimited),
     /// The upstream failed (isError on tools/call, 502/504 otherwise).
     Upstream(UpstreamFailure),
     /// A `tools/call` result the gateway will not pass on (isError result).
@@ -96,6 +105,38 @@ pub(crate) struct ToolRefusal {
     pub text: String,
     /// Extra fields for `_meta["portcullis/error"]`.
     pub detail: serde_json::Map<String, Value>,
+}
+
+/// A call a rate limit refused, or that could not be checked.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RateLimited {
+    /// What was called.
+    pub subject: Limited,
+    /// The authenticated client.
+    pub client: String,
+    /// The bucket that binds; `None` when the limiter's backend could not answer.
+    pub limit: Option<Limit>,
+    /// When the same call passes (exact for a limit; a suggestion otherwise).
+    pub retry_after: Duration,
+}
+
+/// What a rate-limited call asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Limited {
+    Tool(String),
+    Resource(String),
+    Prompt(String),
+}
+
+/// The rate that refused a call.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Limit {
+    /// Position of the rule in `[[rules]]`.
+    pub rule: usize,
+    /// The rule's `rate`.
+    pub rate: Rate,
+    /// With `key = "client"`: the rule's patterns whose calls share the bucket.
+    pub shared_by: Vec<String>,
 }
 
 /// What went wrong upstream.
@@ -236,7 +277,9 @@ impl Rejection {
             | Rejection::UnsupportedVersion { .. }
             | Rejection::InvalidParams(_)
             | Rejection::SessionNotFound => Source::Client,
-            Rejection::NotFound(_) | Rejection::Tool(_) => Source::Policy,
+            Rejection::NotFound(_) | Rejection::Tool(_) | Rejection::RateLimited(_) => {
+                Source::Policy
+            }
             Rejection::Upstream(_) | Rejection::Output(_) => Source::Upstream,
         }
     }
@@ -258,6 +301,7 @@ impl Rejection {
             Rejection::SessionNotFound => "session_not_found",
             Rejection::NotFound(_) => "not_found",
             Rejection::Tool(t) => t.code,
+            Rejection::RateLimited(_) => RATE_LIMITED,
             Rejection::Upstream(u) => u.kind.code(),
             Rejection::Output(o) => o.kind.code(),
         }
@@ -357,6 +401,27 @@ impl Rejection {
                 error_response(StatusCode::OK, id, jsonrpc::INVALID_PARAMS, &what, None)
             }
             Rejection::Tool(t) => tool_result(cx, t.code, t.text, t.detail),
+            Rejection::RateLimited(r) => {
+                let mut response = match &r.subject {
+                    Limited::Tool(_) => tool_result(cx, RATE_LIMITED, r.text(), r.detail()),
+                    Limited::Resource(_) | Limited::Prompt(_) => {
+                        let mut data = r.detail();
+                        data.insert("code".into(), RATE_LIMITED.into());
+                        error_response(
+                            StatusCode::OK,
+                            id,
+                            codes::RATE_LIMITED,
+                            &r.text(),
+                            Some(Value::Object(data)),
+                        )
+                    }
+                };
+                response.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(ceil_secs(r.retry_after)),
+                );
+                response
+            }
             Rejection::Output(o) => tool_result(cx, o.kind.code(), o.text(), o.detail()),
             Rejection::Upstream(u) => match &u.tool {
                 Some(_) => tool_result(cx, u.kind.code(), u.text(), u.detail()),
@@ -377,6 +442,9 @@ impl Rejection {
         match self {
             Rejection::Tool(t) => Some(tool_message(cx, t.code, &t.text, t.detail.clone())),
             Rejection::Output(o) => Some(tool_message(cx, o.kind.code(), &o.text(), o.detail())),
+            Rejection::RateLimited(r) if matches!(r.subject, Limited::Tool(_)) => {
+                Some(tool_message(cx, RATE_LIMITED, &r.text(), r.detail()))
+            }
             Rejection::Upstream(u) if u.tool.is_some() => {
                 Some(tool_message(cx, u.kind.code(), &u.text(), u.detail()))
             }
@@ -420,6 +488,115 @@ pub(crate) fn secret_in_arguments(tool: &str, found: &[(String, String)]) -> Rej
         text,
         detail,
     })
+}
+
+// === impl RateLimited ===
+
+/// Stable code of a rate-limit refusal.
+const RATE_LIMITED: &str = "rate_limited";
+
+impl RateLimited {
+    /// "Rate limit for `echo` reached for client `bob`: 3 calls, then 1 every 20 s. Retry after 7.4 s."
+    fn text(&self) -> String {
+        let what = match &self.subject {
+            Limited::Tool(name) => format!("`{name}`"),
+            Limited::Resource(uri) => format!("the resource `{uri}`"),
+            Limited::Prompt(name) => format!("the prompt `{name}`"),
+        };
+        let wait = wait_text(self.retry_after);
+        let Some(limit) = &self.limit else {
+            return format!(
+                "The rate limit for {what} cannot be checked right now (the gateway cannot reach its \
+                 rate-limit store), so the call was not run. Retry after {wait}."
+            );
+        };
+        let quota = limit.rate.quota_text();
+        match limit.rate.key {
+            RateKey::ClientTool => format!(
+                "Rate limit for {what} reached for client `{}`: {quota}. Retry after {wait}.",
+                self.client
+            ),
+            RateKey::Client => {
+                let own = match &self.subject {
+                    Limited::Tool(n) | Limited::Resource(n) | Limited::Prompt(n) => n,
+                };
+                let shared = if limit.shared_by.len() == 1 && limit.shared_by[0] == *own {
+                    String::new()
+                } else {
+                    let names: Vec<String> =
+                        limit.shared_by.iter().map(|p| format!("`{p}`")).collect();
+                    format!(", counted together for {}", names.join(", "))
+                };
+                format!(
+                    "Rate limit for {what} reached for client `{}`: {quota}{shared}. Retry after {wait}.",
+                    self.client
+                )
+            }
+            RateKey::All => format!(
+                "Rate limit for {what} reached: {quota}, shared by all clients. Retry after {wait}."
+            ),
+        }
+    }
+
+    /// `_meta["portcullis/error"]` fields besides `code`.
+    fn detail(&self) -> serde_json::Map<String, Value> {
+        let mut detail = serde_json::Map::new();
+        let (kind, name) = match &self.subject {
+            Limited::Tool(n) => ("tool", n),
+            Limited::Resource(n) => ("resource", n),
+            Limited::Prompt(n) => ("prompt", n),
+        };
+        detail.insert(kind.into(), name.clone().into());
+        detail.insert("client".into(), self.client.clone().into());
+        let limit = match &self.limit {
+            Some(l) => json!({
+                "rule": format!("rules[{}]", l.rule),
+                "burst": l.rate.burst.get(),
+                "per_second": l.rate.per_second,
+                "key": match l.rate.key {
+                    RateKey::Client => "client",
+                    RateKey::ClientTool => "client+tool",
+                    RateKey::All => "all",
+                },
+                "text": l.rate.describe(),
+            }),
+            None => {
+                detail.insert("reason".into(), "backend_unavailable".into());
+                Value::Null
+            }
+        };
+        detail.insert("limit".into(), limit);
+        detail.insert(
+            "retry_after_ms".into(),
+            ceil_millis(self.retry_after).into(),
+        );
+        detail
+    }
+}
+
+/// A wait for a model to read, rounded up so that waiting that long is enough:
+/// tenths of a second below a minute, then seconds, then minutes.
+fn wait_text(d: Duration) -> String {
+    let tenths = d.as_nanos().div_ceil(100_000_000);
+    if tenths < 600 {
+        return if tenths.is_multiple_of(10) {
+            format!("{} s", tenths / 10)
+        } else {
+            format!("{}.{} s", tenths / 10, tenths % 10)
+        };
+    }
+    let secs = ceil_secs(d);
+    if secs < 3600 {
+        return match secs % 60 {
+            0 => format!("{} min", secs / 60),
+            s => format!("{} min {s} s", secs / 60),
+        };
+    }
+    let mins = secs.div_ceil(60);
+    match mins % 60 {
+        0 => format!("{} h", mins / 60),
+        m => format!("{} h {m} min", mins / 60),
+    }
 }
 
 // === impl UpstreamFailure ===
@@ -759,4 +936,96 @@ pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
         HeaderValue::from_static("application/json"),
     );
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+
+    use super::*;
+
+    fn limited(key: RateKey, shared_by: &[&str], retry_after: Duration) -> RateLimited {
+        RateLimited {
+            subject: Limited::Tool("echo".into()),
+            client: "bob".into(),
+            limit: Some(Limit {
+                rule: 0,
+                rate: Rate {
+                    burst: NonZeroU32::new(3).expect("nonzero"),
+                    per_second: 0.05,
+                    key,
+                },
+                shared_by: shared_by.iter().map(|s| s.to_string()).collect(),
+            }),
+            retry_after,
+        }
+    }
+
+    #[test]
+    fn rate_limit_texts() {
+        let wait = Duration::from_millis(7_400);
+        assert_eq!(
+            limited(RateKey::ClientTool, &["echo"], wait).text(),
+            "Rate limit for `echo` reached for client `bob`: 3 calls, then 1 every 20 s. Retry after 7.4 s."
+        );
+        assert_eq!(
+            limited(RateKey::Client, &["echo"], wait).text(),
+            "Rate limit for `echo` reached for client `bob`: 3 calls, then 1 every 20 s. Retry after 7.4 s."
+        );
+        assert_eq!(
+            limited(RateKey::Client, &["echo", "search_*"], wait).text(),
+            "Rate limit for `echo` reached for client `bob`: 3 calls, then 1 every 20 s, counted together for `echo`, `search_*`. Retry after 7.4 s."
+        );
+        assert_eq!(
+            limited(RateKey::All, &["*"], wait).text(),
+            "Rate limit for `echo` reached: 3 calls, then 1 every 20 s, shared by all clients. Retry after 7.4 s."
+        );
+        let detail = limited(
+            RateKey::ClientTool,
+            &["echo"],
+            Duration::from_nanos(7_300_000_001),
+        )
+        .detail();
+        assert_eq!(detail["retry_after_ms"], 7_301, "rounded up");
+        assert_eq!(detail["limit"]["key"], "client+tool");
+        assert_eq!(detail["limit"]["rule"], "rules[0]");
+        let down = RateLimited {
+            limit: None,
+            ..limited(RateKey::All, &[], Duration::from_secs(1))
+        };
+        assert!(
+            down.text()
+                .starts_with("The rate limit for `echo` cannot be checked right now")
+        );
+        assert_eq!(down.detail()["reason"], "backend_unavailable");
+    }
+
+    #[test]
+    fn waits_are_rounded_up_for_a_reader() {
+        let t = |ns: u64| wait_text(Duration::from_nanos(ns));
+        assert_eq!(t(1), "0.1 s");
+        assert_eq!(t(7_300_000_001), "7.4 s");
+        assert_eq!(t(20_000_000_000), "20 s");
+        assert_eq!(t(59_950_000_000), "1 min");
+        assert_eq!(t(125_000_000_000), "2 min 5 s");
+        assert_eq!(t(120_000_000_000), "2 min");
+        assert_eq!(t(3_600_000_000_000), "1 h");
+        assert_eq!(t(5_400_000_000_001), "1 h 31 min");
+    }
+
+    #[test]
+    fn a_tool_refusal_has_retry_after_in_whole_seconds() {
+        let cx = RenderCtx {
+            id: None,
+            era: Era::Legacy,
+        };
+        let r = Rejection::RateLimited(limited(
+            RateKey::ClientTool,
+            &["echo"],
+            Duration::from_millis(7_400),
+        ))
+        .into_response(cx);
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "8");
+    }
 }

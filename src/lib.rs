@@ -8,9 +8,9 @@
 //! The data path, one module per stage:
 //!
 //! ```text
-//! client ─POST /mcp/<server>─▶ proxy::ingress ─▶ auth ─▶ policy ─▶ validate ─▶ proxy::upstream ─▶ MCP server
-//!                               (mcp::jsonrpc, mcp::headers)                          │
-//! client ◀──── JSON | SSE ───── proxy::respond ◀──── mcp::sse / mcp::jsonrpc ◀─────────┘
+//! client ─POST /mcp/<server>─▶ proxy::ingress ─▶ auth ─▶ policy ─▶ ratelimit ─▶ validate ─▶ proxy::upstream ─▶ MCP server
+//!                               (mcp::jsonrpc, mcp::headers)                                        │
+//! client ◀──── JSON | SSE ───── proxy::respond ◀──── mcp::sse / mcp::jsonrpc ◀───────────────────────┘
 //!                     (sanitize, rewrite of upstream failures)
 //! ```
 //!
@@ -34,6 +34,7 @@ pub mod app;
 pub(crate) mod error;
 pub(crate) mod mcp;
 pub(crate) mod proxy;
+pub mod ratelimit;
 pub mod validate;
 
 pub use app::{Gateway, GatewayHandle};

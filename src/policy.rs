@@ -152,6 +152,20 @@ impl Policy {
             .filter_map(|i| self.rules[*i].rate.map(|r| (self.rules[*i].index, r)))
     }
 
+    /// The patterns of rule `index` for the kind of `subject` (its `tools`,
+    /// `resources` or `prompts`), as written.
+    pub(crate) fn rule_subjects(&self, index: usize, subject: Subject<'_>) -> Vec<String> {
+        let Some(rule) = self.rules.get(index) else {
+            return Vec::new();
+        };
+        let globs = match subject {
+            Subject::Tool(_) => &rule.tools,
+            Subject::Resource(_) => &rule.resources,
+            Subject::Prompt(_) => &rule.prompts,
+        };
+        globs.iter().map(|g| g.as_str().to_owned()).collect()
+    }
+
     /// The effective policy as text, per client and server: what `portcullis check` prints.
     pub(crate) fn describe(&self, clients: &[ClientId], servers: &[&str]) -> String {
         let mut out = String::new();
@@ -211,6 +225,69 @@ impl Policy {
         if !lines.is_empty() && !lines.iter().any(|l| l.starts_with("allow")) {
             lines.push("(nothing is allowed here: only deny rules match)".to_owned());
         }
+        lines.extend(self.describe_limits(client, server));
+        lines
+    }
+
+    /// Each allowed pattern with every rate that applies to it (a call takes a
+    /// token from each); nothing when no allow rule here has a rate.
+    fn describe_limits(&self, client: &ClientId, server: &str) -> Vec<String> {
+        let allows: Vec<&Rule> = self
+            .rules
+            .iter()
+            .filter(|r| {
+                r.action == Action::Allow
+                    && r.clients.iter().any(|g| client_matches(g, client))
+                    && r.servers.iter().any(|g| g.matches(server))
+            })
+            .collect();
+        if !allows.iter().any(|r| r.rate.is_some()) {
+            return Vec::new();
+        }
+        let mut lines = Vec::new();
+        for (kind, globs_of) in [
+            ("tool", (|r: &Rule| &r.tools) as fn(&Rule) -> &Vec<Glob>),
+            ("resource", |r: &Rule| &r.resources),
+            ("prompt", |r: &Rule| &r.prompts),
+        ] {
+            let mut patterns: Vec<&Glob> = Vec::new();
+            for glob in allows.iter().flat_map(|r| globs_of(r)) {
+                if !patterns.iter().any(|p| p.as_str() == glob.as_str()) {
+                    patterns.push(glob);
+                }
+            }
+            if patterns.is_empty() {
+                continue;
+            }
+            lines.push(format!(
+                "limits per {kind} (a call takes a token from each bucket listed):"
+            ));
+            let width = patterns.iter().map(|p| p.as_str().len()).max().unwrap_or(0);
+            for pattern in patterns {
+                let mut limits = Vec::new();
+                for rule in &allows {
+                    let Some(rate) = rule.rate else { continue };
+                    let globs = globs_of(rule);
+                    let Some(hit) = globs.iter().find(|g| g.overlaps(pattern)) else {
+                        continue;
+                    };
+                    let mut text = rate.describe();
+                    if !globs.iter().any(|g| g.covers(pattern)) {
+                        let _ = write!(text, ", if the name also matches {}", hit.as_str());
+                    }
+                    let _ = write!(text, " (rules[{}])", rule.index);
+                    limits.push(text);
+                }
+                if limits.is_empty() {
+                    limits.push("no limit".to_owned());
+                }
+                for (i, limit) in limits.iter().enumerate() {
+                    let name = if i == 0 { pattern.as_str() } else { "" };
+                    let plus = if i == 0 { "" } else { "+ " };
+                    lines.push(format!("  {name:<width$}  {plus}{limit}"));
+                }
+            }
+        }
         lines
     }
 }
@@ -244,23 +321,28 @@ fn client_matches(glob: &Glob, client: &ClientId) -> bool {
 impl Rate {
     /// `3 calls, then 1 every 20 s, per client` style text.
     pub fn describe(&self) -> String {
+        let key = match self.key {
+            RateKey::Client => "per client",
+            RateKey::ClientTool => "per client and tool",
+            RateKey::All => "shared by all clients",
+        };
+        format!("{}, {key}", self.quota_text())
+    }
+
+    /// `3 calls, then 1 every 20 s` style text: the bucket without who shares it.
+    pub fn quota_text(&self) -> String {
         let every = 1.0 / self.per_second;
         let refill = if self.per_second >= 1.0 {
             format!("{} per second", trim_float(self.per_second))
         } else {
             format!("1 every {} s", trim_float(every))
         };
-        let key = match self.key {
-            RateKey::Client => "per client",
-            RateKey::ClientTool => "per client and tool",
-            RateKey::All => "shared by all clients",
-        };
         let calls = if self.burst.get() == 1 {
             "call"
         } else {
             "calls"
         };
-        format!("{} {calls}, then {refill}, {key}", self.burst)
+        format!("{} {calls}, then {refill}", self.burst)
     }
 }
 

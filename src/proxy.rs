@@ -3,7 +3,7 @@
 //!
 //! Place in the path: everything between the client's TCP connection and the
 //! upstream's. Transport concerns only here; decisions live in `auth`,
-//! `policy` and `validate`, the sequence in `pipeline`.
+//! `policy`, `ratelimit` and `validate`, the sequence in `pipeline`.
 
 mod catalog;
 mod ingress;
@@ -15,6 +15,7 @@ mod upstream;
 pub(crate) use upstream::humanize;
 
 use std::collections::BTreeMap;
+use std::io;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
@@ -26,6 +27,7 @@ use axum::routing::any;
 
 use crate::config::{Config, SanitizeSettings};
 use crate::pins::Pins;
+use crate::ratelimit::{RateLimiter, RatePlan};
 use catalog::Catalog;
 use respond::OutputSchemas;
 use session::SessionTable;
@@ -45,6 +47,10 @@ pub(crate) struct AppState {
     pub next_id: AtomicU64,
     /// `[sanitize]`, shared with every reply in flight.
     pub sanitize: Arc<SanitizeSettings>,
+    /// Token buckets (they outlive a configuration: see `ratelimit`).
+    pub limiter: RateLimiter,
+    /// The buckets of `config`'s rules.
+    pub rate_plan: RatePlan,
 }
 
 /// One upstream and what the gateway knows of it.
@@ -57,14 +63,13 @@ pub(crate) struct ServerState {
 }
 
 impl AppState {
-    pub(crate) fn new(
-        config: Arc<Config>,
-        pins: Arc<Pins>,
-        loopback: bool,
-    ) -> Result<Self, reqwest::Error> {
+    /// Builds the state of `config`; inside a Tokio runtime (the Redis
+    /// rate-limit backend starts its connection task).
+    pub(crate) fn new(config: Arc<Config>, pins: Arc<Pins>, loopback: bool) -> io::Result<Self> {
         let mut servers = BTreeMap::new();
         for (name, settings) in &config.servers {
-            let upstream = Upstream::new(settings.clone(), config.gateway.max_response_bytes)?;
+            let upstream = Upstream::new(settings.clone(), config.gateway.max_response_bytes)
+                .map_err(io::Error::other)?;
             let catalog = Catalog::new(name, settings.pinning, pins.clone());
             servers.insert(
                 name.clone(),
@@ -75,7 +80,11 @@ impl AppState {
                 },
             );
         }
+        let limiter = RateLimiter::from_settings(&config.rate_limit).map_err(io::Error::other)?;
+        let rate_plan = RatePlan::new(&config.policy);
         Ok(Self {
+            limiter,
+            rate_plan,
             sessions: SessionTable::new(config.gateway.max_sessions),
             pins,
             sanitize: Arc::new(config.sanitize.clone()),

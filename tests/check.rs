@@ -124,6 +124,7 @@ fn every_fixture_and_snapshot_is_used() {
     };
     let mut expected: Vec<String> = BROKEN.iter().map(|s| s.to_string()).collect();
     expected.push("valid".into());
+    expected.push("rate_limits".into());
     expected.sort();
     assert_eq!(stems(FIXTURES, "toml"), expected, "fixtures without a test");
     if std::env::var("UPDATE_SNAPSHOTS").as_deref() != Ok("1") {
@@ -143,6 +144,14 @@ fn a_valid_config_prints_its_effective_policy() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stderr), "");
     assert_snapshot("valid", &text(&out.stdout));
+}
+
+/// Overlapping rates: each allowed pattern lists every bucket it draws from.
+#[test]
+fn check_lists_every_limit_per_tool() {
+    let out = check(&format!("{FIXTURES}/rate_limits.toml"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_snapshot("rate_limits", &text(&out.stdout));
 }
 
 #[test]

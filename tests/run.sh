@@ -3,7 +3,8 @@
 # tests need (the real MCP peers: a Python venv with the official SDK, one with
 # FastMCP, an npm folder with the TypeScript SDK and server-everything, and the
 # official conformance suite with the Node 22 it needs) into cache directories
-# outside the clone; later runs reuse them.
+# outside the clone, and Debian's redis-server when running as root; later runs
+# reuse them.
 #
 #   bash tests/run.sh
 #
@@ -21,11 +22,23 @@ step "installing test peers and the conformance suite (first use only)"
 bash tests/peers/setup.sh
 bash tests/conformance/setup.sh
 
+step "redis-server for the rate-limit tests (first use only)"
+if ! command -v redis-server >/dev/null; then
+  if [[ "$(id -u)" == 0 ]]; then
+    apt-get update -qq && apt-get install -y -qq redis-server
+  else
+    echo "redis-server is missing: run 'sudo apt-get install -y redis-server' (the rate-limit tests fail without it)"
+  fi
+fi
+command -v redis-server || true
+
 step "format"
 cargo fmt --check
 
 step "lint"
 cargo clippy --all-targets --locked -- -D warnings
+# The lean build without Redis support must stay clean too.
+cargo clippy --lib --no-default-features --locked -- -D warnings
 
 step "tests"
 cargo test --locked --no-fail-fast

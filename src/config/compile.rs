@@ -765,6 +765,18 @@ impl Ctx<'_> {
             ],
             RateKey::Client,
         )?;
+        // The buckets' arithmetic is exact up to a refill time of 100 years.
+        let refill_secs = f64::from(burst.get()) / per_second;
+        if refill_secs > crate::ratelimit::gcra::MAX_REFILL as f64 / 1e9 {
+            return Err(self.fail(
+                Some(rate.span()),
+                key,
+                format!(
+                    "an empty bucket would take {:.0} years to fill (burst / per_second); at most 100 years is supported",
+                    refill_secs / (365.0 * 86_400.0)
+                ),
+            ));
+        }
         Ok(Rate {
             burst,
             per_second,

@@ -161,6 +161,65 @@ impl Glob {
     }
 }
 
+impl Glob {
+    /// Whether some string matches both patterns (walks the pair of patterns
+    /// as one automaton; O(len × len)).
+    pub fn overlaps(&self, other: &Glob) -> bool {
+        let (a, b) = (&self.tokens, &other.tokens);
+        let width = b.len() + 1;
+        let mut seen = vec![false; (a.len() + 1) * width];
+        let mut todo = vec![(0usize, 0usize)];
+        while let Some((i, j)) = todo.pop() {
+            if std::mem::replace(&mut seen[i * width + j], true) {
+                continue;
+            }
+            if i == a.len() && j == b.len() {
+                return true;
+            }
+            let mut next = Vec::with_capacity(3);
+            // A `*` may match nothing.
+            if a.get(i) == Some(&Token::AnyRun) {
+                next.push((i + 1, j));
+            }
+            if b.get(j) == Some(&Token::AnyRun) {
+                next.push((i, j + 1));
+            }
+            // Or both consume one character they can both match.
+            if let (Some(x), Some(y)) = (a.get(i), b.get(j))
+                && x.shares_a_char_with(y)
+            {
+                let ni = if *x == Token::AnyRun { i } else { i + 1 };
+                let nj = if *y == Token::AnyRun { j } else { j + 1 };
+                if (ni, nj) != (i, j) {
+                    next.push((ni, nj));
+                }
+            }
+            todo.extend(next.into_iter().filter(|&(x, y)| !seen[x * width + y]));
+        }
+        false
+    }
+
+    /// Whether every string `other` matches is matched by this pattern too
+    /// (decided exactly when this pattern is `*`, equal to `other`, or `other`
+    /// is a literal; otherwise answered `false`).
+    pub fn covers(&self, other: &Glob) -> bool {
+        self.matches_all()
+            || self.tokens == other.tokens
+            || (other.is_literal() && self.matches(other.as_str_unescaped().as_str()))
+    }
+
+    /// The string a literal pattern names (escapes resolved).
+    fn as_str_unescaped(&self) -> String {
+        self.tokens
+            .iter()
+            .filter_map(|t| match t {
+                Token::Literal(c) => Some(*c),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 // === impl Shape ===
 
 impl Shape {
@@ -201,6 +260,28 @@ impl fmt::Display for Glob {
 // === impl Token ===
 
 impl Token {
+    /// Whether some character matches both tokens (classes are never empty;
+    /// a negated class is taken to share a character with any other class).
+    fn shares_a_char_with(&self, other: &Token) -> bool {
+        match (self, other) {
+            (Token::AnyOne | Token::AnyRun, _) | (_, Token::AnyOne | Token::AnyRun) => true,
+            (Token::Literal(c), t) | (t, Token::Literal(c)) => t.matches_char(*c),
+            (
+                Token::Class {
+                    negated: false,
+                    ranges: x,
+                },
+                Token::Class {
+                    negated: false,
+                    ranges: y,
+                },
+            ) => x
+                .iter()
+                .any(|(a, b)| y.iter().any(|(c, d)| a <= d && c <= b)),
+            _ => true,
+        }
+    }
+
     fn matches_char(&self, c: char) -> bool {
         match self {
             Token::Literal(l) => *l == c,
@@ -345,5 +426,23 @@ mod tests {
         let p = "*a*a*a*a*a*a*a*a*a*b";
         let text = "a".repeat(5_000);
         assert!(!m(p, &text));
+    }
+
+    #[test]
+    fn overlap_and_cover() {
+        let g = |p: &str| Glob::new(p).expect("valid glob");
+        let overlaps = |a: &str, b: &str| g(a).overlaps(&g(b)) && g(b).overlaps(&g(a));
+        assert!(overlaps("*", "echo"));
+        assert!(overlaps("search_*", "*_flight"));
+        assert!(overlaps("search_*", "search_flights"));
+        assert!(overlaps("a?c", "[ab]bc"));
+        assert!(!overlaps("search_*", "get_*"));
+        assert!(!overlaps("echo", "echo2"));
+        assert!(!overlaps("[a-c]x", "[d-f]x"));
+        assert!(overlaps("a*", "*b*c"));
+        assert!(g("*").covers(&g("search_*")));
+        assert!(g("search_*").covers(&g("search_flights")));
+        assert!(!g("search_*").covers(&g("*_flight")));
+        assert!(g("book\\*").covers(&g("book\\*")));
     }
 }

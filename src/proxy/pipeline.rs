@@ -2,16 +2,18 @@
 //!
 //! ```text
 //! admit → route → authenticate → read body → classify → negotiate → session
-//!   tools/call:   catalog → authorize → pin → rule arguments → Mcp-Param-* → validate → forward → relay
+//!   tools/call:   catalog → authorize → pin → rule arguments → rate limit → Mcp-Param-* → validate → forward → relay
 //!   lists:        forward every page → remember tools (pins) → serve pinned → filter per client → answer
 //!   initialize, server/discover: forward → pin the instructions → relay
-//!   read / get:   authorize → forward → relay
+//!   read / get:   authorize → rate limit → forward → relay
 //!   anything else:                       forward → relay
 //! ```
 //!
 //! Invariants: a step either passes the exchange on or stops it with a
 //! [`Rejection`]; nothing is sent upstream before every step for that method has
-//! passed; the same policy decision serves lists and calls.
+//! passed; the same policy decision serves lists and calls; only tools/call,
+//! resources/read and prompts/get take rate-limit tokens, and only once the
+//! access rules have let them through.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -32,7 +34,9 @@ use super::upstream::{Reply, UpstreamError, forwarded_headers};
 use super::{AppState, ServerState};
 use crate::auth::ClientId;
 use crate::config::{ArgumentScan, Config, Pinning, SanitizeSettings};
-use crate::error::{self, Rejection, RenderCtx, ToolRefusal, UpstreamFailure};
+use crate::error::{
+    self, Limit, Limited, RateLimited, Rejection, RenderCtx, ToolRefusal, UpstreamFailure,
+};
 use crate::mcp::headers::{
     self, MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
@@ -40,7 +44,8 @@ use crate::mcp::jsonrpc::{self, Message};
 use crate::mcp::sse::SseItem;
 use crate::mcp::version::Era;
 use crate::pins::{self, Cause, Hold, Key as PinKey, scan};
-use crate::policy::{Subject, closest};
+use crate::policy::{Decision, Subject, closest};
+use crate::ratelimit::Verdict;
 use crate::sanitize::{Report, Sanitizer, Skip};
 use crate::validate::Violation;
 
@@ -195,20 +200,26 @@ async fn post(
                 .relay(headers, body, recipient(state, ex, server, None))
                 .await
         }
-        Some("resources/read" | "resources/subscribe" | "resources/unsubscribe") => {
+        Some(method @ ("resources/read" | "resources/subscribe" | "resources/unsubscribe")) => {
             let uri = param_str(&message, "uri")?;
-            authorize_or_hide(config, client, server, Subject::Resource(uri), || {
+            let subject = Subject::Resource(uri);
+            let decision = authorize_or_hide(config, client, server, subject, || {
                 format!("Resource not found: {uri}")
             })?;
+            if method == "resources/read" {
+                rate_limit(state, config, client, server, subject, &decision).await?;
+            }
             forward
                 .relay(headers, body, recipient(state, ex, server, None))
                 .await
         }
         Some("prompts/get") => {
             let name = param_str(&message, "name")?;
-            authorize_or_hide(config, client, server, Subject::Prompt(name), || {
+            let subject = Subject::Prompt(name);
+            let decision = authorize_or_hide(config, client, server, subject, || {
                 format!("Unknown prompt: {name}")
             })?;
+            rate_limit(state, config, client, server, subject, &decision).await?;
             forward
                 .relay(headers, body, recipient(state, ex, server, None))
                 .await
@@ -321,6 +332,15 @@ async fn call_tool(
         .policy
         .check_arguments(&decision, &arguments)
         .map_err(|(rule, v)| argument_not_permitted(&name, rule, &v))?;
+    rate_limit(
+        forward.state,
+        config,
+        client,
+        server,
+        Subject::Tool(&name),
+        &decision,
+    )
+    .await?;
     let schema = entry.schema.as_ref().map_err(|e| quarantined(&name, e))?;
     let input_schema = entry.definition.get("inputSchema").unwrap_or(&Value::Null);
     if let Value::Object(args) = &arguments {
@@ -347,6 +367,52 @@ async fn call_tool(
     let mut to = recipient(forward.state, ex, server, Some(name));
     to.call = facts;
     forward.relay(headers, body, to).await
+}
+
+/// Takes a token from every bucket the access decision names, or refuses the
+/// call and says when it may be made again. Nothing is taken when any bucket refuses.
+async fn rate_limit(
+    state: &AppState,
+    config: &Config,
+    client: &ClientId,
+    server: &ServerState,
+    subject: Subject<'_>,
+    decision: &Decision,
+) -> Result<(), Rejection> {
+    let server_name = server.upstream.settings.name.as_str();
+    let buckets = state
+        .rate_plan
+        .buckets(&config.policy, decision, client, server_name, subject);
+    if buckets.is_empty() {
+        return Ok(());
+    }
+    let (limit, retry_after) = match state.limiter.check(&buckets).await {
+        Verdict::Admitted => return Ok(()),
+        Verdict::Limited {
+            bucket,
+            retry_after,
+        } => {
+            let bucket = &buckets[bucket];
+            let limit = Limit {
+                rule: bucket.rule,
+                rate: bucket.rate,
+                shared_by: config.policy.rule_subjects(bucket.rule, subject),
+            };
+            (Some(limit), retry_after)
+        }
+        Verdict::Unavailable => (None, std::time::Duration::from_secs(1)),
+    };
+    let subject = match subject {
+        Subject::Tool(n) => Limited::Tool(n.to_owned()),
+        Subject::Resource(u) => Limited::Resource(u.to_owned()),
+        Subject::Prompt(n) => Limited::Prompt(n.to_owned()),
+    };
+    Err(Rejection::RateLimited(RateLimited {
+        subject,
+        client: client.name().to_owned(),
+        limit,
+        retry_after,
+    }))
 }
 
 fn unknown_tool(
@@ -782,13 +848,12 @@ fn authorize_or_hide(
     server: &ServerState,
     subject: Subject<'_>,
     not_found: impl FnOnce() -> String,
-) -> Result<(), Rejection> {
-    if config
+) -> Result<Decision, Rejection> {
+    let decision = config
         .policy
-        .decide(client, &server.upstream.settings.name, subject)
-        .allowed
-    {
-        Ok(())
+        .decide(client, &server.upstream.settings.name, subject);
+    if decision.allowed {
+        Ok(decision)
     } else {
         // The same answer a missing resource or prompt gets: no existence oracle.
         Err(Rejection::NotFound(not_found()))
@@ -809,12 +874,14 @@ fn authorize_completion(
             authorize_or_hide(config, client, server, Subject::Prompt(name), || {
                 format!("Unknown prompt: {name}")
             })
+            .map(drop)
         }
         Some("ref/resource") => {
             let uri = field("uri").unwrap_or_default();
             authorize_or_hide(config, client, server, Subject::Resource(uri), || {
                 format!("Resource not found: {uri}")
             })
+            .map(drop)
         }
         _ => Err(Rejection::InvalidParams(
             "completion/complete needs params.ref of type ref/prompt or ref/resource".into(),

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod misbehaving;
+pub mod redis;
 pub mod upstreams;
 
 use std::path::PathBuf;

@@ -159,6 +159,13 @@ fn arguments_and_rates_are_validated() {
         base()
     ));
     assert_eq!(e.key, "rules[0].rate.per_second");
+    // A bucket that would take more than 100 years to fill is refused.
+    let e = refuse(&format!(
+        "{}{rule}rate = {{ burst = 10000, per_second = 0.000001 }}\n",
+        base()
+    ));
+    assert_eq!(e.key, "rules[0].rate");
+    assert!(e.reason.contains("100 years"), "{}", e.reason);
     let c = accept(&format!(
         "{}{rule}rate = {{ burst = 3, per_second = 0.05, key = \"client+tool\" }}\n",
         base()

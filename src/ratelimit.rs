@@ -1,0 +1,498 @@
+//! Rate limiting: the token buckets named by the `rate` of every matching
+//! allow rule, kept in memory or shared through Redis.
+//!
+//! Place in the path: for `tools/call` (and `resources/read`, `prompts/get`),
+//! after the access rules and the rules' `arguments`, before schema
+//! validation. A call refused by the rules takes no token; a call with
+//! invalid arguments does, so an agent looping on invalid calls is throttled.
+//! Nothing else (initialize, lists, notifications, discover) consumes.
+//!
+//! Semantics:
+//! - A rule's `rate = { burst, per_second, key }` is a bucket of `burst`
+//!   tokens gaining `per_second` tokens a second, never holding more than
+//!   `burst` ([`gcra`] has the exact arithmetic).
+//! - `key` says who shares it: `"client"` one bucket per client across the
+//!   rule's tools (on all its servers), `"client+tool"` one per client per tool
+//!   (a tool is a server and a name; for a resource it is the URI, for a prompt
+//!   its name), `"all"` one for everybody. Keys come only from authenticated
+//!   client names, the rule and the tool, never from other request data.
+//! - A call needs a token from every bucket that applies; a refused call takes
+//!   none from any ([`memory`] and the Redis script decide all buckets at once).
+//! - A bucket belongs to its rule's *content* (who, where, what, and rate), not
+//!   to its position in the file: identical rules share buckets (which changes
+//!   nothing, as they always hold the same tokens), and a rule that is moved or
+//!   left unchanged by a configuration reload keeps its state.
+//!
+//! Invariants: one check per call, O(1) in the number of clients, no global
+//! lock; a backend that cannot answer is counted, logged, and answered per
+//! `on_backend_error`.
+
+pub mod clock;
+pub mod gcra;
+mod memory;
+#[cfg(feature = "redis-ratelimit")]
+mod redis;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use crate::auth::ClientId;
+use crate::config::{OnBackendError, RateBackend, RateLimitSettings};
+use crate::policy::{Decision, Policy, Rate, RateKey, Rule, Subject};
+use clock::{Clock, MonotonicClock};
+use gcra::{NANOS_PER_SEC, Quota};
+use memory::MemoryStore;
+
+/// How often the janitor drops full buckets from memory.
+pub const JANITOR_EVERY: Duration = Duration::from_secs(30);
+/// Longest name kept as it is in a key; longer ones are replaced by their SHA-256.
+const MAX_KEY_PART: usize = 200;
+/// How often a lasting backend outage is logged again.
+const REPORT_EVERY: Duration = Duration::from_secs(10);
+
+/// One bucket a call needs a token from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bucket {
+    /// Who shares it: see [`bucket_key`].
+    pub key: String,
+    /// Its shape.
+    pub quota: Quota,
+    /// Position in `[[rules]]` of the rule it comes from.
+    pub rule: usize,
+    /// The rule's `rate`, as configured.
+    pub rate: Rate,
+}
+
+/// What a call gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// A token was taken from every bucket.
+    Admitted,
+    /// Refused; nothing was taken.
+    Limited {
+        /// Position of the binding bucket in the checked list.
+        bucket: usize,
+        /// The call passes once this much time has gone by (exact, to the nanosecond).
+        retry_after: Duration,
+    },
+    /// The backend could not answer and `on_backend_error = "deny"`.
+    Unavailable,
+}
+
+/// A limiter that cannot be built from the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum RateLimitError {
+    /// The binary was built without Redis support.
+    #[error(
+        "`rate_limit.backend = \"redis\"` needs a build with the `redis-ratelimit` feature (on by default)"
+    )]
+    RedisNotBuilt,
+    /// The Redis URL cannot be used.
+    #[error("`rate_limit.redis_url` cannot be used: {0}")]
+    RedisUrl(String),
+}
+
+/// The buckets of every rule with a `rate`, and where they live.
+#[derive(Debug)]
+pub struct RateLimiter {
+    backend: Backend,
+    #[cfg_attr(not(feature = "redis-ratelimit"), allow(dead_code))]
+    on_error: OnBackendError,
+    health: Health,
+}
+
+#[derive(Debug)]
+enum Backend {
+    Memory {
+        store: Arc<MemoryStore>,
+        clock: Arc<dyn Clock>,
+    },
+    #[cfg(feature = "redis-ratelimit")]
+    Redis(redis::RedisStore),
+}
+
+/// Backend failures: counted, and logged when they start, every
+/// [`REPORT_EVERY`] while they last, and when they end.
+#[derive(Debug, Default)]
+struct Health {
+    errors: AtomicU64,
+    failing: AtomicBool,
+    last_report: Mutex<Option<Instant>>,
+}
+
+// === impl RateLimiter ===
+
+impl RateLimiter {
+    /// The limiter `[rate_limit]` asks for. The Redis backend must be built
+    /// inside a Tokio runtime; it connects on first use.
+    pub fn from_settings(settings: &RateLimitSettings) -> Result<Self, RateLimitError> {
+        match &settings.backend {
+            RateBackend::Memory => Ok(Self::memory(Arc::new(MonotonicClock::new()))),
+            RateBackend::Redis(url) => Self::redis(url, settings.on_backend_error),
+        }
+    }
+
+    /// Buckets in this process, on `clock`.
+    pub fn memory(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            backend: Backend::Memory {
+                store: Arc::new(MemoryStore::new()),
+                clock,
+            },
+            on_error: OnBackendError::Deny,
+            health: Health::default(),
+        }
+    }
+
+    /// Buckets shared through the Redis at `url`.
+    #[cfg(feature = "redis-ratelimit")]
+    pub fn redis(url: &str, on_error: OnBackendError) -> Result<Self, RateLimitError> {
+        let store =
+            redis::RedisStore::new(url).map_err(|e| RateLimitError::RedisUrl(e.to_string()))?;
+        Ok(Self {
+            backend: Backend::Redis(store),
+            on_error,
+            health: Health::default(),
+        })
+    }
+
+    /// Buckets shared through Redis: not in this build.
+    #[cfg(not(feature = "redis-ratelimit"))]
+    pub fn redis(_url: &str, _on_error: OnBackendError) -> Result<Self, RateLimitError> {
+        Err(RateLimitError::RedisNotBuilt)
+    }
+
+    /// Decides a call needing a token from each of `buckets` (see [`RatePlan::buckets`]).
+    pub async fn check(&self, buckets: &[Bucket]) -> Verdict {
+        match &self.backend {
+            Backend::Memory { store, clock } => memory_verdict(store, buckets, clock.now()),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(store) => self.redis_verdict(store, buckets, None).await,
+        }
+    }
+
+    /// [`check`](Self::check) at an explicit instant instead of the backend's
+    /// clock: nanoseconds of the memory clock, or since the Unix epoch for
+    /// Redis. For tests and replays; the gateway uses `check`.
+    pub async fn check_at(&self, buckets: &[Bucket], now: u64) -> Verdict {
+        match &self.backend {
+            Backend::Memory { store, .. } => memory_verdict(store, buckets, now),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(store) => self.redis_verdict(store, buckets, Some(now)).await,
+        }
+    }
+
+    #[cfg(feature = "redis-ratelimit")]
+    async fn redis_verdict(
+        &self,
+        store: &redis::RedisStore,
+        buckets: &[Bucket],
+        now: Option<u64>,
+    ) -> Verdict {
+        if buckets.is_empty() {
+            return Verdict::Admitted;
+        }
+        match store.check(buckets, now).await {
+            Ok(decision) => {
+                self.health.recovered();
+                match decision {
+                    Ok(()) => Verdict::Admitted,
+                    Err((bucket, wait)) => Verdict::Limited {
+                        bucket,
+                        retry_after: Duration::from_nanos(wait),
+                    },
+                }
+            }
+            Err(e) => {
+                self.health.failed(&e, self.on_error);
+                match self.on_error {
+                    OnBackendError::Deny => Verdict::Unavailable,
+                    OnBackendError::Allow => Verdict::Admitted,
+                }
+            }
+        }
+    }
+
+    /// Times the backend could not answer since start (a counter for metrics).
+    pub fn backend_errors(&self) -> u64 {
+        self.health.errors.load(Ordering::Relaxed)
+    }
+
+    /// Keys held in memory (`None` for Redis, which expires its own).
+    pub fn keys(&self) -> Option<usize> {
+        match &self.backend {
+            Backend::Memory { store, .. } => Some(store.len()),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(_) => None,
+        }
+    }
+
+    /// Bytes the in-memory tables hold (24 bytes per slot plus a control
+    /// byte; no allocation per key), `None` for Redis.
+    pub fn memory_bytes(&self) -> Option<usize> {
+        match &self.backend {
+            Backend::Memory { store, .. } => Some(store.table_bytes()),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(_) => None,
+        }
+    }
+
+    /// Drops every full bucket from memory now; returns how many went.
+    pub fn sweep(&self) -> usize {
+        match &self.backend {
+            Backend::Memory { store, clock } => store.sweep(clock.now()),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(_) => 0,
+        }
+    }
+
+    /// Starts the janitor that reclaims idle keys every `every` (memory
+    /// backend only); it stops by itself when the limiter is dropped.
+    #[cfg_attr(not(feature = "redis-ratelimit"), allow(irrefutable_let_patterns))]
+    pub fn spawn_janitor(&self, every: Duration) -> Option<tokio::task::JoinHandle<()>> {
+        let Backend::Memory { store, clock } = &self.backend else {
+            return None;
+        };
+        let store: Weak<MemoryStore> = Arc::downgrade(store);
+        let clock = clock.clone();
+        Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(store) = store.upgrade() else { break };
+                let removed = store.sweep(clock.now());
+                if removed > 0 {
+                    tracing::debug!(removed, kept = store.len(), "rate-limit janitor");
+                }
+            }
+        }))
+    }
+}
+
+fn memory_verdict(store: &MemoryStore, buckets: &[Bucket], now: u64) -> Verdict {
+    let outcome = match buckets {
+        [] => Ok(()),
+        [one] => store.check(&[one.key.as_bytes()], &[one.quota], now),
+        many => {
+            let keys: Vec<&[u8]> = many.iter().map(|b| b.key.as_bytes()).collect();
+            let quotas: Vec<Quota> = many.iter().map(|b| b.quota).collect();
+            store.check(&keys, &quotas, now)
+        }
+    };
+    match outcome {
+        Ok(()) => Verdict::Admitted,
+        Err(r) => Verdict::Limited {
+            bucket: r.index,
+            retry_after: Duration::from_nanos(r.retry_at.saturating_sub(now)),
+        },
+    }
+}
+
+// === impl Health ===
+
+impl Health {
+    #[cfg_attr(not(feature = "redis-ratelimit"), allow(dead_code))]
+    fn failed(&self, error: &dyn std::fmt::Display, policy: OnBackendError) {
+        let errors = self.errors.fetch_add(1, Ordering::Relaxed) + 1;
+        let started = !self.failing.swap(true, Ordering::AcqRel);
+        let due = {
+            let mut last = self
+                .last_report
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let due = started || last.is_none_or(|t| t.elapsed() >= REPORT_EVERY);
+            if due {
+                *last = Some(Instant::now());
+            }
+            due
+        };
+        if due {
+            let calls = match policy {
+                OnBackendError::Deny => "refused (on_backend_error = \"deny\")",
+                OnBackendError::Allow => "let through unlimited (on_backend_error = \"allow\")",
+            };
+            tracing::warn!(
+                errors,
+                error = %error,
+                "rate-limit backend unreachable: rate-limited calls are {calls} until it answers"
+            );
+        }
+    }
+
+    #[cfg_attr(not(feature = "redis-ratelimit"), allow(dead_code))]
+    fn recovered(&self) {
+        if self.failing.load(Ordering::Relaxed) && self.failing.swap(false, Ordering::AcqRel) {
+            tracing::info!(
+                errors = self.errors.load(Ordering::Relaxed),
+                "rate-limit backend reachable again"
+            );
+        }
+    }
+}
+
+// === RatePlan ===
+
+/// Every rule's bucket shape and identity, computed once per configuration.
+#[derive(Debug, Default)]
+pub struct RatePlan {
+    /// By position in `[[rules]]`: the rule's tag and quota, when it has a `rate`.
+    rules: Vec<Option<(String, Quota)>>,
+}
+
+impl RatePlan {
+    /// The plan of `policy`.
+    pub fn new(policy: &Policy) -> Self {
+        Self {
+            rules: policy
+                .rules
+                .iter()
+                .map(|r| r.rate.map(|rate| (rule_tag(r), Quota::of(&rate))))
+                .collect(),
+        }
+    }
+
+    /// The buckets a use of `subject` on `server` by `client` needs, given the
+    /// access decision (every matching allow rule with a `rate`), without
+    /// duplicates.
+    pub fn buckets(
+        &self,
+        policy: &Policy,
+        decision: &Decision,
+        client: &ClientId,
+        server: &str,
+        subject: Subject<'_>,
+    ) -> Vec<Bucket> {
+        let mut out: Vec<Bucket> = Vec::new();
+        for (rule, rate) in policy.rates(&decision.allow_rules) {
+            let Some(Some((tag, quota))) = self.rules.get(rule) else {
+                continue;
+            };
+            let key = bucket_key(tag, rate.key, client, server, subject);
+            if out.iter().any(|b| b.key == key) {
+                continue;
+            }
+            out.push(Bucket {
+                key,
+                quota: *quota,
+                rule,
+                rate,
+            });
+        }
+        out
+    }
+}
+
+/// The identity of a rule's buckets: the first 8 bytes (hex) of the SHA-256 of
+/// what it matches and its rate. Its position and `arguments` are left out.
+fn rule_tag(rule: &Rule) -> String {
+    let mut h = Sha256::new();
+    for list in [
+        &rule.clients,
+        &rule.servers,
+        &rule.tools,
+        &rule.resources,
+        &rule.prompts,
+    ] {
+        h.update((list.len() as u64).to_le_bytes());
+        for glob in list {
+            h.update((glob.as_str().len() as u64).to_le_bytes());
+            h.update(glob.as_str().as_bytes());
+        }
+    }
+    if let Some(rate) = rule.rate {
+        h.update(rate.burst.get().to_le_bytes());
+        h.update(rate.per_second.to_bits().to_le_bytes());
+        h.update(key_name(rate.key).as_bytes());
+    }
+    hex::encode(&h.finalize()[..8])
+}
+
+/// The key of a bucket: the rule's tag, then what `key` says is shared, each
+/// name with its length so that no two different keys read the same:
+///
+/// ```text
+/// 3f2a…/all
+/// 3f2a…/client/5:alice
+/// 3f2a…/client+tool/5:alice/7:flights/tool/4:echo
+/// ```
+pub fn bucket_key(
+    tag: &str,
+    key: RateKey,
+    client: &ClientId,
+    server: &str,
+    subject: Subject<'_>,
+) -> String {
+    let mut out = String::with_capacity(tag.len() + 64 + client.name().len() + server.len());
+    out.push_str(tag);
+    out.push('/');
+    out.push_str(key_name(key));
+    if key == RateKey::All {
+        return out;
+    }
+    push_part(&mut out, client.name());
+    if key == RateKey::Client {
+        return out;
+    }
+    push_part(&mut out, server);
+    let (kind, name) = match subject {
+        Subject::Tool(n) => ("tool", n),
+        Subject::Resource(n) => ("resource", n),
+        Subject::Prompt(n) => ("prompt", n),
+    };
+    out.push('/');
+    out.push_str(kind);
+    push_part(&mut out, name);
+    out
+}
+
+fn push_part(out: &mut String, part: &str) {
+    out.push('/');
+    if part.len() <= MAX_KEY_PART {
+        // The length in decimal, without the formatting machinery (hot path).
+        let mut digits = [0u8; 20];
+        let mut start = digits.len();
+        let mut n = part.len();
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        out.extend(digits[start..].iter().map(|&d| char::from(d)));
+        out.push(':');
+        out.push_str(part);
+    } else {
+        out.push_str("sha256:");
+        out.push_str(&hex::encode(Sha256::digest(part.as_bytes())));
+    }
+}
+
+fn key_name(key: RateKey) -> &'static str {
+    match key {
+        RateKey::Client => "client",
+        RateKey::ClientTool => "client+tool",
+        RateKey::All => "all",
+    }
+}
+
+/// Whole milliseconds, rounded up: waiting this long is always enough.
+pub fn ceil_millis(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+/// Whole seconds, rounded up (for `Retry-After`), at least 1.
+pub fn ceil_secs(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(u128::from(NANOS_PER_SEC)))
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+#[cfg(test)]
+mod tests;

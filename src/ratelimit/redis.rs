@@ -1,0 +1,117 @@
+//! The Redis bucket store: every replica pointed at the same Redis shares each
+//! bucket exactly.
+//!
+//! Place in the path: behind [`super::RateLimiter`] with `backend = "redis"`.
+//!
+//! One call is one script run (`gcra.lua`, EVALSHA, loaded again by itself
+//! after a Redis restart): the script reads every bucket of the call, decides
+//! with the arithmetic of [`super::gcra`] on Redis's own clock (`TIME`, so
+//! the replicas' clocks do not matter), and writes all of them or none.
+//! Redis runs a script atomically, so concurrent calls from any replica see
+//! one order. Keys expire when their bucket is full again (Redis's own
+//! janitor).
+//!
+//! Invariants: one round trip per call; a call never waits longer than
+//! [`CALL_TIMEOUT`] for Redis; the connection is re-established by itself
+//! after Redis goes away (the first call after an outage reconnects).
+//! Redis Cluster is not supported (a call's keys may live in different slots).
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{RedisError, Script};
+
+use super::Bucket;
+use super::gcra::NANOS_PER_SEC;
+
+/// Prefix of every key the gateway writes.
+pub(crate) const KEY_PREFIX: &str = "portcullis:rl:";
+/// Longest wait for one decision, connecting included.
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_millis(1500);
+/// Longest wait for a TCP connection to Redis.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest wait for Redis's answer on an open connection.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What Redis decided: admitted, or the bucket that binds and the wait in ns.
+pub(crate) type Decision = Result<(), (usize, u64)>;
+
+/// Buckets in Redis.
+pub(crate) struct RedisStore {
+    connection: ConnectionManager,
+    script: Script,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore").finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// A store at `url`; connects on first use (Redis may be down at start).
+    /// Must be called inside a Tokio runtime.
+    pub(crate) fn new(url: &str) -> Result<Self, RedisError> {
+        let client = redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            // Fail fast while Redis is away; the next call tries again.
+            .set_number_of_retries(0);
+        let connection = ConnectionManager::new_lazy_with_config(client, config)?;
+        Ok(Self {
+            connection,
+            script: Script::new(include_str!("gcra.lua")),
+        })
+    }
+
+    /// Decides a call needing a token from every bucket; `now` (nanoseconds
+    /// since the Unix epoch) replaces Redis's clock when given.
+    pub(crate) async fn check(
+        &self,
+        buckets: &[Bucket],
+        now: Option<u64>,
+    ) -> Result<Decision, RedisError> {
+        let mut invocation = self.script.prepare_invoke();
+        match now {
+            Some(t) => invocation.arg(t / NANOS_PER_SEC).arg(t % NANOS_PER_SEC),
+            None => invocation.arg("").arg(""),
+        };
+        for bucket in buckets {
+            let (interval, capacity) = (bucket.quota.interval(), bucket.quota.capacity());
+            invocation
+                .key(redis_key(&bucket.key))
+                .arg(interval / NANOS_PER_SEC)
+                .arg(interval % NANOS_PER_SEC)
+                .arg(capacity / NANOS_PER_SEC)
+                .arg(capacity % NANOS_PER_SEC);
+        }
+        let mut connection = self.connection.clone();
+        let run = invocation.invoke_async::<Vec<u64>>(&mut connection);
+        let reply = match tokio::time::timeout(CALL_TIMEOUT, run).await {
+            Ok(reply) => reply?,
+            Err(_) => {
+                return Err(RedisError::from((
+                    redis::ErrorKind::Io,
+                    "no answer from Redis in time",
+                )));
+            }
+        };
+        match reply.as_slice() {
+            [1] => Ok(Ok(())),
+            [0, index, secs, nanos] if (1..=buckets.len() as u64).contains(index) => Ok(Err((
+                (*index - 1) as usize,
+                secs.saturating_mul(NANOS_PER_SEC).saturating_add(*nanos),
+            ))),
+            _ => Err(RedisError::from((
+                redis::ErrorKind::Parse,
+                "unexpected reply from the rate-limit script",
+            ))),
+        }
+    }
+}
+
+/// The Redis key of a bucket.
+pub(crate) fn redis_key(bucket_key: &str) -> String {
+    format!("{KEY_PREFIX}{bucket_key}")
+}
