@@ -87,7 +87,7 @@ pub enum Mode {
 }
 
 /// `[servers.NAME]`: one upstream.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct ServerSettings {
     /// The server's name, as in `/mcp/<name>`.
     pub name: String,

@@ -34,8 +34,9 @@ pub mod app;
 pub(crate) mod error;
 pub(crate) mod mcp;
 pub(crate) mod proxy;
+pub(crate) mod reload;
 pub mod validate;
 
-pub use app::{Gateway, GatewayHandle};
+pub use app::{Gateway, GatewayHandle, Reloader};
 pub use config::Config;
 pub mod telemetry;

@@ -23,6 +23,9 @@ enum Command {
         /// The TOML configuration file.
         #[arg(long, short, env = "PORTCULLIS_CONFIG")]
         config: PathBuf,
+        /// Do not reload when the file changes (SIGHUP and POST /api/reload still reload).
+        #[arg(long)]
+        no_watch: bool,
     },
     /// Check a configuration and print the effective policy.
     Check {
@@ -86,7 +89,7 @@ fn main() -> ExitCode {
         Command::Check { config } => check(&config),
         Command::Pins { command } => pins(command),
         Command::HashKey => hash_key(),
-        Command::Run { config } => serve(|| run(config)),
+        Command::Run { config, no_watch } => serve(|| run(config, !no_watch)),
         Command::Demo { port } => serve(|| run_demo(port)),
     }
 }
@@ -175,13 +178,16 @@ where
     }
 }
 
-async fn run(path: PathBuf) -> anyhow::Result<()> {
+async fn run(path: PathBuf, watch: bool) -> anyhow::Result<()> {
     let config = config::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
     telemetry::init(config.telemetry.log_format);
-    let gateway = Gateway::bind(config)
+    drop(config);
+    let gateway = Gateway::bind_file(&path)
         .await
-        .context("cannot bind the listeners")?;
+        .context("cannot start")?
+        .watch_file(watch);
     tracing::info!(mcp = %gateway.local_addr()?, admin = %gateway.admin_addr()?, "listening");
+    reload_on_sighup(gateway.reloader());
     gateway
         .run(shutdown_signal())
         .await
@@ -198,6 +204,24 @@ async fn run_demo(port: u16) -> anyhow::Result<()> {
         .run(shutdown_signal())
         .await
         .context("the server failed")
+}
+
+/// Reloads the configuration file on every SIGHUP.
+fn reload_on_sighup(reloader: portcullis::Reloader) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP; reload with POST /api/reload");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the configuration");
+            let _ = reloader.reload("sighup").await;
+        }
+    });
+    #[cfg(not(unix))]
+    drop(reloader);
 }
 
 /// Resolves on SIGINT or SIGTERM.

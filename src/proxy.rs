@@ -15,8 +15,11 @@ mod upstream;
 pub(crate) use upstream::humanize;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
 
 use axum::Router;
 use axum::body::Body;
@@ -34,8 +37,9 @@ use upstream::Upstream;
 /// Shared by every request.
 #[derive(Debug)]
 pub(crate) struct AppState {
-    pub config: Arc<Config>,
-    pub servers: BTreeMap<String, ServerState>,
+    /// The configuration in force and the per-server state built for it,
+    /// swapped whole on reload; a request loads it once and keeps it.
+    pub live: ArcSwap<Live>,
     pub sessions: SessionTable,
     /// Pinned tool definitions and server instructions.
     pub pins: Arc<Pins>,
@@ -43,6 +47,19 @@ pub(crate) struct AppState {
     pub loopback: bool,
     /// Ids of requests the gateway sends on its own.
     pub next_id: AtomicU64,
+    /// The file the configuration is reloaded from (none when started from text).
+    pub config_path: Option<PathBuf>,
+    /// Serializes reloads and records the last one.
+    pub reloads: tokio::sync::Mutex<()>,
+    /// The outcome of the last reload, and counts.
+    pub reload_status: Mutex<crate::reload::Status>,
+}
+
+/// One configuration in force, with the state of its servers.
+#[derive(Debug)]
+pub(crate) struct Live {
+    pub config: Arc<Config>,
+    pub servers: BTreeMap<String, Arc<ServerState>>,
     /// `[sanitize]`, shared with every reply in flight.
     pub sanitize: Arc<SanitizeSettings>,
 }
@@ -61,28 +78,62 @@ impl AppState {
         config: Arc<Config>,
         pins: Arc<Pins>,
         loopback: bool,
+        config_path: Option<PathBuf>,
     ) -> Result<Self, reqwest::Error> {
-        let mut servers = BTreeMap::new();
-        for (name, settings) in &config.servers {
-            let upstream = Upstream::new(settings.clone(), config.gateway.max_response_bytes)?;
-            let catalog = Catalog::new(name, settings.pinning, pins.clone());
-            servers.insert(
-                name.clone(),
-                ServerState {
-                    upstream: Arc::new(upstream),
-                    catalog: Arc::new(catalog),
-                    output_schemas: OutputSchemas::default(),
-                },
-            );
-        }
+        let live = Live::build(config.clone(), None, &pins)?;
         Ok(Self {
+            live: ArcSwap::from_pointee(live),
             sessions: SessionTable::new(config.gateway.max_sessions),
             pins,
+            loopback,
+            next_id: AtomicU64::new(1),
+            config_path,
+            reloads: tokio::sync::Mutex::new(()),
+            reload_status: Mutex::new(crate::reload::Status::default()),
+        })
+    }
+
+    /// The configuration in force now.
+    pub(crate) fn config(&self) -> Arc<Config> {
+        self.live.load().config.clone()
+    }
+}
+
+impl Live {
+    /// Builds the state of every server of `config`, keeping from `previous`
+    /// the state of each server whose settings did not change.
+    pub(crate) fn build(
+        config: Arc<Config>,
+        previous: Option<&Live>,
+        pins: &Arc<Pins>,
+    ) -> Result<Self, reqwest::Error> {
+        let max_response = config.gateway.max_response_bytes;
+        let mut servers = BTreeMap::new();
+        for (name, settings) in &config.servers {
+            let kept = previous.and_then(|p| {
+                let old = p.servers.get(name)?;
+                let same = *old.upstream.settings == **settings
+                    && old.upstream.max_response_bytes == max_response;
+                same.then(|| old.clone())
+            });
+            let state = match kept {
+                Some(state) => state,
+                None => {
+                    let upstream = Upstream::new(settings.clone(), max_response)?;
+                    let catalog = Catalog::new(name, settings.pinning, pins.clone());
+                    Arc::new(ServerState {
+                        upstream: Arc::new(upstream),
+                        catalog: Arc::new(catalog),
+                        output_schemas: OutputSchemas::default(),
+                    })
+                }
+            };
+            servers.insert(name.clone(), state);
+        }
+        Ok(Self {
             sanitize: Arc::new(config.sanitize.clone()),
             config,
             servers,
-            loopback,
-            next_id: AtomicU64::new(1),
         })
     }
 }

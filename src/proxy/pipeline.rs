@@ -29,7 +29,7 @@ use super::catalog::ToolSet;
 use super::ingress::{admit, negotiate, read_body};
 use super::respond::{self, CallFacts, Recipient, relay};
 use super::upstream::{Reply, UpstreamError, forwarded_headers};
-use super::{AppState, ServerState};
+use super::{AppState, Live, ServerState};
 use crate::auth::ClientId;
 use crate::config::{ArgumentScan, Config, Pinning, SanitizeSettings};
 use crate::error::{self, Rejection, RenderCtx, ToolRefusal, UpstreamFailure};
@@ -88,16 +88,17 @@ pub(crate) async fn handle(
         era: Era::Legacy,
         tool: None,
     };
-    let config = state.config.clone();
-    let (response, outcome, source) =
-        match serve(&state, &config, &mut ex, server, parts, body).await {
-            Ok(response) => (response, "forwarded", None),
-            Err(rejection) => {
-                let code = rejection.code();
-                let source = rejection.source();
-                (rejection.into_response(ex.render_ctx()), code, Some(source))
-            }
-        };
+    // One configuration for the whole request, whatever a reload does meanwhile.
+    let live = state.live.load_full();
+    let (response, outcome, source) = match serve(&state, &live, &mut ex, server, parts, body).await
+    {
+        Ok(response) => (response, "forwarded", None),
+        Err(rejection) => {
+            let code = rejection.code();
+            let source = rejection.source();
+            (rejection.into_response(ex.render_ctx()), code, Some(source))
+        }
+    };
     tracing::info!(
         client = ex.client.as_ref().map(ClientId::name),
         server = ex.server.as_deref(),
@@ -115,14 +116,15 @@ pub(crate) async fn handle(
 
 async fn serve(
     state: &Arc<AppState>,
-    config: &Config,
+    live: &Live,
     ex: &mut Exchange,
     server: Option<String>,
     parts: Parts,
     body: Body,
 ) -> Result<Response, Rejection> {
+    let config = &*live.config;
     admit(&parts.headers, &config.gateway, state.loopback)?;
-    let server = route(state, server)?;
+    let server = route(live, server)?;
     ex.server = Some(server.upstream.settings.name.clone());
     let client = config
         .clients
@@ -132,24 +134,28 @@ async fn serve(
     match parts.method {
         Method::POST => {
             let body = read_body(&parts.headers, body, config.gateway.max_request_bytes).await?;
-            post(state, config, ex, server, &client, &parts.headers, body).await
+            post(state, live, ex, server, &client, &parts.headers, body).await
         }
-        Method::GET | Method::DELETE => stream_or_end(state, server, ex, &client, &parts).await,
+        Method::GET | Method::DELETE => {
+            stream_or_end(state, live, server, ex, &client, &parts).await
+        }
         _ => Err(Rejection::MethodNotAllowed("GET, POST, DELETE")),
     }
 }
 
 /// `/mcp/<name>`, or `/mcp` when exactly one server is configured.
-fn route(state: &AppState, server: Option<String>) -> Result<&ServerState, Rejection> {
+fn route(live: &Live, server: Option<String>) -> Result<&ServerState, Rejection> {
     match server {
-        Some(name) => state
+        Some(name) => live
             .servers
             .get(&name)
+            .map(|s| &**s)
             .ok_or(Rejection::UnknownServer(name)),
-        None if state.servers.len() == 1 => state
+        None if live.servers.len() == 1 => live
             .servers
             .values()
             .next()
+            .map(|s| &**s)
             .ok_or(Rejection::UnknownServer(String::new())),
         None => Err(Rejection::UnknownServer(
             "(none: name one in the path, /mcp/<server>)".into(),
@@ -159,13 +165,14 @@ fn route(state: &AppState, server: Option<String>) -> Result<&ServerState, Rejec
 
 async fn post(
     state: &Arc<AppState>,
-    config: &Config,
+    live: &Live,
     ex: &mut Exchange,
     server: &ServerState,
     client: &ClientId,
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response, Rejection> {
+    let config = &*live.config;
     let message =
         Message::classify(&body, config.gateway.max_json_depth).map_err(Rejection::Malformed)?;
     ex.id = message.id().cloned();
@@ -175,6 +182,7 @@ async fn post(
     let session = session(state, server, client, headers, era)?;
     let forward = Forward {
         state,
+        live,
         server,
         ex_era: era,
         session: session.as_deref(),
@@ -192,7 +200,7 @@ async fn post(
         // 2026-07-28 removed subscribe/unsubscribe: the upstream answers them (-32601).
         Some("resources/subscribe" | "resources/unsubscribe") if era == Era::Modern => {
             forward
-                .relay(headers, body, recipient(state, ex, server, None))
+                .relay(headers, body, recipient(live, ex, server, None))
                 .await
         }
         Some("resources/read" | "resources/subscribe" | "resources/unsubscribe") => {
@@ -201,7 +209,7 @@ async fn post(
                 format!("Resource not found: {uri}")
             })?;
             forward
-                .relay(headers, body, recipient(state, ex, server, None))
+                .relay(headers, body, recipient(live, ex, server, None))
                 .await
         }
         Some("prompts/get") => {
@@ -210,31 +218,31 @@ async fn post(
                 format!("Unknown prompt: {name}")
             })?;
             forward
-                .relay(headers, body, recipient(state, ex, server, None))
+                .relay(headers, body, recipient(live, ex, server, None))
                 .await
         }
         Some("completion/complete") => {
             authorize_completion(config, client, server, &message)?;
             forward
-                .relay(headers, body, recipient(state, ex, server, None))
+                .relay(headers, body, recipient(live, ex, server, None))
                 .await
         }
         Some("initialize") => {
             forward
-                .initialize(headers, body, client, recipient(state, ex, server, None))
+                .initialize(headers, body, client, recipient(live, ex, server, None))
                 .await
         }
         Some("server/discover") => {
             let reply = forward
                 .send(forward.headers(headers), body, true)
                 .await
-                .map_err(|e| upstream(&state.sanitize, forward.name(), None, e))?;
+                .map_err(|e| upstream(&live.sanitize, forward.name(), None, e))?;
             let reply = watch_instructions(reply, &forward, ex.id.clone());
-            Ok(relay(reply, recipient(state, ex, server, None)))
+            Ok(relay(reply, recipient(live, ex, server, None)))
         }
         _ => {
             forward
-                .relay(headers, body, recipient(state, ex, server, None))
+                .relay(headers, body, recipient(live, ex, server, None))
                 .await
         }
     }
@@ -279,7 +287,7 @@ async fn call_tool(
     ex.tool = Some(name.clone());
     let server = forward.server;
     let server_name = server.upstream.settings.name.as_str();
-    let sanitize = &forward.state.sanitize;
+    let sanitize = &forward.live.sanitize;
     let tools = forward
         .tool_set(headers, message, ex.id.as_ref())
         .await
@@ -344,7 +352,7 @@ async fn call_tool(
         server_name,
         &name,
     );
-    let mut to = recipient(forward.state, ex, server, Some(name));
+    let mut to = recipient(forward.live, ex, server, Some(name));
     to.call = facts;
     forward.relay(headers, body, to).await
 }
@@ -709,7 +717,7 @@ async fn list(
     let server = forward.server;
     let name = server.upstream.settings.name.as_str();
     let request = rebuild(message);
-    let sanitize = &forward.state.sanitize;
+    let sanitize = &forward.live.sanitize;
     let sanitizer = Sanitizer::new(sanitize, Skip::default());
     let mut report = Report::default();
     let pages = forward
@@ -815,6 +823,7 @@ fn authorize_completion(
 
 async fn stream_or_end(
     state: &Arc<AppState>,
+    live: &Live,
     server: &ServerState,
     ex: &mut Exchange,
     client: &ClientId,
@@ -837,13 +846,13 @@ async fn stream_or_end(
         .upstream
         .send(parts.method.clone(), out, None)
         .await
-        .map_err(|e| upstream(&state.sanitize, &name, None, e))?;
+        .map_err(|e| upstream(&live.sanitize, &name, None, e))?;
     // A GET stream lives as long as the session: no idle limit.
     let reply = server
         .upstream
         .read(response, None)
         .await
-        .map_err(|e| upstream(&state.sanitize, &name, None, e))?;
+        .map_err(|e| upstream(&live.sanitize, &name, None, e))?;
     if let Some(id) = &session {
         let status = reply_status(&reply);
         if parts.method == Method::DELETE
@@ -852,7 +861,7 @@ async fn stream_or_end(
             state.sessions.remove(&name, id);
         }
     }
-    Ok(relay(reply, recipient(state, ex, server, None)))
+    Ok(relay(reply, recipient(live, ex, server, None)))
 }
 
 // --- forwarding ---
@@ -860,6 +869,7 @@ async fn stream_or_end(
 /// Everything needed to send this request's messages upstream.
 struct Forward<'a> {
     state: &'a Arc<AppState>,
+    live: &'a Live,
     server: &'a ServerState,
     ex_era: Era,
     session: Option<&'a str>,
@@ -1066,19 +1076,14 @@ fn reply_status(reply: &super::upstream::Reply) -> http::StatusCode {
     }
 }
 
-fn recipient(
-    state: &AppState,
-    ex: &Exchange,
-    server: &ServerState,
-    tool: Option<String>,
-) -> Recipient {
+fn recipient(live: &Live, ex: &Exchange, server: &ServerState, tool: Option<String>) -> Recipient {
     Recipient {
         id: ex.id.clone(),
         era: ex.era,
         server: server.upstream.settings.name.clone(),
         tool,
         catalog: server.catalog.clone(),
-        sanitize: state.sanitize.clone(),
+        sanitize: live.sanitize.clone(),
         call: CallFacts::default(),
     }
 }
