@@ -12,7 +12,6 @@ use portcullis::Gateway;
 use serde_json::{Value, json};
 use support::upstreams::InProcess;
 use support::{ALICE, TestGateway, borrow, clients, modern_call, modern_call_headers, raw_post};
-use tokio::io::{AsyncBufReadExt, BufReader};
 
 const ADMIN_TOKEN: &str = "reload-admin-token";
 
@@ -205,7 +204,7 @@ async fn sighup_reloads_the_running_binary() {
         .kill_on_drop(true)
         .spawn()
         .expect("the binary starts");
-    let (mcp, admin_addr) = listening(&mut child).await;
+    let (mcp, admin_addr) = support::listening(&mut child).await;
     let mcp = format!("http://{mcp}/mcp/s");
     let args = json!({"lines": 1});
     assert_eq!(
@@ -232,28 +231,4 @@ async fn sighup_reloads_the_running_binary() {
     .await;
     assert_eq!(status["trigger"], "sighup", "{status}");
     let _ = child.kill().await;
-}
-
-/// Reads the binary's log until its `listening` line; returns (MCP, admin) addresses.
-pub async fn listening(child: &mut tokio::process::Child) -> (String, String) {
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let found = tokio::time::timeout(Duration::from_secs(30), async {
-        while let Ok(Some(line)) = lines.next_line().await {
-            if let Ok(v) = serde_json::from_str::<Value>(&line)
-                && v["message"] == "listening"
-            {
-                let field = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
-                return Some((field("mcp"), field("admin")));
-            }
-        }
-        None
-    })
-    .await
-    .ok()
-    .flatten()
-    .expect("the binary logs its listening addresses");
-    // Keep draining the log so the process never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    found
 }
