@@ -31,7 +31,7 @@ use super::respond::{self, CallFacts, Recipient, relay};
 use super::upstream::{Reply, UpstreamError, forwarded_headers};
 use super::{AppState, Live, ServerState};
 use crate::auth::ClientId;
-use crate::config::{ArgumentScan, Config, Pinning, SanitizeSettings};
+use crate::config::{ArgumentScan, Config, Mode, Pinning, SanitizeSettings};
 use crate::error::{self, Rejection, RenderCtx, ToolRefusal, UpstreamFailure};
 use crate::mcp::headers::{
     self, MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
@@ -61,6 +61,10 @@ struct Exchange {
     id: Option<Value>,
     era: Era,
     tool: Option<String>,
+    /// In observe mode: what enforcement would have refused the request with.
+    would_refuse: Option<&'static str>,
+    /// The mode the request was decided under.
+    mode: Mode,
 }
 
 impl Exchange {
@@ -87,6 +91,8 @@ pub(crate) async fn handle(
         id: None,
         era: Era::Legacy,
         tool: None,
+        would_refuse: None,
+        mode: Mode::Enforce,
     };
     // One configuration for the whole request, whatever a reload does meanwhile.
     let live = state.live.load_full();
@@ -106,6 +112,8 @@ pub(crate) async fn handle(
         tool = ex.tool.as_deref(),
         era = ex.era.as_str(),
         outcome,
+        mode = ex.mode.as_str(),
+        would_refuse = ex.would_refuse,
         source = source.map(|s| s.as_str()),
         status = response.status().as_u16(),
         latency_us = ex.started.elapsed().as_micros() as u64,
@@ -126,6 +134,7 @@ async fn serve(
     admit(&parts.headers, &config.gateway, state.loopback)?;
     let server = route(live, server)?;
     ex.server = Some(server.upstream.settings.name.clone());
+    ex.mode = server.upstream.settings.mode.unwrap_or(config.gateway.mode);
     let client = config
         .clients
         .authenticate(&parts.headers)
@@ -205,24 +214,27 @@ async fn post(
         }
         Some("resources/read" | "resources/subscribe" | "resources/unsubscribe") => {
             let uri = param_str(&message, "uri")?;
-            authorize_or_hide(config, client, server, Subject::Resource(uri), || {
+            let decided = authorize_or_hide(config, client, server, Subject::Resource(uri), || {
                 format!("Resource not found: {uri}")
-            })?;
+            });
+            observe_or_enforce(ex, decided)?;
             forward
                 .relay(headers, body, recipient(live, ex, server, None))
                 .await
         }
         Some("prompts/get") => {
             let name = param_str(&message, "name")?;
-            authorize_or_hide(config, client, server, Subject::Prompt(name), || {
+            let decided = authorize_or_hide(config, client, server, Subject::Prompt(name), || {
                 format!("Unknown prompt: {name}")
-            })?;
+            });
+            observe_or_enforce(ex, decided)?;
             forward
                 .relay(headers, body, recipient(live, ex, server, None))
                 .await
         }
         Some("completion/complete") => {
-            authorize_completion(config, client, server, &message)?;
+            let decided = authorize_completion(config, client, server, &message);
+            observe_or_enforce(ex, decided)?;
             forward
                 .relay(headers, body, recipient(live, ex, server, None))
                 .await
@@ -298,12 +310,64 @@ async fn call_tool(
             }
             rejection
         })?;
+    let checked = check_call(
+        config,
+        ex,
+        client,
+        server_name,
+        headers,
+        &tools,
+        &name,
+        message,
+    );
+    if let Err(rejection) = checked {
+        observe_or_enforce(ex, Err(rejection))?;
+        // Observed: the transport's own check of `Mcp-Param-*` still holds.
+        if let (Some(entry), Some(Value::Object(args))) = (
+            tools.tools.get(&name),
+            message.params().and_then(|p| p.get("arguments")),
+        ) {
+            let input_schema = entry.definition.get("inputSchema").unwrap_or(&Value::Null);
+            headers::check_params(headers, args, input_schema, ex.era == Era::Modern)
+                .map_err(|m| Rejection::HeaderMismatch(m.0))?;
+        }
+    }
+    let skip = sanitize.skip_for(server_name, &name);
+    let facts = match tools.tools.get(&name) {
+        Some(entry) => CallFacts::of(
+            &entry.definition,
+            skip,
+            &server.output_schemas,
+            server_name,
+            &name,
+        ),
+        None => CallFacts::default(),
+    };
+    let mut to = recipient(forward.live, ex, server, Some(name));
+    to.call = facts;
+    forward.relay(headers, body, to).await
+}
+
+/// Every decision on a `tools/call`, in order: access rules, pin, the rules'
+/// `arguments`, `Mcp-Param-*`, `inputSchema`, secrets in the arguments.
+#[allow(clippy::too_many_arguments)]
+fn check_call(
+    config: &Config,
+    ex: &Exchange,
+    client: &ClientId,
+    server_name: &str,
+    headers: &HeaderMap,
+    tools: &ToolSet,
+    name: &str,
+    message: &Message,
+) -> Result<(), Rejection> {
+    let sanitize = &config.sanitize;
     let decision = config
         .policy
-        .decide(client, server_name, Subject::Tool(&name));
-    let entry = tools.tools.get(&name).filter(|_| decision.allowed);
+        .decide(client, server_name, Subject::Tool(name));
+    let entry = tools.tools.get(name).filter(|_| decision.allowed);
     let Some(entry) = entry else {
-        return Err(unknown_tool(config, client, server_name, &tools, &name));
+        return Err(unknown_tool(config, client, server_name, tools, name));
     };
     if let Some(hold) = entry.pin.held() {
         return Err(pin_quarantined(hold));
@@ -322,14 +386,14 @@ async fn call_tool(
                 received: "another JSON type".into(),
                 description: None,
             };
-            return Err(invalid_arguments(&name, &[v]));
+            return Err(invalid_arguments(name, &[v]));
         }
     };
     config
         .policy
         .check_arguments(&decision, &arguments)
-        .map_err(|(rule, v)| argument_not_permitted(&name, rule, &v))?;
-    let schema = entry.schema.as_ref().map_err(|e| quarantined(&name, e))?;
+        .map_err(|(rule, v)| argument_not_permitted(name, rule, &v))?;
+    let schema = entry.schema.as_ref().map_err(|e| quarantined(name, e))?;
     let input_schema = entry.definition.get("inputSchema").unwrap_or(&Value::Null);
     if let Value::Object(args) = &arguments {
         headers::check_params(headers, args, input_schema, ex.era == Era::Modern)
@@ -337,24 +401,29 @@ async fn call_tool(
     }
     schema
         .check(&arguments)
-        .map_err(|v| invalid_arguments(&name, &v))?;
-    let skip = sanitize.skip_for(server_name, &name);
+        .map_err(|v| invalid_arguments(name, &v))?;
+    let skip = sanitize.skip_for(server_name, name);
     if sanitize.arguments == ArgumentScan::Block && !skip.arguments {
         let found = Sanitizer::new(sanitize, skip).find_secrets(&arguments);
         if !found.is_empty() {
-            return Err(error::secret_in_arguments(&name, &found));
+            return Err(error::secret_in_arguments(name, &found));
         }
     }
-    let facts = CallFacts::of(
-        &entry.definition,
-        skip,
-        &server.output_schemas,
-        server_name,
-        &name,
-    );
-    let mut to = recipient(forward.live, ex, server, Some(name));
-    to.call = facts;
-    forward.relay(headers, body, to).await
+    Ok(())
+}
+
+/// In observe mode a policy or validation refusal is recorded, not enforced;
+/// every other refusal (transport, headers, parameters) is enforced always.
+fn observe_or_enforce(ex: &mut Exchange, decided: Result<(), Rejection>) -> Result<(), Rejection> {
+    match decided {
+        Err(rejection @ (Rejection::Tool(_) | Rejection::NotFound(_)))
+            if ex.mode == Mode::Observe =>
+        {
+            ex.would_refuse = Some(rejection.code());
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 fn unknown_tool(
@@ -738,11 +807,17 @@ async fn list(
     } else {
         items
     };
+    let observe = ex.mode == Mode::Observe;
+    let mut hidden = 0usize;
     let visible: Vec<Value> = items
         .into_iter()
         .filter(|item| {
-            kind.subject(item)
-                .is_some_and(|s| config.policy.decide(client, name, s).allowed)
+            let allowed = kind
+                .subject(item)
+                .is_some_and(|s| config.policy.decide(client, name, s).allowed);
+            hidden += usize::from(!allowed);
+            // Observe mode lists everything and records what would be hidden.
+            allowed || observe
         })
         .map(|mut item| {
             sanitizer.definition(&mut item, &mut report);
@@ -751,6 +826,10 @@ async fn list(
         .collect();
     if !report.is_empty() {
         tracing::info!(server = name, method = %ex.method, actions = %report.summary(), "sanitized");
+    }
+    if observe && hidden > 0 {
+        ex.would_refuse = Some("hidden_from_list");
+        tracing::info!(server = name, method = %ex.method, would_hide = hidden, "observe mode: items listed that enforcement would hide");
     }
     result.insert(kind.key().into(), Value::Array(visible));
     result.remove("nextCursor");

@@ -161,6 +161,14 @@ pub fn allow_all() -> &'static str {
 
 /// Reads the binary's log until its `listening` line; returns (MCP, admin) addresses.
 pub async fn listening(child: &mut tokio::process::Child) -> (String, String) {
+    let (mcp, admin, _log) = listening_log(child).await;
+    (mcp, admin)
+}
+
+/// As [`listening`], and the log lines that follow, as they come.
+pub async fn listening_log(
+    child: &mut tokio::process::Child,
+) -> (String, String, tokio::sync::mpsc::UnboundedReceiver<String>) {
     let stderr = child.stderr.take().expect("stderr");
     let mut lines = BufReader::new(stderr).lines();
     let found = tokio::time::timeout(Duration::from_secs(30), async {
@@ -179,8 +187,13 @@ pub async fn listening(child: &mut tokio::process::Child) -> (String, String) {
     .flatten()
     .expect("the binary logs its listening addresses");
     // Keep draining the log so the process never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    found
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = tx.send(line);
+        }
+    });
+    (found.0, found.1, rx)
 }
 
 // === Peer servers ===
