@@ -234,6 +234,6 @@ fn admin_router(state: Arc<AppState>) -> Router {
 }
 
 /// reqwest is built without a default TLS provider; install ring once.
-pub(crate) fn install_crypto_provider() {
+pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }

@@ -35,6 +35,12 @@ enum Command {
     },
     /// Read an API key on stdin and print its SHA-256, for `api_key_sha256`.
     HashKey,
+    /// Exit 0 if the admin listener answers `/healthz` (for container health checks).
+    Health {
+        /// The URL to probe.
+        #[arg(long, default_value = "http://127.0.0.1:9090/healthz")]
+        url: String,
+    },
     /// Review and approve pinned tool definitions and server instructions.
     Pins {
         #[command(subcommand)]
@@ -89,6 +95,7 @@ fn main() -> ExitCode {
         Command::Check { config } => check(&config),
         Command::Pins { command } => pins(command),
         Command::HashKey => hash_key(),
+        Command::Health { url } => health(&url),
         Command::Run { config, no_watch } => serve(|| run(config, !no_watch)),
         Command::Demo { port } => serve(|| run_demo(port)),
     }
@@ -155,6 +162,30 @@ fn hash_key() -> ExitCode {
     }
     println!("{}", hex::encode(portcullis::auth::hash_key(key)));
     ExitCode::SUCCESS
+}
+
+fn health(url: &str) -> ExitCode {
+    let probe = async {
+        portcullis::app::install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(std::time::Duration::from_secs(3))
+            .build()?;
+        client.get(url).send().await?.error_for_status()?;
+        Ok::<(), reqwest::Error>(())
+    };
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| rt.block_on(probe).map_err(|e| e.to_string()));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("unhealthy: {url}: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn serve<F, Fut>(body: F) -> ExitCode

@@ -161,12 +161,14 @@ pub(crate) fn watch(state: Arc<AppState>, path: &Path) -> notify::Result<impl Dr
     let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
     let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
         let Ok(events) = result else { return };
-        let touched = events.iter().any(|e| {
-            !e.kind.is_access()
-                && e.paths
-                    .iter()
-                    .any(|p| p.file_name() == Some(file.as_os_str()))
-        });
+        // Kubernetes swaps a mounted ConfigMap by renaming its `..data` link.
+        let ours = |p: &Path| {
+            p.file_name()
+                .is_some_and(|n| n == file.as_os_str() || n == "..data")
+        };
+        let touched = events
+            .iter()
+            .any(|e| !e.kind.is_access() && e.paths.iter().any(|p| ours(p)));
         if touched {
             // A reload already queued will read the newest file.
             let _ = tx.try_send(());
