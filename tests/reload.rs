@@ -232,3 +232,67 @@ async fn sighup_reloads_the_running_binary() {
     assert_eq!(status["trigger"], "sighup", "{status}");
     let _ = child.kill().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_every_request_sees_one_whole_policy_and_none_fails() {
+    let up = InProcess::demo().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let a = config(&up.url, &["echo"]);
+    let b = config(&up.url, &["fetch_logs", "slow_query"]);
+    let (gw, path) = start(dir.path(), &a).await;
+    let (mcp, base) = (gw.url("s"), gw.admin_url());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flipper = tokio::spawn({
+        let (stop, base) = (stop.clone(), base.clone());
+        async move {
+            let mut flips = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let text = if flips % 2 == 0 { &b } else { &a };
+                std::fs::write(&path, text).expect("write");
+                let (status, body) = admin(&base, reqwest::Method::POST, Some(ADMIN_TOKEN)).await;
+                assert_eq!(status, 200, "{body}");
+                flips += 1;
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+            flips
+        }
+    });
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
+        "params": {"_meta": support::modern_meta()}})
+    .to_string();
+    let headers = [
+        ("authorization", "Bearer alice-key"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/list"),
+    ];
+    let (mut seen_a, mut seen_b) = (0, 0);
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        let r = raw_post(&mcp, &headers, body.clone()).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let mut names: Vec<String> = r.body["result"]["tools"]
+            .as_array()
+            .map(|t| {
+                t.iter()
+                    .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        match names
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .as_slice()
+        {
+            ["echo"] => seen_a += 1,
+            ["fetch_logs", "slow_query"] => seen_b += 1,
+            other => panic!("a list decided by no single policy: {other:?}"),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let flips = flipper.await.expect("flipper");
+    assert!(flips >= 5, "only {flips} reloads");
+    assert!(seen_a > 0 && seen_b > 0, "a {seen_a}, b {seen_b}");
+    gw.stop().await;
+}
