@@ -11,7 +11,11 @@
 //!
 //! Invariants: a step either passes the exchange on or stops it with a
 //! [`Rejection`]; nothing is sent upstream before every step for that method has
-//! passed; the same policy decision serves lists and calls.
+//! passed; the same policy decision serves lists and calls. A request loads the
+//! configuration in force once ([`Live`]) and is decided under it to the end.
+//! In observe mode (`mode = "observe"`, per gateway or server) a policy or
+//! validation refusal is recorded as `would_refuse` instead of stopping the
+//! exchange; transport refusals stop it in every mode.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
