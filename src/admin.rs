@@ -29,7 +29,7 @@ use crate::proxy::AppState;
 
 /// `GET /api/pins`.
 pub(crate) async fn pins(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let config = &state.config;
+    let config = state.config();
     if config.gateway.admin_token_sha256.is_some()
         && let Err(refusal) = admin(&state, &headers)
     {
@@ -76,8 +76,9 @@ pub(crate) async fn approve(
             );
         }
     };
-    if !state.config.servers.contains_key(&request.server) {
-        let known: Vec<&str> = state.config.servers.keys().map(String::as_str).collect();
+    let config = state.config();
+    if !config.servers.contains_key(&request.server) {
+        let known: Vec<&str> = config.servers.keys().map(String::as_str).collect();
         return problem(
             StatusCode::NOT_FOUND,
             format!(
@@ -123,7 +124,7 @@ pub(crate) async fn approve(
                 format!(
                     "{what} on server `{}` changed since you reviewed it: it now hashes to {seen}; review it again \
                      (GET /api/pins, or `portcullis pins list --config {}`) and approve that hash",
-                    key.server, state.config.source
+                    key.server, config.source
                 ),
             );
             if let Ok(v) = HeaderValue::from_str(&seen) {
@@ -144,8 +145,9 @@ fn describe(key: &Key) -> String {
 /// Checks the admin token.
 // The refusal is the response itself, built once per refused request.
 #[allow(clippy::result_large_err)]
-fn admin(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
-    let Some(expected) = &state.config.gateway.admin_token_sha256 else {
+pub(crate) fn admin(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+    let config = state.config();
+    let Some(expected) = &config.gateway.admin_token_sha256 else {
         return Err(problem(
             StatusCode::FORBIDDEN,
             "admin actions are disabled: no admin token is configured. Set [gateway] admin_token_sha256 to the \
@@ -176,6 +178,6 @@ fn admin(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
     Err(r)
 }
 
-fn problem(status: StatusCode, message: String) -> Response {
+pub(crate) fn problem(status: StatusCode, message: String) -> Response {
     json_response(status, &json!({"error": Value::String(message)}))
 }

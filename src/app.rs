@@ -5,11 +5,14 @@
 //!
 //! Invariants: both listeners are bound before anything is served (so a port
 //! clash fails start-up, not the first request); shutdown stops accepting at
-//! once and gives in-flight requests at most `shutdown_grace` to finish.
+//! once and gives in-flight requests at most `shutdown_grace` to finish; a
+//! gateway started from a file watches that file and reloads it (see
+//! [`crate::reload`]).
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::Router;
@@ -22,11 +25,14 @@ use crate::config::Config;
 use crate::pins::Pins;
 use crate::proxy::{self, AppState};
 use crate::ratelimit;
+use crate::reload;
 
 /// A gateway with its sockets bound, ready to serve.
 #[derive(Debug)]
 pub struct Gateway {
     state: Arc<AppState>,
+    /// Watch the configuration file (when started from one).
+    watch: bool,
     listener: TcpListener,
     admin: TcpListener,
 }
@@ -45,6 +51,23 @@ pub struct GatewayHandle {
 impl Gateway {
     /// Binds the MCP and admin listeners of `config`.
     pub async fn bind(config: Config) -> io::Result<Self> {
+        Self::bind_with(config, None).await
+    }
+
+    /// Loads the file at `path` and binds its listeners; the gateway reloads
+    /// the file when it changes, on [`Reloader::reload`] and on `POST /api/reload`.
+    pub async fn bind_file(path: &Path) -> io::Result<Self> {
+        let owned = path.to_path_buf();
+        let config = tokio::task::spawn_blocking(move || {
+            crate::config::load(&owned).map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(io::Error::other)?
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        Self::bind_with(config, Some(path.to_path_buf())).await
+    }
+
+    async fn bind_with(config: Config, path: Option<PathBuf>) -> io::Result<Self> {
         install_crypto_provider();
         let listener = TcpListener::bind(config.gateway.listen).await?;
         let admin = TcpListener::bind(config.gateway.admin_listen).await?;
@@ -55,9 +78,10 @@ impl Gateway {
             .await
             .map_err(io::Error::other)?
             .map_err(io::Error::other)?;
-        let state = AppState::new(Arc::new(config), pins, loopback)?;
+        let state = AppState::new(Arc::new(config), pins, loopback, path)?;
         Ok(Self {
             state: Arc::new(state),
+            watch: true,
             listener,
             admin,
         })
@@ -73,11 +97,35 @@ impl Gateway {
         self.admin.local_addr()
     }
 
+    /// Whether to reload when the configuration file changes (default on;
+    /// SIGHUP and `POST /api/reload` work either way).
+    pub fn watch_file(mut self, on: bool) -> Self {
+        self.watch = on;
+        self
+    }
+
+    /// A handle that reloads the configuration file (for SIGHUP).
+    pub fn reloader(&self) -> Reloader {
+        Reloader {
+            state: self.state.clone(),
+        }
+    }
+
     /// Serves until `shutdown` resolves, then drains for at most `shutdown_grace`.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> io::Result<()> {
-        let grace = self.state.config.gateway.shutdown_grace;
         let janitor = self.state.limiter.spawn_janitor(ratelimit::JANITOR_EVERY);
         let _janitor = AbortOnDrop(janitor);
+        let _watch = match &self.state.config_path {
+            Some(path) if self.watch => match reload::watch(self.state.clone(), path) {
+                Ok(guard) => Some(guard),
+                Err(e) => {
+                    tracing::warn!(error = %e, file = %path.display(),
+                        "cannot watch the configuration file; reload with SIGHUP or POST /api/reload");
+                    None
+                }
+            },
+            _ => None,
+        };
         let (stop_tx, stop_rx) = watch::channel(false);
         let mcp = proxy::router(self.state.clone());
         let admin = admin_router(self.state.clone());
@@ -104,6 +152,8 @@ impl Gateway {
             }
             () = shutdown => {}
         }
+        // The grace of the configuration in force when the signal came.
+        let grace = self.state.config().gateway.shutdown_grace;
         tracing::info!(
             grace_ms = grace.as_millis() as u64,
             "shutting down: no new connections, finishing in-flight requests"
@@ -124,7 +174,15 @@ impl Gateway {
 
     /// Binds and serves in a background task.
     pub async fn start(config: Config) -> io::Result<GatewayHandle> {
-        let gateway = Self::bind(config).await?;
+        Self::spawn(Self::bind(config).await?)
+    }
+
+    /// As [`Gateway::start`], from a file that is watched and reloaded.
+    pub async fn start_file(path: &Path) -> io::Result<GatewayHandle> {
+        Self::spawn(Self::bind_file(path).await?)
+    }
+
+    fn spawn(gateway: Self) -> io::Result<GatewayHandle> {
         let addr = gateway.local_addr()?;
         let admin_addr = gateway.admin_addr()?;
         let (stop, mut rx) = watch::channel(false);
@@ -137,6 +195,20 @@ impl Gateway {
             stop,
             task,
         })
+    }
+}
+
+/// Reloads a gateway's configuration file.
+#[derive(Debug, Clone)]
+pub struct Reloader {
+    state: Arc<AppState>,
+}
+
+impl Reloader {
+    /// Loads the file again and swaps it in; `Err` is the refusal (already
+    /// logged and counted), and the running configuration stays.
+    pub async fn reload(&self, trigger: &'static str) -> Result<(), String> {
+        reload::from_file(&self.state, trigger).await
     }
 }
 
@@ -159,6 +231,7 @@ fn admin_router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(|| async { "ready\n" }))
         .route("/api/pins", get(admin::pins))
         .route("/api/pins/approve", post(admin::approve))
+        .route("/api/reload", get(reload::get).post(reload::post))
         .with_state(state)
 }
 
@@ -174,6 +247,6 @@ impl Drop for AbortOnDrop {
 }
 
 /// reqwest is built without a default TLS provider; install ring once.
-pub(crate) fn install_crypto_provider() {
+pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }

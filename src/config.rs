@@ -73,7 +73,7 @@ pub struct GatewaySettings {
     pub max_response_bytes: usize,
     /// Most upstream sessions tracked at once (default 10,000); the oldest is dropped past it.
     pub max_sessions: usize,
-    /// `enforce` (the only mode this version runs).
+    /// `enforce` (default) or `observe`; a server's `mode` overrides it.
     pub mode: Mode,
     /// How long in-flight requests may finish after SIGTERM (default 10 s).
     pub shutdown_grace: Duration,
@@ -84,10 +84,23 @@ pub struct GatewaySettings {
 pub enum Mode {
     /// Refusals are enforced.
     Enforce,
+    /// Policy and validation decisions are made and logged, and the call goes
+    /// through unchanged; transport checks stay enforced.
+    Observe,
+}
+
+impl Mode {
+    /// The value as written in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Observe => "observe",
+        }
+    }
 }
 
 /// `[servers.NAME]`: one upstream.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub struct ServerSettings {
     /// The server's name, as in `/mcp/<name>`.
     pub name: String,
@@ -101,6 +114,8 @@ pub struct ServerSettings {
     pub connect_timeout: Duration,
     /// What a changed tool definition gets.
     pub pinning: Pinning,
+    /// `mode` of this server, overriding `[gateway] mode` when set.
+    pub mode: Option<Mode>,
 }
 
 /// `pinning` of a server.
@@ -126,7 +141,7 @@ impl Pinning {
 }
 
 /// `[rate_limit]`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateLimitSettings {
     /// Where buckets live.
     pub backend: RateBackend,
@@ -135,7 +150,7 @@ pub struct RateLimitSettings {
 }
 
 /// Bucket storage.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RateBackend {
     /// In this process.
     Memory,
@@ -371,11 +386,15 @@ impl Config {
         );
         for server in self.servers.values() {
             out.push_str(&format!(
-                "  {:<12} {}  (timeout {}, pinning {})\n",
+                "  {:<12} {}  (timeout {}, pinning {}{})\n",
                 server.name,
                 server.url,
                 crate::proxy::humanize(server.timeout),
-                server.pinning.as_str()
+                server.pinning.as_str(),
+                match server.mode.unwrap_or(self.gateway.mode) {
+                    Mode::Enforce => "",
+                    Mode::Observe => ", mode observe: nothing is refused",
+                }
             ));
         }
         out.push_str("\neffective policy (deny by default; a deny rule overrides every allow)\n");

@@ -35,8 +35,9 @@ pub(crate) mod error;
 pub(crate) mod mcp;
 pub(crate) mod proxy;
 pub mod ratelimit;
+pub(crate) mod reload;
 pub mod validate;
 
-pub use app::{Gateway, GatewayHandle};
+pub use app::{Gateway, GatewayHandle, Reloader};
 pub use config::Config;
 pub mod telemetry;

@@ -23,6 +23,9 @@ enum Command {
         /// The TOML configuration file.
         #[arg(long, short, env = "PORTCULLIS_CONFIG")]
         config: PathBuf,
+        /// Do not reload when the file changes (SIGHUP and POST /api/reload still reload).
+        #[arg(long)]
+        no_watch: bool,
     },
     /// Check a configuration and print the effective policy.
     Check {
@@ -32,6 +35,12 @@ enum Command {
     },
     /// Read an API key on stdin and print its SHA-256, for `api_key_sha256`.
     HashKey,
+    /// Exit 0 if the admin listener answers `/healthz` (for container health checks).
+    Health {
+        /// The URL to probe.
+        #[arg(long, default_value = "http://127.0.0.1:9090/healthz")]
+        url: String,
+    },
     /// Review and approve pinned tool definitions and server instructions.
     Pins {
         #[command(subcommand)]
@@ -86,7 +95,8 @@ fn main() -> ExitCode {
         Command::Check { config } => check(&config),
         Command::Pins { command } => pins(command),
         Command::HashKey => hash_key(),
-        Command::Run { config } => serve(|| run(config)),
+        Command::Health { url } => health(&url),
+        Command::Run { config, no_watch } => serve(|| run(config, !no_watch)),
         Command::Demo { port } => serve(|| run_demo(port)),
     }
 }
@@ -154,6 +164,30 @@ fn hash_key() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+fn health(url: &str) -> ExitCode {
+    let probe = async {
+        portcullis::app::install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(std::time::Duration::from_secs(3))
+            .build()?;
+        client.get(url).send().await?.error_for_status()?;
+        Ok::<(), reqwest::Error>(())
+    };
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| rt.block_on(probe).map_err(|e| e.to_string()));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("unhealthy: {url}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn serve<F, Fut>(body: F) -> ExitCode
 where
     F: FnOnce() -> Fut,
@@ -175,13 +209,16 @@ where
     }
 }
 
-async fn run(path: PathBuf) -> anyhow::Result<()> {
+async fn run(path: PathBuf, watch: bool) -> anyhow::Result<()> {
     let config = config::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
     telemetry::init(config.telemetry.log_format);
-    let gateway = Gateway::bind(config)
+    drop(config);
+    let gateway = Gateway::bind_file(&path)
         .await
-        .context("cannot bind the listeners")?;
+        .context("cannot start")?
+        .watch_file(watch);
     tracing::info!(mcp = %gateway.local_addr()?, admin = %gateway.admin_addr()?, "listening");
+    reload_on_sighup(gateway.reloader());
     gateway
         .run(shutdown_signal())
         .await
@@ -198,6 +235,24 @@ async fn run_demo(port: u16) -> anyhow::Result<()> {
         .run(shutdown_signal())
         .await
         .context("the server failed")
+}
+
+/// Reloads the configuration file on every SIGHUP.
+fn reload_on_sighup(reloader: portcullis::Reloader) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP; reload with POST /api/reload");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the configuration");
+            let _ = reloader.reload("sighup").await;
+        }
+    });
+    #[cfg(not(unix))]
+    drop(reloader);
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -16,8 +16,11 @@ pub(crate) use upstream::humanize;
 
 use std::collections::BTreeMap;
 use std::io;
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
 
 use axum::Router;
 use axum::body::Body;
@@ -36,8 +39,9 @@ use upstream::Upstream;
 /// Shared by every request.
 #[derive(Debug)]
 pub(crate) struct AppState {
-    pub config: Arc<Config>,
-    pub servers: BTreeMap<String, ServerState>,
+    /// The configuration in force and the per-server state built for it,
+    /// swapped whole on reload; a request loads it once and keeps it.
+    pub live: ArcSwap<Live>,
     pub sessions: SessionTable,
     /// Pinned tool definitions and server instructions.
     pub pins: Arc<Pins>,
@@ -45,10 +49,24 @@ pub(crate) struct AppState {
     pub loopback: bool,
     /// Ids of requests the gateway sends on its own.
     pub next_id: AtomicU64,
+    /// The file the configuration is reloaded from (none when started from text).
+    pub config_path: Option<PathBuf>,
+    /// Serializes reloads and records the last one.
+    pub reloads: tokio::sync::Mutex<()>,
+    /// The outcome of the last reload, and counts.
+    pub reload_status: Mutex<crate::reload::Status>,
+    /// Token buckets: they outlive a configuration, so a reload keeps the
+    /// state of unchanged rules (see `ratelimit`).
+    pub limiter: RateLimiter,
+}
+
+/// One configuration in force, with the state of its servers.
+#[derive(Debug)]
+pub(crate) struct Live {
+    pub config: Arc<Config>,
+    pub servers: BTreeMap<String, Arc<ServerState>>,
     /// `[sanitize]`, shared with every reply in flight.
     pub sanitize: Arc<SanitizeSettings>,
-    /// Token buckets (they outlive a configuration: see `ratelimit`).
-    pub limiter: RateLimiter,
     /// The buckets of `config`'s rules.
     pub rate_plan: RatePlan,
 }
@@ -65,33 +83,69 @@ pub(crate) struct ServerState {
 impl AppState {
     /// Builds the state of `config`; inside a Tokio runtime (the Redis
     /// rate-limit backend starts its connection task).
-    pub(crate) fn new(config: Arc<Config>, pins: Arc<Pins>, loopback: bool) -> io::Result<Self> {
-        let mut servers = BTreeMap::new();
-        for (name, settings) in &config.servers {
-            let upstream = Upstream::new(settings.clone(), config.gateway.max_response_bytes)
-                .map_err(io::Error::other)?;
-            let catalog = Catalog::new(name, settings.pinning, pins.clone());
-            servers.insert(
-                name.clone(),
-                ServerState {
-                    upstream: Arc::new(upstream),
-                    catalog: Arc::new(catalog),
-                    output_schemas: OutputSchemas::default(),
-                },
-            );
-        }
+    pub(crate) fn new(
+        config: Arc<Config>,
+        pins: Arc<Pins>,
+        loopback: bool,
+        config_path: Option<PathBuf>,
+    ) -> io::Result<Self> {
+        let live = Live::build(config.clone(), None, &pins).map_err(io::Error::other)?;
         let limiter = RateLimiter::from_settings(&config.rate_limit).map_err(io::Error::other)?;
-        let rate_plan = RatePlan::new(&config.policy);
         Ok(Self {
+            live: ArcSwap::from_pointee(live),
             limiter,
-            rate_plan,
             sessions: SessionTable::new(config.gateway.max_sessions),
             pins,
-            sanitize: Arc::new(config.sanitize.clone()),
-            config,
-            servers,
             loopback,
             next_id: AtomicU64::new(1),
+            config_path,
+            reloads: tokio::sync::Mutex::new(()),
+            reload_status: Mutex::new(crate::reload::Status::default()),
+        })
+    }
+
+    /// The configuration in force now.
+    pub(crate) fn config(&self) -> Arc<Config> {
+        self.live.load().config.clone()
+    }
+}
+
+impl Live {
+    /// Builds the state of every server of `config`, keeping from `previous`
+    /// the state of each server whose settings did not change.
+    pub(crate) fn build(
+        config: Arc<Config>,
+        previous: Option<&Live>,
+        pins: &Arc<Pins>,
+    ) -> Result<Self, reqwest::Error> {
+        let max_response = config.gateway.max_response_bytes;
+        let mut servers = BTreeMap::new();
+        for (name, settings) in &config.servers {
+            let kept = previous.and_then(|p| {
+                let old = p.servers.get(name)?;
+                let same = *old.upstream.settings == **settings
+                    && old.upstream.max_response_bytes == max_response;
+                same.then(|| old.clone())
+            });
+            let state = match kept {
+                Some(state) => state,
+                None => {
+                    let upstream = Upstream::new(settings.clone(), max_response)?;
+                    let catalog = Catalog::new(name, settings.pinning, pins.clone());
+                    Arc::new(ServerState {
+                        upstream: Arc::new(upstream),
+                        catalog: Arc::new(catalog),
+                        output_schemas: OutputSchemas::default(),
+                    })
+                }
+            };
+            servers.insert(name.clone(), state);
+        }
+        Ok(Self {
+            sanitize: Arc::new(config.sanitize.clone()),
+            rate_plan: RatePlan::new(&config.policy),
+            config,
+            servers,
         })
     }
 }

@@ -105,7 +105,7 @@ broken!(
     bad_arguments,
     admin_without_token,
     rate_on_deny,
-    observe_mode,
+    bad_mode,
     stdio_command,
     auth_jwt,
 );

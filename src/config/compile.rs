@@ -397,17 +397,9 @@ impl Ctx<'_> {
         let mode = self.one_of(
             raw.mode.as_ref(),
             "gateway.mode",
-            &[("enforce", true), ("observe", false)],
-            true,
+            &[("enforce", Mode::Enforce), ("observe", Mode::Observe)],
+            Mode::Enforce,
         )?;
-        if !mode {
-            let span = raw.mode.as_ref().map(Spanned::span);
-            return Err(self.fail(
-                span,
-                "gateway.mode",
-                "observe mode is not available in this version; use \"enforce\"",
-            ));
-        }
         Ok(GatewaySettings {
             listen,
             admin_listen,
@@ -442,7 +434,7 @@ impl Ctx<'_> {
                 1,
                 10_000_000,
             )?,
-            mode: Mode::Enforce,
+            mode,
             shutdown_grace: self.duration(
                 raw.shutdown_grace.as_ref(),
                 "gateway.shutdown_grace",
@@ -564,6 +556,18 @@ impl Ctx<'_> {
                 ],
                 Pinning::Block,
             )?,
+            mode: raw
+                .mode
+                .as_ref()
+                .map(|m| {
+                    self.one_of(
+                        Some(m),
+                        &format!("{key}.mode"),
+                        &[("enforce", Mode::Enforce), ("observe", Mode::Observe)],
+                        Mode::Enforce,
+                    )
+                })
+                .transpose()?,
         })
     }
 

@@ -71,6 +71,7 @@ pub(crate) struct RawServer {
     pub timeout: Option<Spanned<String>>,
     pub connect_timeout: Option<Spanned<String>>,
     pub pinning: Option<Spanned<String>>,
+    pub mode: Option<Spanned<String>>,
 }
 
 /// `[clients.NAME]`: who may connect, and with which key.

@@ -13,7 +13,11 @@
 //! [`Rejection`]; nothing is sent upstream before every step for that method has
 //! passed; the same policy decision serves lists and calls; only tools/call,
 //! resources/read and prompts/get take rate-limit tokens, and only once the
-//! access rules have let them through.
+//! access rules have let them through. A request loads the configuration in
+//! force once ([`Live`]) and is decided under it to the end. In observe mode
+//! (`mode = "observe"`, per gateway or server) a policy, rate-limit or
+//! validation refusal is recorded as `would_refuse` instead of stopping the
+//! exchange; transport refusals stop it in every mode.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -31,9 +35,9 @@ use super::catalog::ToolSet;
 use super::ingress::{admit, negotiate, read_body};
 use super::respond::{self, CallFacts, Recipient, relay};
 use super::upstream::{Reply, UpstreamError, forwarded_headers};
-use super::{AppState, ServerState};
+use super::{AppState, Live, ServerState};
 use crate::auth::ClientId;
-use crate::config::{ArgumentScan, Config, Pinning, SanitizeSettings};
+use crate::config::{ArgumentScan, Config, Mode, Pinning, SanitizeSettings};
 use crate::error::{
     self, Limit, Limited, RateLimited, Rejection, RenderCtx, ToolRefusal, UpstreamFailure,
 };
@@ -66,6 +70,10 @@ struct Exchange {
     id: Option<Value>,
     era: Era,
     tool: Option<String>,
+    /// In observe mode: what enforcement would have refused the request with.
+    would_refuse: Option<&'static str>,
+    /// The mode the request was decided under.
+    mode: Mode,
 }
 
 impl Exchange {
@@ -92,17 +100,20 @@ pub(crate) async fn handle(
         id: None,
         era: Era::Legacy,
         tool: None,
+        would_refuse: None,
+        mode: Mode::Enforce,
     };
-    let config = state.config.clone();
-    let (response, outcome, source) =
-        match serve(&state, &config, &mut ex, server, parts, body).await {
-            Ok(response) => (response, "forwarded", None),
-            Err(rejection) => {
-                let code = rejection.code();
-                let source = rejection.source();
-                (rejection.into_response(ex.render_ctx()), code, Some(source))
-            }
-        };
+    // One configuration for the whole request, whatever a reload does meanwhile.
+    let live = state.live.load_full();
+    let (response, outcome, source) = match serve(&state, &live, &mut ex, server, parts, body).await
+    {
+        Ok(response) => (response, "forwarded", None),
+        Err(rejection) => {
+            let code = rejection.code();
+            let source = rejection.source();
+            (rejection.into_response(ex.render_ctx()), code, Some(source))
+        }
+    };
     tracing::info!(
         client = ex.client.as_ref().map(ClientId::name),
         server = ex.server.as_deref(),
@@ -110,6 +121,8 @@ pub(crate) async fn handle(
         tool = ex.tool.as_deref(),
         era = ex.era.as_str(),
         outcome,
+        mode = ex.mode.as_str(),
+        would_refuse = ex.would_refuse,
         source = source.map(|s| s.as_str()),
         status = response.status().as_u16(),
         latency_us = ex.started.elapsed().as_micros() as u64,
@@ -120,15 +133,17 @@ pub(crate) async fn handle(
 
 async fn serve(
     state: &Arc<AppState>,
-    config: &Config,
+    live: &Live,
     ex: &mut Exchange,
     server: Option<String>,
     parts: Parts,
     body: Body,
 ) -> Result<Response, Rejection> {
+    let config = &*live.config;
     admit(&parts.headers, &config.gateway, state.loopback)?;
-    let server = route(state, server)?;
+    let server = route(live, server)?;
     ex.server = Some(server.upstream.settings.name.clone());
+    ex.mode = server.upstream.settings.mode.unwrap_or(config.gateway.mode);
     let client = config
         .clients
         .authenticate(&parts.headers)
@@ -137,24 +152,28 @@ async fn serve(
     match parts.method {
         Method::POST => {
             let body = read_body(&parts.headers, body, config.gateway.max_request_bytes).await?;
-            post(state, config, ex, server, &client, &parts.headers, body).await
+            post(state, live, ex, server, &client, &parts.headers, body).await
         }
-        Method::GET | Method::DELETE => stream_or_end(state, server, ex, &client, &parts).await,
+        Method::GET | Method::DELETE => {
+            stream_or_end(state, live, server, ex, &client, &parts).await
+        }
         _ => Err(Rejection::MethodNotAllowed("GET, POST, DELETE")),
     }
 }
 
 /// `/mcp/<name>`, or `/mcp` when exactly one server is configured.
-fn route(state: &AppState, server: Option<String>) -> Result<&ServerState, Rejection> {
+fn route(live: &Live, server: Option<String>) -> Result<&ServerState, Rejection> {
     match server {
-        Some(name) => state
+        Some(name) => live
             .servers
             .get(&name)
+            .map(|s| &**s)
             .ok_or(Rejection::UnknownServer(name)),
-        None if state.servers.len() == 1 => state
+        None if live.servers.len() == 1 => live
             .servers
             .values()
             .next()
+            .map(|s| &**s)
             .ok_or(Rejection::UnknownServer(String::new())),
         None => Err(Rejection::UnknownServer(
             "(none: name one in the path, /mcp/<server>)".into(),
@@ -164,13 +183,14 @@ fn route(state: &AppState, server: Option<String>) -> Result<&ServerState, Rejec
 
 async fn post(
     state: &Arc<AppState>,
-    config: &Config,
+    live: &Live,
     ex: &mut Exchange,
     server: &ServerState,
     client: &ClientId,
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response, Rejection> {
+    let config = &*live.config;
     let message =
         Message::classify(&body, config.gateway.max_json_depth).map_err(Rejection::Malformed)?;
     ex.id = message.id().cloned();
@@ -180,14 +200,13 @@ async fn post(
     let session = session(state, server, client, headers, era)?;
     let forward = Forward {
         state,
+        live,
         server,
         ex_era: era,
         session: session.as_deref(),
     };
     match message.method() {
-        Some("tools/call") => {
-            call_tool(config, ex, &forward, client, headers, &message, body).await
-        }
+        Some("tools/call") => call_tool(ex, &forward, client, headers, &message, body).await,
         Some(
             m @ ("tools/list" | "resources/list" | "resources/templates/list" | "prompts/list"),
         ) => {
@@ -197,55 +216,62 @@ async fn post(
         // 2026-07-28 removed subscribe/unsubscribe: the upstream answers them (-32601).
         Some("resources/subscribe" | "resources/unsubscribe") if era == Era::Modern => {
             forward
-                .relay(headers, body, recipient(state, ex, server, None))
+                .relay(headers, body, recipient(live, ex, server, None))
                 .await
         }
         Some(method @ ("resources/read" | "resources/subscribe" | "resources/unsubscribe")) => {
             let uri = param_str(&message, "uri")?;
             let subject = Subject::Resource(uri);
-            let decision = authorize_or_hide(config, client, server, subject, || {
+            let decided = authorize_or_hide(config, client, server, subject, || {
                 format!("Resource not found: {uri}")
-            })?;
-            if method == "resources/read" {
-                rate_limit(state, config, client, server, subject, &decision).await?;
+            });
+            if let Some(decision) = observe_or_enforce(ex, decided)?
+                && method == "resources/read"
+            {
+                let limited = rate_limit(state, live, client, server, subject, &decision).await;
+                observe_or_enforce(ex, limited)?;
             }
             forward
-                .relay(headers, body, recipient(state, ex, server, None))
+                .relay(headers, body, recipient(live, ex, server, None))
                 .await
         }
         Some("prompts/get") => {
             let name = param_str(&message, "name")?;
             let subject = Subject::Prompt(name);
-            let decision = authorize_or_hide(config, client, server, subject, || {
+            let decided = authorize_or_hide(config, client, server, subject, || {
                 format!("Unknown prompt: {name}")
-            })?;
-            rate_limit(state, config, client, server, subject, &decision).await?;
+            });
+            if let Some(decision) = observe_or_enforce(ex, decided)? {
+                let limited = rate_limit(state, live, client, server, subject, &decision).await;
+                observe_or_enforce(ex, limited)?;
+            }
             forward
-                .relay(headers, body, recipient(state, ex, server, None))
+                .relay(headers, body, recipient(live, ex, server, None))
                 .await
         }
         Some("completion/complete") => {
-            authorize_completion(config, client, server, &message)?;
+            let decided = authorize_completion(config, client, server, &message);
+            observe_or_enforce(ex, decided)?;
             forward
-                .relay(headers, body, recipient(state, ex, server, None))
+                .relay(headers, body, recipient(live, ex, server, None))
                 .await
         }
         Some("initialize") => {
             forward
-                .initialize(headers, body, client, recipient(state, ex, server, None))
+                .initialize(headers, body, client, recipient(live, ex, server, None))
                 .await
         }
         Some("server/discover") => {
             let reply = forward
                 .send(forward.headers(headers), body, true)
                 .await
-                .map_err(|e| upstream(&state.sanitize, forward.name(), None, e))?;
+                .map_err(|e| upstream(&live.sanitize, forward.name(), None, e))?;
             let reply = watch_instructions(reply, &forward, ex.id.clone());
-            Ok(relay(reply, recipient(state, ex, server, None)))
+            Ok(relay(reply, recipient(live, ex, server, None)))
         }
         _ => {
             forward
-                .relay(headers, body, recipient(state, ex, server, None))
+                .relay(headers, body, recipient(live, ex, server, None))
                 .await
         }
     }
@@ -278,7 +304,6 @@ fn session(
 // --- tools/call ---
 
 async fn call_tool(
-    config: &Config,
     ex: &mut Exchange,
     forward: &Forward<'_>,
     client: &ClientId,
@@ -290,7 +315,7 @@ async fn call_tool(
     ex.tool = Some(name.clone());
     let server = forward.server;
     let server_name = server.upstream.settings.name.as_str();
-    let sanitize = &forward.state.sanitize;
+    let sanitize = &forward.live.sanitize;
     let tools = forward
         .tool_set(headers, message, ex.id.as_ref())
         .await
@@ -301,12 +326,69 @@ async fn call_tool(
             }
             rejection
         })?;
+    let checked = check_call(
+        forward.state,
+        forward.live,
+        server,
+        ex,
+        client,
+        headers,
+        &tools,
+        &name,
+        message,
+    )
+    .await;
+    if let Err(rejection) = checked {
+        observe_or_enforce::<()>(ex, Err(rejection))?;
+        // Observed: the transport's own check of `Mcp-Param-*` still holds.
+        if let (Some(entry), Some(Value::Object(args))) = (
+            tools.tools.get(&name),
+            message.params().and_then(|p| p.get("arguments")),
+        ) {
+            let input_schema = entry.definition.get("inputSchema").unwrap_or(&Value::Null);
+            headers::check_params(headers, args, input_schema, ex.era == Era::Modern)
+                .map_err(|m| Rejection::HeaderMismatch(m.0))?;
+        }
+    }
+    let skip = sanitize.skip_for(server_name, &name);
+    let facts = match tools.tools.get(&name) {
+        Some(entry) => CallFacts::of(
+            &entry.definition,
+            skip,
+            &server.output_schemas,
+            server_name,
+            &name,
+        ),
+        None => CallFacts::default(),
+    };
+    let mut to = recipient(forward.live, ex, server, Some(name));
+    to.call = facts;
+    forward.relay(headers, body, to).await
+}
+
+/// Every decision on a `tools/call`, in order: access rules, pin, the rules'
+/// `arguments`, `Mcp-Param-*`, `inputSchema`, secrets in the arguments.
+#[allow(clippy::too_many_arguments)]
+async fn check_call(
+    state: &AppState,
+    live: &Live,
+    server: &ServerState,
+    ex: &Exchange,
+    client: &ClientId,
+    headers: &HeaderMap,
+    tools: &ToolSet,
+    name: &str,
+    message: &Message,
+) -> Result<(), Rejection> {
+    let config = &*live.config;
+    let server_name = server.upstream.settings.name.as_str();
+    let sanitize = &config.sanitize;
     let decision = config
         .policy
-        .decide(client, server_name, Subject::Tool(&name));
-    let entry = tools.tools.get(&name).filter(|_| decision.allowed);
+        .decide(client, server_name, Subject::Tool(name));
+    let entry = tools.tools.get(name).filter(|_| decision.allowed);
     let Some(entry) = entry else {
-        return Err(unknown_tool(config, client, server_name, &tools, &name));
+        return Err(unknown_tool(config, client, server_name, tools, name));
     };
     if let Some(hold) = entry.pin.held() {
         return Err(pin_quarantined(hold));
@@ -325,23 +407,15 @@ async fn call_tool(
                 received: "another JSON type".into(),
                 description: None,
             };
-            return Err(invalid_arguments(&name, &[v]));
+            return Err(invalid_arguments(name, &[v]));
         }
     };
     config
         .policy
         .check_arguments(&decision, &arguments)
-        .map_err(|(rule, v)| argument_not_permitted(&name, rule, &v))?;
-    rate_limit(
-        forward.state,
-        config,
-        client,
-        server,
-        Subject::Tool(&name),
-        &decision,
-    )
-    .await?;
-    let schema = entry.schema.as_ref().map_err(|e| quarantined(&name, e))?;
+        .map_err(|(rule, v)| argument_not_permitted(name, rule, &v))?;
+    rate_limit(state, live, client, server, Subject::Tool(name), &decision).await?;
+    let schema = entry.schema.as_ref().map_err(|e| quarantined(name, e))?;
     let input_schema = entry.definition.get("inputSchema").unwrap_or(&Value::Null);
     if let Value::Object(args) = &arguments {
         headers::check_params(headers, args, input_schema, ex.era == Era::Modern)
@@ -349,38 +423,49 @@ async fn call_tool(
     }
     schema
         .check(&arguments)
-        .map_err(|v| invalid_arguments(&name, &v))?;
-    let skip = sanitize.skip_for(server_name, &name);
+        .map_err(|v| invalid_arguments(name, &v))?;
+    let skip = sanitize.skip_for(server_name, name);
     if sanitize.arguments == ArgumentScan::Block && !skip.arguments {
         let found = Sanitizer::new(sanitize, skip).find_secrets(&arguments);
         if !found.is_empty() {
-            return Err(error::secret_in_arguments(&name, &found));
+            return Err(error::secret_in_arguments(name, &found));
         }
     }
-    let facts = CallFacts::of(
-        &entry.definition,
-        skip,
-        &server.output_schemas,
-        server_name,
-        &name,
-    );
-    let mut to = recipient(forward.state, ex, server, Some(name));
-    to.call = facts;
-    forward.relay(headers, body, to).await
+    Ok(())
+}
+
+/// In observe mode a policy, rate-limit or validation refusal is recorded, not
+/// enforced (`None`); every other refusal (transport, headers, parameters) is
+/// enforced always.
+fn observe_or_enforce<T>(
+    ex: &mut Exchange,
+    decided: Result<T, Rejection>,
+) -> Result<Option<T>, Rejection> {
+    match decided {
+        Ok(value) => Ok(Some(value)),
+        Err(
+            rejection @ (Rejection::Tool(_) | Rejection::NotFound(_) | Rejection::RateLimited(_)),
+        ) if ex.mode == Mode::Observe => {
+            ex.would_refuse = Some(rejection.code());
+            Ok(None)
+        }
+        Err(other) => Err(other),
+    }
 }
 
 /// Takes a token from every bucket the access decision names, or refuses the
 /// call and says when it may be made again. Nothing is taken when any bucket refuses.
 async fn rate_limit(
     state: &AppState,
-    config: &Config,
+    live: &Live,
     client: &ClientId,
     server: &ServerState,
     subject: Subject<'_>,
     decision: &Decision,
 ) -> Result<(), Rejection> {
+    let config = &*live.config;
     let server_name = server.upstream.settings.name.as_str();
-    let buckets = state
+    let buckets = live
         .rate_plan
         .buckets(&config.policy, decision, client, server_name, subject);
     if buckets.is_empty() {
@@ -775,7 +860,7 @@ async fn list(
     let server = forward.server;
     let name = server.upstream.settings.name.as_str();
     let request = rebuild(message);
-    let sanitize = &forward.state.sanitize;
+    let sanitize = &forward.live.sanitize;
     let sanitizer = Sanitizer::new(sanitize, Skip::default());
     let mut report = Report::default();
     let pages = forward
@@ -790,9 +875,15 @@ async fn list(
             return Ok(respond::json(&error, reply_headers));
         }
     };
-    let permitted = |item: &Value| {
-        kind.subject(item)
-            .is_some_and(|s| config.policy.decide(client, name, s).allowed)
+    let observe = ex.mode == Mode::Observe;
+    let mut hidden = 0usize;
+    let mut permitted = |item: &Value| {
+        let allowed = kind
+            .subject(item)
+            .is_some_and(|s| config.policy.decide(client, name, s).allowed);
+        hidden += usize::from(!allowed);
+        // Observe mode lists everything and records what would be hidden.
+        allowed || observe
     };
     let visible: Vec<Value> = if kind == ListKind::Tools {
         // Held tools are listed as pinned (or not at all when never approved);
@@ -820,6 +911,10 @@ async fn list(
     };
     if !report.is_empty() {
         tracing::info!(server = name, method = %ex.method, actions = %report.summary(), "sanitized");
+    }
+    if observe && hidden > 0 {
+        ex.would_refuse = Some("hidden_from_list");
+        tracing::info!(server = name, method = %ex.method, would_hide = hidden, "observe mode: items listed that enforcement would hide");
     }
     result.insert(kind.key().into(), Value::Array(visible));
     result.remove("nextCursor");
@@ -893,6 +988,7 @@ fn authorize_completion(
 
 async fn stream_or_end(
     state: &Arc<AppState>,
+    live: &Live,
     server: &ServerState,
     ex: &mut Exchange,
     client: &ClientId,
@@ -915,13 +1011,13 @@ async fn stream_or_end(
         .upstream
         .send(parts.method.clone(), out, None)
         .await
-        .map_err(|e| upstream(&state.sanitize, &name, None, e))?;
+        .map_err(|e| upstream(&live.sanitize, &name, None, e))?;
     // A GET stream lives as long as the session: no idle limit.
     let reply = server
         .upstream
         .read(response, None)
         .await
-        .map_err(|e| upstream(&state.sanitize, &name, None, e))?;
+        .map_err(|e| upstream(&live.sanitize, &name, None, e))?;
     if let Some(id) = &session {
         let status = reply_status(&reply);
         if parts.method == Method::DELETE
@@ -930,7 +1026,7 @@ async fn stream_or_end(
             state.sessions.remove(&name, id);
         }
     }
-    Ok(relay(reply, recipient(state, ex, server, None)))
+    Ok(relay(reply, recipient(live, ex, server, None)))
 }
 
 // --- forwarding ---
@@ -938,6 +1034,7 @@ async fn stream_or_end(
 /// Everything needed to send this request's messages upstream.
 struct Forward<'a> {
     state: &'a Arc<AppState>,
+    live: &'a Live,
     server: &'a ServerState,
     ex_era: Era,
     session: Option<&'a str>,
@@ -1144,19 +1241,14 @@ fn reply_status(reply: &super::upstream::Reply) -> http::StatusCode {
     }
 }
 
-fn recipient(
-    state: &AppState,
-    ex: &Exchange,
-    server: &ServerState,
-    tool: Option<String>,
-) -> Recipient {
+fn recipient(live: &Live, ex: &Exchange, server: &ServerState, tool: Option<String>) -> Recipient {
     Recipient {
         id: ex.id.clone(),
         era: ex.era,
         server: server.upstream.settings.name.clone(),
         tool,
         catalog: server.catalog.clone(),
-        sanitize: state.sanitize.clone(),
+        sanitize: live.sanitize.clone(),
         call: CallFacts::default(),
     }
 }

@@ -158,6 +158,45 @@ pub fn allow_all() -> &'static str {
     "[[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"*\"]\nresources = [\"*\"]\nprompts = [\"*\"]\naction = \"allow\"\n"
 }
 
+// === The real binary ===
+
+/// Reads the binary's log until its `listening` line; returns (MCP, admin) addresses.
+pub async fn listening(child: &mut tokio::process::Child) -> (String, String) {
+    let (mcp, admin, _log) = listening_log(child).await;
+    (mcp, admin)
+}
+
+/// As [`listening`], and the log lines that follow, as they come.
+pub async fn listening_log(
+    child: &mut tokio::process::Child,
+) -> (String, String, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let found = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Ok(v) = serde_json::from_str::<Value>(&line)
+                && v["message"] == "listening"
+            {
+                let field = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+                return Some((field("mcp"), field("admin")));
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten()
+    .expect("the binary logs its listening addresses");
+    // Keep draining the log so the process never blocks on a full pipe.
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let _ = tx.send(line);
+        }
+    });
+    (found.0, found.1, rx)
+}
+
 // === Peer servers ===
 
 /// A peer MCP server process, killed when dropped.
