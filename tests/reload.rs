@@ -296,3 +296,59 @@ async fn under_load_every_request_sees_one_whole_policy_and_none_fails() {
     assert!(seen_a > 0 && seen_b > 0, "a {seen_a}, b {seen_b}");
     gw.stop().await;
 }
+
+/// A reload keeps the buckets of rules it did not change, and a changed
+/// rate starts a bucket of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_the_buckets_of_unchanged_rules() {
+    let up = InProcess::demo().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let limited = "[[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"slow_query\"]\naction = \"allow\"\n\
+                   rate = { burst = 2, per_second = 0.001, key = \"client\" }\n";
+    let first = format!("{}{limited}", config(&up.url, &["echo"]));
+    let (gw, path) = start(dir.path(), &first).await;
+    let (mcp, base) = (gw.url("s"), gw.admin_url());
+    let slow = json!({"seconds": 0});
+    assert_eq!(call(&mcp, "slow_query", slow.clone()).await, None);
+    assert_eq!(call(&mcp, "slow_query", slow.clone()).await, None);
+    assert_eq!(
+        call(&mcp, "slow_query", slow.clone()).await.as_deref(),
+        Some("rate_limited")
+    );
+
+    // Another rule changes; the limited rule does not: its bucket stays empty.
+    replace(
+        &path,
+        &format!("{}{limited}", config(&up.url, &["echo", "fetch_logs"])),
+    );
+    assert_eq!(
+        admin(&base, reqwest::Method::POST, Some(ADMIN_TOKEN))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        call(&mcp, "fetch_logs", json!({})).await,
+        None,
+        "the new rule is in force"
+    );
+    assert_eq!(
+        call(&mcp, "slow_query", slow.clone()).await.as_deref(),
+        Some("rate_limited")
+    );
+
+    // The rate itself changes: a new bucket, full.
+    let changed = limited.replace("burst = 2", "burst = 3");
+    replace(
+        &path,
+        &format!("{}{changed}", config(&up.url, &["echo", "fetch_logs"])),
+    );
+    assert_eq!(
+        admin(&base, reqwest::Method::POST, Some(ADMIN_TOKEN))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(call(&mcp, "slow_query", slow).await, None);
+    gw.stop().await;
+}
