@@ -5,7 +5,8 @@
 //!
 //! Invariants: both listeners are bound before anything is served (so a port
 //! clash fails start-up, not the first request); shutdown stops accepting at
-//! once and gives in-flight requests at most `shutdown_grace` to finish.
+//! once and gives in-flight requests at most `shutdown_grace` to finish; pins
+//! and audit events still queued are written before `run` returns.
 
 use std::future::Future;
 use std::io;
@@ -18,6 +19,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admin;
+use crate::audit::Audit;
 use crate::config::Config;
 use crate::pins::Pins;
 use crate::proxy::{self, AppState};
@@ -54,7 +56,13 @@ impl Gateway {
             .await
             .map_err(io::Error::other)?
             .map_err(io::Error::other)?;
-        let state = AppState::new(Arc::new(config), pins, loopback).map_err(io::Error::other)?;
+        let settings = config.audit.clone();
+        let audit = tokio::task::spawn_blocking(move || Audit::open(&settings))
+            .await
+            .map_err(io::Error::other)?
+            .map_err(io::Error::other)?;
+        let state =
+            AppState::new(Arc::new(config), pins, audit, loopback).map_err(io::Error::other)?;
         Ok(Self {
             state: Arc::new(state),
             listener,
@@ -89,10 +97,14 @@ impl Gateway {
             tokio::try_join!(mcp_server.into_future(), admin_server.into_future()).map(|_| ())
         };
         tokio::pin!(servers);
-        let pins = self.state.pins.clone();
+        let (pins, audit) = (self.state.pins.clone(), self.state.audit.clone());
         let flush = || async move {
-            // Pins not yet on disk are written before the process ends.
-            let _ = tokio::task::spawn_blocking(move || pins.flush()).await;
+            // Pins and audit events not yet on disk are written before the process ends.
+            let _ = tokio::task::spawn_blocking(move || {
+                pins.flush();
+                audit.flush();
+            })
+            .await;
         };
         tokio::select! {
             result = &mut servers => {

@@ -24,6 +24,7 @@ use axum::extract::{Path, Request, State};
 use axum::response::Response;
 use axum::routing::any;
 
+use crate::audit::Audit;
 use crate::config::{Config, SanitizeSettings};
 use crate::pins::Pins;
 use catalog::Catalog;
@@ -45,6 +46,8 @@ pub(crate) struct AppState {
     pub next_id: AtomicU64,
     /// `[sanitize]`, shared with every reply in flight.
     pub sanitize: Arc<SanitizeSettings>,
+    /// Where each request's audit event goes.
+    pub audit: Arc<Audit>,
 }
 
 /// One upstream and what the gateway knows of it.
@@ -60,6 +63,7 @@ impl AppState {
     pub(crate) fn new(
         config: Arc<Config>,
         pins: Arc<Pins>,
+        audit: Arc<Audit>,
         loopback: bool,
     ) -> Result<Self, reqwest::Error> {
         let mut servers = BTreeMap::new();
@@ -78,6 +82,7 @@ impl AppState {
         Ok(Self {
             sessions: SessionTable::new(config.gateway.max_sessions),
             pins,
+            audit,
             sanitize: Arc::new(config.sanitize.clone()),
             config,
             servers,
