@@ -1,8 +1,9 @@
-//! The admin API on the admin listener: pin state and approvals.
+//! The admin API on the admin listener: pin state and approvals, metrics.
 //!
 //! Place in the path: beside the MCP data path, never on it. `GET /api/pins`
 //! lists every pin with its status, scan findings and diff;
-//! `POST /api/pins/approve` approves what a server serves now.
+//! `POST /api/pins/approve` approves what a server serves now; `GET /metrics`
+//! is the Prometheus scrape (open, like `/healthz`: counts only, no secrets).
 //!
 //! Invariants: an admin action needs `Authorization: Bearer <admin token>`,
 //! checked against `[gateway] admin_token_sha256` in constant time (401
@@ -26,6 +27,16 @@ use crate::auth::hash_key;
 use crate::error::json_response;
 use crate::pins::{ApproveOutcome, Key};
 use crate::proxy::AppState;
+
+/// `GET /metrics`: OpenMetrics text.
+pub(crate) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let mut response = Response::new(state.metrics.encode().into());
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    response
+}
 
 /// `GET /api/pins`.
 pub(crate) async fn pins(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {

@@ -166,6 +166,7 @@ fn admin_router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(|| async { "ready\n" }))
+        .route("/metrics", get(admin::metrics))
         .route("/api/pins", get(admin::pins))
         .route("/api/pins/approve", post(admin::approve))
         .with_state(state)

@@ -4,7 +4,8 @@
 //! pipeline's exchange, the forwarder, the reply's recipient); each stage notes
 //! what it learned (decision, violations, sanitizer actions, pin findings,
 //! upstream status and latency). When its last holder lets go — after the
-//! response body has been sent to the end — the event is handed to the writer
+//! response body has been sent to the end — the event is counted in the
+//! [metrics](crate::metrics) and handed to the writer
 //! thread with `try_send` on a bounded channel. The writer inserts events in
 //! batches, one transaction each, and deletes events older than
 //! `[audit] retention`.
@@ -27,6 +28,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::config::{AuditArguments, AuditSettings, SanitizeSettings};
+use crate::metrics::Metrics;
 use crate::pins::store;
 use crate::sanitize::{Report, Sanitizer, Skip};
 
@@ -75,6 +77,9 @@ pub struct Event {
     /// The JSON-RPC method (or the HTTP method before the body was read).
     pub method: String,
     pub tool: Option<String>,
+    /// The tool is one the server listed (else metrics count it as `other`).
+    #[serde(skip)]
+    pub tool_listed: bool,
     /// `forwarded`, or the result code of the refusal (`Rejection::code`).
     pub decision: String,
     /// Who made the decision: `forwarded`, or the source of the refusal
@@ -189,6 +194,11 @@ impl Audit {
         &self.counters
     }
 
+    /// The counters, shared (for the metrics).
+    pub fn shared_counters(&self) -> Arc<Counters> {
+        self.counters.clone()
+    }
+
     /// The arguments of a call as `[audit] arguments` says to record them.
     pub(crate) fn arguments(
         &self,
@@ -244,14 +254,21 @@ fn shape(value: &Value) -> Value {
 #[derive(Debug)]
 pub(crate) struct Trail {
     audit: Arc<Audit>,
+    metrics: Arc<Metrics>,
     started: Instant,
     event: Mutex<Event>,
 }
 
 impl Trail {
-    pub(crate) fn new(audit: Arc<Audit>, started: Instant, event: Event) -> Arc<Self> {
+    pub(crate) fn new(
+        audit: Arc<Audit>,
+        metrics: Arc<Metrics>,
+        started: Instant,
+        event: Event,
+    ) -> Arc<Self> {
         Arc::new(Self {
             audit,
+            metrics,
             started,
             event: Mutex::new(event),
         })
@@ -296,6 +313,7 @@ impl Drop for Trail {
     fn drop(&mut self) {
         let mut event = std::mem::take(self.event.get_mut().unwrap_or_else(|p| p.into_inner()));
         event.latency_us = self.started.elapsed().as_micros() as u64;
+        self.metrics.observe(&event);
         self.audit.record(event);
     }
 }

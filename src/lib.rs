@@ -30,6 +30,7 @@ pub mod audit;
 pub mod auth;
 pub mod config;
 pub mod demo;
+pub mod metrics;
 pub mod pins;
 pub mod policy;
 pub mod sanitize;

@@ -26,6 +26,7 @@ use axum::routing::any;
 
 use crate::audit::Audit;
 use crate::config::{Config, SanitizeSettings};
+use crate::metrics::Metrics;
 use crate::pins::Pins;
 use catalog::Catalog;
 use respond::OutputSchemas;
@@ -48,6 +49,8 @@ pub(crate) struct AppState {
     pub sanitize: Arc<SanitizeSettings>,
     /// Where each request's audit event goes.
     pub audit: Arc<Audit>,
+    /// Where it is counted.
+    pub metrics: Arc<Metrics>,
 }
 
 /// One upstream and what the gateway knows of it.
@@ -82,6 +85,7 @@ impl AppState {
         Ok(Self {
             sessions: SessionTable::new(config.gateway.max_sessions),
             pins,
+            metrics: Arc::new(Metrics::new(audit.shared_counters())),
             audit,
             sanitize: Arc::new(config.sanitize.clone()),
             config,

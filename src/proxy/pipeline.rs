@@ -94,7 +94,7 @@ pub(crate) async fn handle(
         ..Default::default()
     };
     let mut ex = Exchange {
-        trail: Trail::new(state.audit.clone(), started, event),
+        trail: Trail::new(state.audit.clone(), state.metrics.clone(), started, event),
         started,
         client: None,
         server: None,
@@ -319,6 +319,8 @@ async fn call_tool(
             }
             rejection
         })?;
+    let listed = tools.tools.contains_key(&name);
+    ex.trail.note(|e| e.tool_listed = listed);
     let decision = config
         .policy
         .decide(client, server_name, Subject::Tool(&name));
