@@ -38,12 +38,20 @@ pub(crate) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     response
 }
 
+/// A read endpoint: open without an admin token configured, else it needs it.
+#[allow(clippy::result_large_err)]
+pub(crate) fn reader(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+    if state.config.gateway.admin_token_sha256.is_some() {
+        admin(state, headers)
+    } else {
+        Ok(())
+    }
+}
+
 /// `GET /api/pins`.
 pub(crate) async fn pins(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let config = &state.config;
-    if config.gateway.admin_token_sha256.is_some()
-        && let Err(refusal) = admin(&state, &headers)
-    {
+    if let Err(refusal) = reader(&state, &headers) {
         return refusal;
     }
     let modes: BTreeMap<String, _> = config

@@ -18,11 +18,11 @@ use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::admin;
 use crate::audit::Audit;
 use crate::config::Config;
 use crate::pins::Pins;
 use crate::proxy::{self, AppState};
+use crate::{admin, dashboard};
 
 /// A gateway with its sockets bound, ready to serve.
 #[derive(Debug)]
@@ -167,6 +167,12 @@ fn admin_router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(|| async { "ready\n" }))
         .route("/metrics", get(admin::metrics))
+        .route("/", get(dashboard::index))
+        .route("/api/events", get(dashboard::events))
+        .route("/api/events/stream", get(dashboard::stream))
+        .route("/api/events/{id}", get(dashboard::event))
+        .route("/api/overview", get(dashboard::overview))
+        .route("/api/config", get(dashboard::config))
         .route("/api/pins", get(admin::pins))
         .route("/api/pins/approve", post(admin::approve))
         .with_state(state)

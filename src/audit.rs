@@ -5,7 +5,8 @@
 //! what it learned (decision, violations, sanitizer actions, pin findings,
 //! upstream status and latency). When its last holder lets go — after the
 //! response body has been sent to the end — the event is counted in the
-//! [metrics](crate::metrics) and handed to the writer
+//! [metrics](crate::metrics), kept for the [dashboard](crate::dashboard) and
+//! handed to the writer
 //! thread with `try_send` on a bounded channel. The writer inserts events in
 //! batches, one transaction each, and deletes events older than
 //! `[audit] retention`.
@@ -28,6 +29,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::config::{AuditArguments, AuditSettings, SanitizeSettings};
+use crate::dashboard::Recent;
 use crate::metrics::Metrics;
 use crate::pins::store;
 use crate::sanitize::{Report, Sanitizer, Skip};
@@ -255,6 +257,7 @@ fn shape(value: &Value) -> Value {
 pub(crate) struct Trail {
     audit: Arc<Audit>,
     metrics: Arc<Metrics>,
+    recent: Arc<Recent>,
     started: Instant,
     event: Mutex<Event>,
 }
@@ -263,12 +266,14 @@ impl Trail {
     pub(crate) fn new(
         audit: Arc<Audit>,
         metrics: Arc<Metrics>,
+        recent: Arc<Recent>,
         started: Instant,
         event: Event,
     ) -> Arc<Self> {
         Arc::new(Self {
             audit,
             metrics,
+            recent,
             started,
             event: Mutex::new(event),
         })
@@ -314,6 +319,7 @@ impl Drop for Trail {
         let mut event = std::mem::take(self.event.get_mut().unwrap_or_else(|p| p.into_inner()));
         event.latency_us = self.started.elapsed().as_micros() as u64;
         self.metrics.observe(&event);
+        self.recent.push(&event);
         self.audit.record(event);
     }
 }

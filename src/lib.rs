@@ -29,6 +29,7 @@
 pub mod audit;
 pub mod auth;
 pub mod config;
+pub(crate) mod dashboard;
 pub mod demo;
 pub mod metrics;
 pub mod pins;

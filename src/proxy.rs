@@ -26,6 +26,7 @@ use axum::routing::any;
 
 use crate::audit::Audit;
 use crate::config::{Config, SanitizeSettings};
+use crate::dashboard::Recent;
 use crate::metrics::Metrics;
 use crate::pins::Pins;
 use catalog::Catalog;
@@ -51,6 +52,8 @@ pub(crate) struct AppState {
     pub audit: Arc<Audit>,
     /// Where it is counted.
     pub metrics: Arc<Metrics>,
+    /// Where the dashboard finds it.
+    pub recent: Arc<Recent>,
 }
 
 /// One upstream and what the gateway knows of it.
@@ -86,6 +89,7 @@ impl AppState {
             sessions: SessionTable::new(config.gateway.max_sessions),
             pins,
             metrics: Arc::new(Metrics::new(audit.shared_counters())),
+            recent: Arc::default(),
             audit,
             sanitize: Arc::new(config.sanitize.clone()),
             config,

@@ -94,7 +94,13 @@ pub(crate) async fn handle(
         ..Default::default()
     };
     let mut ex = Exchange {
-        trail: Trail::new(state.audit.clone(), state.metrics.clone(), started, event),
+        trail: Trail::new(
+            state.audit.clone(),
+            state.metrics.clone(),
+            state.recent.clone(),
+            started,
+            event,
+        ),
         started,
         client: None,
         server: None,
