@@ -118,6 +118,7 @@ impl Gateway {
             "shutting down: no new connections, finishing in-flight requests"
         );
         let _ = stop_tx.send(true);
+        self.state.recent.close();
         let result = match tokio::time::timeout(grace, servers).await {
             Ok(result) => result,
             Err(_) => {

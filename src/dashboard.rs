@@ -44,6 +44,8 @@ pub(crate) struct Recent {
     next: AtomicU64,
     ring: Mutex<VecDeque<Arc<Value>>>,
     feed: broadcast::Sender<Arc<Value>>,
+    /// Set at shutdown: open feeds end, so they do not hold the drain up.
+    closed: tokio::sync::watch::Sender<bool>,
 }
 
 impl Default for Recent {
@@ -52,6 +54,7 @@ impl Default for Recent {
             next: AtomicU64::new(1),
             ring: Mutex::new(VecDeque::with_capacity(KEEP)),
             feed: broadcast::channel(1024).0,
+            closed: tokio::sync::watch::Sender::new(false),
         }
     }
 }
@@ -71,6 +74,11 @@ impl Recent {
             ring.push_back(value.clone());
         }
         let _ = self.feed.send(value);
+    }
+
+    /// Ends every open feed (shutdown).
+    pub(crate) fn close(&self) {
+        self.closed.send_replace(true);
     }
 
     fn snapshot(&self) -> Vec<Arc<Value>> {
@@ -160,12 +168,18 @@ pub(crate) async fn stream(
         return r;
     }
     let rx = state.recent.feed.subscribe();
-    let events = futures_util::stream::unfold((rx, filter), |(mut rx, filter)| async move {
+    let closed = state.recent.closed.subscribe();
+    let start = (rx, closed, filter);
+    let events = futures_util::stream::unfold(start, |(mut rx, mut closed, filter)| async move {
         loop {
-            match rx.recv().await {
+            let next = tokio::select! {
+                next = rx.recv() => next,
+                _ = closed.wait_for(|c| *c) => return None,
+            };
+            match next {
                 Ok(e) if filter.keeps(&e) => {
                     let frame = Bytes::from(format!("data: {e}\n\n"));
-                    return Some((Ok::<_, Infallible>(frame), (rx, filter)));
+                    return Some((Ok::<_, Infallible>(frame), (rx, closed, filter)));
                 }
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(broadcast::error::RecvError::Closed) => return None,
