@@ -1,8 +1,9 @@
-//! The admin API on the admin listener: pin state and approvals.
+//! The admin API on the admin listener: pin state and approvals, metrics.
 //!
 //! Place in the path: beside the MCP data path, never on it. `GET /api/pins`
 //! lists every pin with its status, scan findings and diff;
-//! `POST /api/pins/approve` approves what a server serves now.
+//! `POST /api/pins/approve` approves what a server serves now; `GET /metrics`
+//! is the Prometheus scrape (open, like `/healthz`: counts only, no secrets).
 //!
 //! Invariants: an admin action needs `Authorization: Bearer <admin token>`,
 //! checked against `[gateway] admin_token_sha256` in constant time (401
@@ -27,12 +28,30 @@ use crate::error::json_response;
 use crate::pins::{ApproveOutcome, Key};
 use crate::proxy::AppState;
 
+/// `GET /metrics`: OpenMetrics text.
+pub(crate) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let mut response = Response::new(state.metrics.encode().into());
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    response
+}
+
+/// A read endpoint: open without an admin token configured, else it needs it.
+#[allow(clippy::result_large_err)]
+pub(crate) fn reader(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
+    if state.config().gateway.admin_token_sha256.is_some() {
+        admin(state, headers)
+    } else {
+        Ok(())
+    }
+}
+
 /// `GET /api/pins`.
 pub(crate) async fn pins(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let config = state.config();
-    if config.gateway.admin_token_sha256.is_some()
-        && let Err(refusal) = admin(&state, &headers)
-    {
+    if let Err(refusal) = reader(&state, &headers) {
         return refusal;
     }
     let modes: BTreeMap<String, _> = config

@@ -5,9 +5,9 @@
 //!
 //! Invariants: both listeners are bound before anything is served (so a port
 //! clash fails start-up, not the first request); shutdown stops accepting at
-//! once and gives in-flight requests at most `shutdown_grace` to finish; a
-//! gateway started from a file watches that file and reloads it (see
-//! [`crate::reload`]).
+//! once and gives in-flight requests at most `shutdown_grace` to finish; pins
+//! and audit events still queued are written before `run` returns; a gateway
+//! started from a file watches that file and reloads it (see [`crate::reload`]).
 
 use std::future::Future;
 use std::io;
@@ -20,12 +20,13 @@ use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::admin;
+use crate::audit::Audit;
 use crate::config::Config;
 use crate::pins::Pins;
 use crate::proxy::{self, AppState};
 use crate::ratelimit;
 use crate::reload;
+use crate::{admin, dashboard};
 
 /// A gateway with its sockets bound, ready to serve.
 #[derive(Debug)]
@@ -78,7 +79,12 @@ impl Gateway {
             .await
             .map_err(io::Error::other)?
             .map_err(io::Error::other)?;
-        let state = AppState::new(Arc::new(config), pins, loopback, path)?;
+        let settings = config.audit.clone();
+        let audit = tokio::task::spawn_blocking(move || Audit::open(&settings))
+            .await
+            .map_err(io::Error::other)?
+            .map_err(io::Error::other)?;
+        let state = AppState::new(Arc::new(config), pins, audit, loopback, path)?;
         Ok(Self {
             state: Arc::new(state),
             watch: true,
@@ -140,10 +146,14 @@ impl Gateway {
             tokio::try_join!(mcp_server.into_future(), admin_server.into_future()).map(|_| ())
         };
         tokio::pin!(servers);
-        let pins = self.state.pins.clone();
+        let (pins, audit) = (self.state.pins.clone(), self.state.audit.clone());
         let flush = || async move {
-            // Pins not yet on disk are written before the process ends.
-            let _ = tokio::task::spawn_blocking(move || pins.flush()).await;
+            // Pins and audit events not yet on disk are written before the process ends.
+            let _ = tokio::task::spawn_blocking(move || {
+                pins.flush();
+                audit.flush();
+            })
+            .await;
         };
         tokio::select! {
             result = &mut servers => {
@@ -159,6 +169,7 @@ impl Gateway {
             "shutting down: no new connections, finishing in-flight requests"
         );
         let _ = stop_tx.send(true);
+        self.state.recent.close();
         let result = match tokio::time::timeout(grace, servers).await {
             Ok(result) => result,
             Err(_) => {
@@ -229,6 +240,13 @@ fn admin_router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(|| async { "ready\n" }))
+        .route("/metrics", get(admin::metrics))
+        .route("/", get(dashboard::index))
+        .route("/api/events", get(dashboard::events))
+        .route("/api/events/stream", get(dashboard::stream))
+        .route("/api/events/{id}", get(dashboard::event))
+        .route("/api/overview", get(dashboard::overview))
+        .route("/api/config", get(dashboard::config))
         .route("/api/pins", get(admin::pins))
         .route("/api/pins/approve", post(admin::approve))
         .route("/api/reload", get(reload::get).post(reload::post))

@@ -249,7 +249,8 @@ pub enum SecretsAction {
 /// `[audit]`.
 #[derive(Debug, Clone)]
 pub struct AuditSettings {
-    /// SQLite file.
+    /// SQLite file (WAL); a relative path is read from the configuration
+    /// file's directory. `":memory:"`: kept in memory only, lost at exit.
     pub database: String,
     /// How long events are kept.
     pub retention: Duration,
@@ -359,6 +360,13 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         && db.is_relative()
     {
         *db = dir.join(&*db);
+    }
+    let audit = Path::new(&config.audit.database);
+    if config.audit.database != ":memory:"
+        && audit.is_relative()
+        && let Some(dir) = path.parent()
+    {
+        config.audit.database = dir.join(audit).display().to_string();
     }
     Ok(config)
 }

@@ -19,12 +19,19 @@
 //! tool is listed as pinned and its calls are refused (`tool_quarantined`).
 //! Pins are written behind to SQLite by one thread (`pins::store`).
 //!
+//! Each request leaves one audit event (`audit`): a `Trail` travels with it
+//! and is handed, when the reply has been sent, to a writer thread that
+//! batches events into SQLite.
+//!
 //! Every refusal is an [`error::Rejection`], rendered to HTTP, JSON-RPC or an
 //! `isError` tool result in exactly one place.
 
+pub mod audit;
 pub mod auth;
 pub mod config;
+pub(crate) mod dashboard;
 pub mod demo;
+pub mod metrics;
 pub mod pins;
 pub mod policy;
 pub mod sanitize;

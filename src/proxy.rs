@@ -28,7 +28,10 @@ use axum::extract::{Path, Request, State};
 use axum::response::Response;
 use axum::routing::any;
 
+use crate::audit::Audit;
 use crate::config::{Config, SanitizeSettings};
+use crate::dashboard::Recent;
+use crate::metrics::Metrics;
 use crate::pins::Pins;
 use crate::ratelimit::{RateLimiter, RatePlan};
 use catalog::Catalog;
@@ -58,6 +61,12 @@ pub(crate) struct AppState {
     /// Token buckets: they outlive a configuration, so a reload keeps the
     /// state of unchanged rules (see `ratelimit`).
     pub limiter: RateLimiter,
+    /// Where each request's audit event goes.
+    pub audit: Arc<Audit>,
+    /// Where it is counted.
+    pub metrics: Arc<Metrics>,
+    /// Where the dashboard finds it.
+    pub recent: Arc<Recent>,
 }
 
 /// One configuration in force, with the state of its servers.
@@ -86,6 +95,7 @@ impl AppState {
     pub(crate) fn new(
         config: Arc<Config>,
         pins: Arc<Pins>,
+        audit: Arc<Audit>,
         loopback: bool,
         config_path: Option<PathBuf>,
     ) -> io::Result<Self> {
@@ -96,6 +106,9 @@ impl AppState {
             limiter,
             sessions: SessionTable::new(config.gateway.max_sessions),
             pins,
+            metrics: Arc::new(Metrics::new(audit.shared_counters())),
+            recent: Arc::default(),
+            audit,
             loopback,
             next_id: AtomicU64::new(1),
             config_path,

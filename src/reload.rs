@@ -240,7 +240,7 @@ mod tests {
         let text = format!(
             "[servers.a]\nurl = \"http://127.0.0.1:1/mcp\"\n\
              [servers.b]\nurl = \"http://127.0.0.1:2/mcp\"\ntimeout = \"{b_timeout}\"\n\
-             [pins]\ndatabase = \":memory:\"\n"
+             [pins]\ndatabase = \":memory:\"\n[audit]\ndatabase = \":memory:\"\n"
         );
         config::load_str(&text, "t.toml", &|_| None).expect("config")
     }
@@ -249,7 +249,9 @@ mod tests {
     fn only_changed_servers_get_new_state() {
         crate::app::install_crypto_provider();
         let pins = Pins::open(None, "t.toml").expect("pins");
-        let state = AppState::new(Arc::new(config("5s")), pins, true, None).expect("state");
+        let first = config("5s");
+        let audit = crate::audit::Audit::open(&first.audit).expect("audit");
+        let state = AppState::new(Arc::new(first), pins, audit, true, None).expect("state");
         let before = state.live.load_full();
         apply(&state, config("7s")).expect("applied");
         let after = state.live.load_full();
@@ -262,7 +264,9 @@ mod tests {
     fn a_moved_listener_is_refused_and_nothing_changes() {
         crate::app::install_crypto_provider();
         let pins = Pins::open(None, "t.toml").expect("pins");
-        let state = AppState::new(Arc::new(config("5s")), pins, true, None).expect("state");
+        let first = config("5s");
+        let audit = crate::audit::Audit::open(&first.audit).expect("audit");
+        let state = AppState::new(Arc::new(first), pins, audit, true, None).expect("state");
         let before = state.live.load_full();
         let mut moved = config("7s");
         moved.gateway.admin_listen = "127.0.0.1:9999".parse().expect("addr");

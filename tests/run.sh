@@ -2,9 +2,9 @@
 # Runs every check and test of Portcullis. On first use it installs what the
 # tests need (the real MCP peers: a Python venv with the official SDK, one with
 # FastMCP, an npm folder with the TypeScript SDK and server-everything, and the
-# official conformance suite with the Node 22 it needs) into cache directories
-# outside the clone, and Debian's redis-server when running as root; later runs
-# reuse them.
+# official conformance suite with the Node 22 it needs, playwright-core and
+# Debian's Chromium for the dashboard test) into cache directories outside the
+# clone, and Debian's redis-server when running as root; later runs reuse them.
 #
 #   bash tests/run.sh
 #
@@ -19,6 +19,8 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 step() { printf '\n== %s\n' "$*"; }
 
 step "installing test peers and the conformance suite (first use only)"
+# Debian's Chromium for the dashboard's browser test (tests/browser.rs).
+command -v chromium >/dev/null || apt-get install -y chromium chromium-driver
 bash tests/peers/setup.sh
 bash tests/conformance/setup.sh
 

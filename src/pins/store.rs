@@ -82,6 +82,12 @@ fn err(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
 
 /// Opens (creating if needed) and migrates the store at `path`.
 pub(crate) fn open(path: &Path) -> Result<Connection, StoreError> {
+    open_migrated(path, MIGRATIONS)
+}
+
+/// Opens (creating if needed) the SQLite file at `path` in WAL mode and
+/// applies `migrations` not applied yet (shared with the audit store).
+pub(crate) fn open_migrated(path: &Path, migrations: &[&str]) -> Result<Connection, StoreError> {
     let e = err(path);
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|io| StoreError::new(path, io))?;
@@ -92,7 +98,7 @@ pub(crate) fn open(path: &Path) -> Result<Connection, StoreError> {
         .map_err(&e)?;
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(&e)?;
-    migrate(&mut conn).map_err(&e)?;
+    migrate(&mut conn, migrations).map_err(&e)?;
     Ok(conn)
 }
 
@@ -108,7 +114,8 @@ pub(crate) fn open_read_only(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
-fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
+/// Applies the `migrations` not recorded in `schema_migrations`, in order.
+pub(crate) fn migrate(conn: &mut Connection, migrations: &[&str]) -> rusqlite::Result<()> {
     conn.execute_batch(
         "CREATE TABLE IF NOT EXISTS schema_migrations (
             version    INTEGER PRIMARY KEY,
@@ -120,7 +127,7 @@ fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
         [],
         |r| r.get(0),
     )?;
-    for (i, sql) in MIGRATIONS.iter().enumerate() {
+    for (i, sql) in migrations.iter().enumerate() {
         let version = i as i64 + 1;
         if version <= current {
             continue;

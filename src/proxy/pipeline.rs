@@ -36,6 +36,7 @@ use super::ingress::{admit, negotiate, read_body};
 use super::respond::{self, CallFacts, Recipient, relay};
 use super::upstream::{Reply, UpstreamError, forwarded_headers};
 use super::{AppState, Live, ServerState};
+use crate::audit::{self, Trail};
 use crate::auth::ClientId;
 use crate::config::{ArgumentScan, Config, Mode, Pinning, SanitizeSettings};
 use crate::error::{
@@ -74,6 +75,8 @@ struct Exchange {
     would_refuse: Option<&'static str>,
     /// The mode the request was decided under.
     mode: Mode,
+    /// The audit event; later stages note on it what they learn.
+    trail: Arc<Trail>,
 }
 
 impl Exchange {
@@ -92,8 +95,26 @@ pub(crate) async fn handle(
     parts: Parts,
     body: Body,
 ) -> Response {
+    let started = Instant::now();
+    let trace_id = parts
+        .headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(audit::trace_id);
+    let event = audit::Event {
+        time_ms: crate::pins::now_ms(),
+        trace_id,
+        ..Default::default()
+    };
     let mut ex = Exchange {
-        started: Instant::now(),
+        trail: Trail::new(
+            state.audit.clone(),
+            state.metrics.clone(),
+            state.recent.clone(),
+            started,
+            event,
+        ),
+        started,
         client: None,
         server: None,
         method: parts.method.to_string(),
@@ -114,6 +135,19 @@ pub(crate) async fn handle(
             (rejection.into_response(ex.render_ctx()), code, Some(source))
         }
     };
+    ex.trail.note(|e| {
+        e.client = ex.client.as_ref().map(|c| c.name().to_owned());
+        e.server = ex.server.clone();
+        e.method = ex.method.clone();
+        e.tool = ex.tool.clone();
+        e.era = ex.era.as_str().to_owned();
+        e.http_status = Some(response.status().as_u16());
+        // A tool result rewritten on the way back was decided there.
+        if source.is_some() || e.decision.is_empty() {
+            e.decision = outcome.to_owned();
+            e.stage = source.map_or("forwarded", |s| s.as_str()).to_owned();
+        }
+    });
     tracing::info!(
         client = ex.client.as_ref().map(ClientId::name),
         server = ex.server.as_deref(),
@@ -204,6 +238,7 @@ async fn post(
         server,
         ex_era: era,
         session: session.as_deref(),
+        trail: ex.trail.clone(),
     };
     match message.method() {
         Some("tools/call") => call_tool(ex, &forward, client, headers, &message, body).await,
@@ -383,6 +418,8 @@ async fn check_call(
     let config = &*live.config;
     let server_name = server.upstream.settings.name.as_str();
     let sanitize = &config.sanitize;
+    let listed = tools.tools.contains_key(name);
+    ex.trail.note(|e| e.tool_listed = listed);
     let decision = config
         .policy
         .decide(client, server_name, Subject::Tool(name));
@@ -390,6 +427,10 @@ async fn check_call(
     let Some(entry) = entry else {
         return Err(unknown_tool(config, client, server_name, tools, name));
     };
+    if let Some(hold) = entry.pin.held().or(entry.pin.flagged()) {
+        let findings = serde_json::to_value(&*hold.findings).ok();
+        ex.trail.note(|e| e.pin_findings = findings);
+    }
     if let Some(hold) = entry.pin.held() {
         return Err(pin_quarantined(hold));
     }
@@ -410,6 +451,8 @@ async fn check_call(
             return Err(invalid_arguments(name, &[v]));
         }
     };
+    let recorded = state.audit.arguments(sanitize, &arguments);
+    ex.trail.note(|e| e.arguments = recorded);
     config
         .policy
         .check_arguments(&decision, &arguments)
@@ -421,9 +464,15 @@ async fn check_call(
         headers::check_params(headers, args, input_schema, ex.era == Era::Modern)
             .map_err(|m| Rejection::HeaderMismatch(m.0))?;
     }
-    schema
-        .check(&arguments)
-        .map_err(|v| invalid_arguments(name, &v))?;
+    schema.check(&arguments).map_err(|v| {
+        // Where and what was expected; never the value received.
+        let lines = v
+            .iter()
+            .map(|v| format!("{}: expected {}", v.pointer, v.expected))
+            .collect();
+        ex.trail.note(|e| e.violations = lines);
+        invalid_arguments(name, &v)
+    })?;
     let skip = sanitize.skip_for(server_name, name);
     if sanitize.arguments == ArgumentScan::Block && !skip.arguments {
         let found = Sanitizer::new(sanitize, skip).find_secrets(&arguments);
@@ -872,6 +921,7 @@ async fn list(
         // The upstream refused the list: its error goes back, sanitized.
         Pages::Refused(mut error, reply_headers) => {
             sanitizer.message(&mut error, &mut report);
+            ex.trail.sanitized(&report);
             return Ok(respond::json(&error, reply_headers));
         }
     };
@@ -909,6 +959,7 @@ async fn list(
             })
             .collect()
     };
+    ex.trail.sanitized(&report);
     if !report.is_empty() {
         tracing::info!(server = name, method = %ex.method, actions = %report.summary(), "sanitized");
     }
@@ -1007,6 +1058,7 @@ async fn stream_or_end(
     };
     let out = forwarded_headers(&parts.headers, accept);
     let name = server.upstream.settings.name.clone();
+    let sent = Instant::now();
     let response = server
         .upstream
         .send(parts.method.clone(), out, None)
@@ -1018,6 +1070,8 @@ async fn stream_or_end(
         .read(response, None)
         .await
         .map_err(|e| upstream(&live.sanitize, &name, None, e))?;
+    ex.trail
+        .upstream(reply_status(&reply).as_u16(), sent.elapsed());
     if let Some(id) = &session {
         let status = reply_status(&reply);
         if parts.method == Method::DELETE
@@ -1038,6 +1092,8 @@ struct Forward<'a> {
     server: &'a ServerState,
     ex_era: Era,
     session: Option<&'a str>,
+    /// Notes the upstream's status and latency.
+    trail: Arc<Trail>,
 }
 
 impl Forward<'_> {
@@ -1060,9 +1116,12 @@ impl Forward<'_> {
         idle: bool,
     ) -> Result<super::upstream::Reply, UpstreamError> {
         let upstream = &self.server.upstream;
+        let sent = Instant::now();
         let response = upstream.send(Method::POST, headers, Some(body)).await?;
         let idle = idle.then_some(upstream.settings.timeout);
         let reply = upstream.read(response, idle).await?;
+        self.trail
+            .upstream(reply_status(&reply).as_u16(), sent.elapsed());
         if let Some(session) = self.session
             && reply_status(&reply) == http::StatusCode::NOT_FOUND
         {
@@ -1250,6 +1309,7 @@ fn recipient(live: &Live, ex: &Exchange, server: &ServerState, tool: Option<Stri
         catalog: server.catalog.clone(),
         sanitize: live.sanitize.clone(),
         call: CallFacts::default(),
+        trail: ex.trail.clone(),
     }
 }
 

@@ -28,6 +28,7 @@ use sha2::{Digest, Sha256};
 
 use super::catalog::Catalog;
 use super::upstream::{Reply, SseStream, UpstreamError};
+use crate::audit::Trail;
 use crate::config::SanitizeSettings;
 use crate::error::{
     self, OutputKind, OutputRefusal, Rejection, RenderCtx, RpcError, ToolFailure, ToolHints,
@@ -56,6 +57,8 @@ pub(crate) struct Recipient {
     pub sanitize: Arc<SanitizeSettings>,
     /// What is known of the called tool (default for other methods).
     pub call: CallFacts,
+    /// The request's audit event, recorded once the reply has been sent.
+    pub trail: Arc<Trail>,
 }
 
 /// What the gateway knows of the tool a `tools/call` runs.
@@ -156,6 +159,8 @@ impl Recipient {
     }
 
     fn render(&self, rejection: Rejection) -> Response {
+        self.trail
+            .decided(rejection.code(), rejection.source().as_str());
         rejection.into_response(self.render_ctx())
     }
 
@@ -167,6 +172,7 @@ impl Recipient {
     }
 
     fn log(&self, report: &Report) {
+        self.trail.sanitized(report);
         if !report.is_empty() {
             tracing::info!(
                 server = %self.server,
@@ -210,7 +216,11 @@ impl Recipient {
         match outcome {
             Ok(()) if report.is_empty() => None,
             Ok(()) => Some(message),
-            Err(rejection) => rejection.tool_message(self.render_ctx()),
+            Err(rejection) => {
+                self.trail
+                    .decided(rejection.code(), rejection.source().as_str());
+                rejection.tool_message(self.render_ctx())
+            }
         }
     }
 
@@ -591,6 +601,8 @@ fn sse_relay(
 
 fn gateway_event(to: &Recipient, e: UpstreamError) -> Bytes {
     let rejection = to.failure(e);
+    to.trail
+        .decided(rejection.code(), rejection.source().as_str());
     let message = rejection
         .tool_message(to.render_ctx())
         .unwrap_or(Value::Null);

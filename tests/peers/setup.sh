@@ -4,6 +4,7 @@
 #   $PORTCULLIS_PEERS/venv  Python venv with the official Python SDK (mcp)
 #   $PORTCULLIS_PEERS/npm   npm folder with the official TypeScript SDK v2 and server-everything
 #   $PORTCULLIS_PEERS/fastmcp-venv  Python venv with FastMCP (its own venv: it pins its own mcp)
+#   $PORTCULLIS_PEERS/browser  npm folder with playwright-core (drives Debian's Chromium)
 # Idempotent: stamp files record the pinned versions; when they match, nothing is done.
 set -euo pipefail
 
@@ -23,6 +24,22 @@ STAMP="$PEERS/stamp"
 
 mkdir -p "$PEERS"
 cp "$HERE/force-loopback.cjs" "$PEERS/force-loopback.cjs"
+
+# playwright-core for the dashboard's browser test, with a stamp of its own.
+BROWSER_PKGS=(playwright-core@1.65.1)
+BROWSER_STAMP="$PEERS/stamp-browser"
+BROWSER_STAMP_TEXT="stamp-v1 npm=${BROWSER_PKGS[*]}"
+if [[ -f "$BROWSER_STAMP" && "$(cat "$BROWSER_STAMP")" == "$BROWSER_STAMP_TEXT" \
+      && -d "$PEERS/browser/node_modules/playwright-core" ]]; then
+  echo "portcullis peers: playwright-core up to date in $PEERS/browser"
+else
+  rm -f "$BROWSER_STAMP"
+  mkdir -p "$PEERS/browser"
+  [[ -f "$PEERS/browser/package.json" ]] || echo '{"private": true}' > "$PEERS/browser/package.json"
+  (cd "$PEERS/browser" && npm install --no-audit --no-fund --silent "${BROWSER_PKGS[@]}")
+  printf '%s' "$BROWSER_STAMP_TEXT" > "$BROWSER_STAMP"
+  echo "portcullis peers: playwright-core installed in $PEERS/browser"
+fi
 
 # FastMCP, in a venv of its own, with a stamp of its own.
 FASTMCP_PKGS=(fastmcp==4.2.3)

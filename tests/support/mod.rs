@@ -106,13 +106,16 @@ impl TestGateway {
     }
 
     /// Starts a gateway from a whole configuration text (listeners included).
-    /// Unless the text has a `[pins]` table, pins are kept in memory, so tests
-    /// never share a store.
+    /// Unless the text has a `[pins]` (`[audit]`) table, pins (audit events)
+    /// are kept in memory, so tests never share a store.
     pub async fn start_raw(text: &str) -> Self {
         init();
         let mut text = text.to_owned();
         if !text.contains("[pins]") {
             text.push_str("\n[pins]\ndatabase = \":memory:\"\n");
+        }
+        if !text.contains("[audit]") {
+            text.push_str("\n[audit]\ndatabase = \":memory:\"\n");
         }
         let config = portcullis::config::load_str(&text, "test.toml", &|_| None)
             .unwrap_or_else(|e| panic!("{e}"));

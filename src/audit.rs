@@ -1,0 +1,453 @@
+//! The audit trail: one event per client request, kept in SQLite.
+//!
+//! Place in the path: beside it. A [`Trail`] travels with the request (the
+//! pipeline's exchange, the forwarder, the reply's recipient); each stage notes
+//! what it learned (decision, violations, sanitizer actions, pin findings,
+//! upstream status and latency). When its last holder lets go — after the
+//! response body has been sent to the end — the event is counted in the
+//! [metrics](crate::metrics), kept for the [dashboard](crate::dashboard) and
+//! handed to the writer
+//! thread with `try_send` on a bounded channel. The writer inserts events in
+//! batches, one transaction each, and deletes events older than
+//! `[audit] retention`.
+//!
+//! Invariants: the request path never touches the disk and never waits for the
+//! writer: when the queue is full the event is dropped and counted
+//! ([`Counters::dropped`]); an event holds argument values only under
+//! `arguments = "full"` (`redacted` replaces every string a secret detector
+//! matches); everything queued is written before [`Audit::flush`] returns.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, params};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::config::{AuditArguments, AuditSettings, SanitizeSettings};
+use crate::dashboard::Recent;
+use crate::metrics::Metrics;
+use crate::pins::store;
+use crate::sanitize::{Report, Sanitizer, Skip};
+
+/// Events the queue holds before new ones are dropped.
+pub const QUEUE: usize = 65_536;
+/// Most events written in one transaction.
+const MAX_BATCH: usize = 1024;
+/// How often old events are deleted.
+const RETENTION_EVERY: Duration = Duration::from_secs(60);
+
+/// Schema versions, applied in order; each runs once, in a transaction.
+const MIGRATIONS: &[&str] = &[
+    // 1: one row per client request.
+    "CREATE TABLE events (
+        id                  INTEGER PRIMARY KEY,
+        time_ms             INTEGER NOT NULL,
+        trace_id            TEXT,
+        client              TEXT,
+        server              TEXT,
+        method              TEXT    NOT NULL,
+        tool                TEXT,
+        decision            TEXT    NOT NULL,
+        stage               TEXT    NOT NULL,
+        violations          TEXT    NOT NULL DEFAULT '[]',
+        sanitizer           TEXT    NOT NULL DEFAULT '{}',
+        pin_findings        TEXT,
+        upstream_status     INTEGER,
+        upstream_latency_us INTEGER,
+        latency_us          INTEGER NOT NULL,
+        http_status         INTEGER,
+        era                 TEXT    NOT NULL,
+        arguments           TEXT
+    );
+    CREATE INDEX events_time ON events (time_ms);",
+];
+
+/// One client request, as recorded.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Event {
+    /// When the request arrived, in milliseconds since the Unix epoch.
+    pub time_ms: i64,
+    /// The W3C trace id the client sent (`traceparent`), if any.
+    pub trace_id: Option<String>,
+    pub client: Option<String>,
+    pub server: Option<String>,
+    /// The JSON-RPC method (or the HTTP method before the body was read).
+    pub method: String,
+    pub tool: Option<String>,
+    /// The tool is one the server listed (else metrics count it as `other`).
+    #[serde(skip)]
+    pub tool_listed: bool,
+    /// `forwarded`, or the result code of the refusal (`Rejection::code`).
+    pub decision: String,
+    /// Who made the decision: `forwarded`, or the source of the refusal
+    /// (`client`, `policy`, `upstream`, …).
+    pub stage: String,
+    /// Schema violations, one line each.
+    pub violations: Vec<String>,
+    /// Sanitizer actions by kind.
+    pub sanitizer: BTreeMap<String, u64>,
+    /// The poisoning findings of the called tool's live definition, when it is
+    /// held or flagged.
+    pub pin_findings: Option<Value>,
+    pub upstream_status: Option<u16>,
+    pub upstream_latency_us: Option<u64>,
+    /// Until the response body was sent to the end.
+    pub latency_us: u64,
+    /// The HTTP status the client got.
+    pub http_status: Option<u16>,
+    /// `2025` (handshake era) or `2026`.
+    pub era: String,
+    /// The arguments of a `tools/call`, per `[audit] arguments`.
+    pub arguments: Option<Value>,
+}
+
+/// What the audit trail has done so far.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Events waiting in the queue.
+    pub queued: AtomicU64,
+    /// Events dropped because the queue was full.
+    pub dropped: AtomicU64,
+    /// Events written.
+    pub written: AtomicU64,
+    /// Events lost to a write error.
+    pub failed: AtomicU64,
+}
+
+enum Msg {
+    Event(Box<Event>),
+    Flush(std::sync::mpsc::Sender<()>),
+}
+
+/// The request path's side of the audit store.
+#[derive(Debug)]
+pub struct Audit {
+    tx: SyncSender<Msg>,
+    counters: Arc<Counters>,
+    arguments: AuditArguments,
+}
+
+impl std::fmt::Debug for Msg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Msg")
+    }
+}
+
+impl Audit {
+    /// Opens (creating and migrating) the store of `settings` and starts its
+    /// writer thread. `":memory:"` keeps events in memory only.
+    pub fn open(settings: &AuditSettings) -> Result<Arc<Self>, String> {
+        Self::open_with_queue(settings, QUEUE)
+    }
+
+    /// [`Audit::open`] with a queue of `capacity` events.
+    pub fn open_with_queue(settings: &AuditSettings, capacity: usize) -> Result<Arc<Self>, String> {
+        let conn = if settings.database == ":memory:" {
+            let mut conn = Connection::open_in_memory().map_err(|e| e.to_string())?;
+            store::migrate(&mut conn, MIGRATIONS).map_err(|e| e.to_string())?;
+            conn
+        } else {
+            store::open_migrated(Path::new(&settings.database), MIGRATIONS)
+                .map_err(|e| e.to_string().replacen("pin store", "audit store", 1))?
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel(capacity);
+        let counters = Arc::new(Counters::default());
+        let shared = counters.clone();
+        let retention = settings.retention;
+        std::thread::Builder::new()
+            .name("portcullis-audit".into())
+            .spawn(move || run(conn, rx, shared, retention))
+            .map_err(|e| e.to_string())?;
+        Ok(Arc::new(Self {
+            tx,
+            counters,
+            arguments: settings.arguments,
+        }))
+    }
+
+    /// Queues `event` without waiting; drops and counts it when the queue is full.
+    pub fn record(&self, event: Event) {
+        match self.tx.try_send(Msg::Event(Box::new(event))) {
+            Ok(()) => {
+                self.counters.queued.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Blocks until every event queued before the call is written, and old
+    /// events are deleted (shutdown and tests). Gives up after ten seconds.
+    pub fn flush(&self) {
+        let (done, wait) = std::sync::mpsc::channel();
+        if self.tx.send(Msg::Flush(done)).is_ok() {
+            let _ = wait.recv_timeout(Duration::from_secs(10));
+        }
+    }
+
+    /// What the trail has done so far.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The counters, shared (for the metrics).
+    pub fn shared_counters(&self) -> Arc<Counters> {
+        self.counters.clone()
+    }
+
+    /// The arguments of a call as `[audit] arguments` says to record them.
+    pub(crate) fn arguments(
+        &self,
+        sanitize: &SanitizeSettings,
+        arguments: &Value,
+    ) -> Option<Value> {
+        record_arguments(self.arguments, sanitize, arguments)
+    }
+}
+
+/// The arguments as `mode` records them.
+pub fn record_arguments(
+    mode: AuditArguments,
+    sanitize: &SanitizeSettings,
+    arguments: &Value,
+) -> Option<Value> {
+    match mode {
+        AuditArguments::None => None,
+        AuditArguments::Shape => Some(shape(arguments)),
+        AuditArguments::Full => Some(arguments.clone()),
+        AuditArguments::Redacted => {
+            let found = Sanitizer::new(sanitize, Skip::default()).find_secrets(arguments);
+            let mut copy = arguments.clone();
+            for (pointer, kind) in found {
+                if let Some(v) = copy.pointer_mut(&pointer) {
+                    *v = Value::String(format!("[redacted:{kind}]"));
+                }
+            }
+            Some(copy)
+        }
+    }
+}
+
+/// Keys and JSON types, no values.
+fn shape(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), shape(v)))
+                .collect::<Map<_, _>>(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().take(1).map(shape).collect()),
+        Value::String(_) => "string".into(),
+        Value::Number(_) => "number".into(),
+        Value::Bool(_) => "boolean".into(),
+        Value::Null => "null".into(),
+    }
+}
+
+// === the event of one request ===
+
+/// The audit event of one request while it is served; recorded when dropped.
+#[derive(Debug)]
+pub(crate) struct Trail {
+    audit: Arc<Audit>,
+    metrics: Arc<Metrics>,
+    recent: Arc<Recent>,
+    started: Instant,
+    event: Mutex<Event>,
+}
+
+impl Trail {
+    pub(crate) fn new(
+        audit: Arc<Audit>,
+        metrics: Arc<Metrics>,
+        recent: Arc<Recent>,
+        started: Instant,
+        event: Event,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            audit,
+            metrics,
+            recent,
+            started,
+            event: Mutex::new(event),
+        })
+    }
+
+    /// Changes the event.
+    pub(crate) fn note(&self, f: impl FnOnce(&mut Event)) {
+        f(&mut self.event.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// Adds what the sanitizer did.
+    pub(crate) fn sanitized(&self, report: &Report) {
+        if !report.is_empty() {
+            self.note(|e| {
+                for (k, n) in report.counts() {
+                    *e.sanitizer.entry(k.clone()).or_default() += n;
+                }
+            });
+        }
+    }
+
+    /// The upstream's reply status and how long it took to come.
+    pub(crate) fn upstream(&self, status: u16, took: Duration) {
+        self.note(|e| {
+            e.upstream_status = Some(status);
+            let us = took.as_micros() as u64;
+            // Lists may take several round trips: their latencies add up.
+            e.upstream_latency_us = Some(e.upstream_latency_us.unwrap_or(0) + us);
+        });
+    }
+
+    /// The result the client gets was decided later on (a rewritten tool result).
+    pub(crate) fn decided(&self, code: &str, stage: &str) {
+        self.note(|e| {
+            e.decision = code.to_owned();
+            e.stage = stage.to_owned();
+        });
+    }
+}
+
+impl Drop for Trail {
+    fn drop(&mut self) {
+        let mut event = std::mem::take(self.event.get_mut().unwrap_or_else(|p| p.into_inner()));
+        event.latency_us = self.started.elapsed().as_micros() as u64;
+        self.metrics.observe(&event);
+        self.recent.push(&event);
+        self.audit.record(event);
+    }
+}
+
+/// The trace id of a W3C `traceparent` header value.
+pub(crate) fn trace_id(traceparent: &str) -> Option<String> {
+    let mut parts = traceparent.split('-');
+    let _version = parts.next()?;
+    let id = parts.next()?;
+    (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) && id != "0".repeat(32))
+        .then(|| id.to_ascii_lowercase())
+}
+
+// === writer thread ===
+
+fn run(mut conn: Connection, rx: Receiver<Msg>, counters: Arc<Counters>, retention: Duration) {
+    let mut last_purge = Instant::now();
+    purge(&conn, retention);
+    loop {
+        let first = match rx.recv_timeout(RETENTION_EVERY) {
+            Ok(m) => m,
+            Err(RecvTimeoutError::Timeout) => {
+                purge(&conn, retention);
+                last_purge = Instant::now();
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let mut batch = Vec::new();
+        let mut flushes = Vec::new();
+        let mut next = Some(first);
+        while let Some(m) = next {
+            match m {
+                Msg::Event(e) => batch.push(e),
+                Msg::Flush(done) => flushes.push(done),
+            }
+            next = (batch.len() < MAX_BATCH)
+                .then(|| rx.try_recv().ok())
+                .flatten();
+        }
+        let n = batch.len() as u64;
+        counters.queued.fetch_sub(n, Ordering::Relaxed);
+        match write(&mut conn, &batch) {
+            Ok(()) => counters.written.fetch_add(n, Ordering::Relaxed),
+            Err(e) => {
+                tracing::error!(error = %e, events = n, "cannot write audit events");
+                counters.failed.fetch_add(n, Ordering::Relaxed)
+            }
+        };
+        if !flushes.is_empty() || last_purge.elapsed() >= RETENTION_EVERY {
+            purge(&conn, retention);
+            last_purge = Instant::now();
+        }
+        for done in flushes {
+            let _ = done.send(());
+        }
+    }
+}
+
+fn write(conn: &mut Connection, batch: &[Box<Event>]) -> rusqlite::Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let tx = conn.transaction()?;
+    {
+        let mut insert = tx.prepare_cached(
+            "INSERT INTO events (time_ms, trace_id, client, server, method, tool, decision,
+                stage, violations, sanitizer, pin_findings, upstream_status,
+                upstream_latency_us, latency_us, http_status, era, arguments)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+        )?;
+        for e in batch {
+            let json = |v: &Value| v.to_string();
+            insert.execute(params![
+                e.time_ms,
+                e.trace_id,
+                e.client,
+                e.server,
+                e.method,
+                e.tool,
+                e.decision,
+                e.stage,
+                serde_json::to_string(&e.violations).unwrap_or_default(),
+                serde_json::to_string(&e.sanitizer).unwrap_or_default(),
+                e.pin_findings.as_ref().map(json),
+                e.upstream_status,
+                e.upstream_latency_us.map(|v| v as i64),
+                e.latency_us as i64,
+                e.http_status,
+                e.era,
+                e.arguments.as_ref().map(json),
+            ])?;
+        }
+    }
+    tx.commit()
+}
+
+fn purge(conn: &Connection, retention: Duration) {
+    let cutoff = crate::pins::now_ms() - retention.as_millis() as i64;
+    if let Err(e) = conn.execute("DELETE FROM events WHERE time_ms < ?1", params![cutoff]) {
+        tracing::error!(error = %e, "cannot delete old audit events");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_keeps_keys_and_types_only() {
+        let v =
+            serde_json::json!({"q": "secret words", "n": 3, "tags": ["a", "b"], "o": {"x": true}});
+        assert_eq!(
+            shape(&v),
+            serde_json::json!({"q": "string", "n": "number", "tags": ["string"], "o": {"x": "boolean"}})
+        );
+    }
+
+    #[test]
+    fn trace_id_of_traceparent() {
+        assert_eq!(
+            trace_id("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").as_deref(),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
+        assert_eq!(trace_id("garbage"), None);
+        assert_eq!(
+            trace_id("00-00000000000000000000000000000000-00f067aa0ba902b7-01"),
+            None
+        );
+    }
+}

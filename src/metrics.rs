@@ -1,0 +1,232 @@
+//! Prometheus metrics, served as text on the admin listener at `/metrics`.
+//!
+//! Place in the path: beside it, fed from the same place as the audit trail:
+//! when a request's [`Trail`](crate::audit::Trail) is let go, its event is
+//! counted here ([`Metrics::observe`]) and then queued for the audit store.
+//! The audit queue's own figures are read at scrape time.
+//!
+//! Invariants: every label value comes from a bounded set — configured server
+//! and client names, result codes, sanitizer kinds, and tool names only for
+//! tools the server listed (any other name is counted as `other`), so a client
+//! cannot grow the registry by inventing names; nothing here blocks for long
+//! (a family's lock, held for one increment).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
+
+use crate::audit::{Counters, Event};
+
+/// Label of a tool the server never listed.
+pub const OTHER: &str = "other";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    server: String,
+    tool: String,
+    client: String,
+    decision: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ServerLabels {
+    server: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabels {
+    server: String,
+    tool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamErrorLabels {
+    server: String,
+    kind: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.5 ms … about 16 s.
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+/// The gateway's metrics and their registry.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    calls: Family<CallLabels, Counter>,
+    latency: Family<ServerLabels, Histogram, fn() -> Histogram>,
+    upstream_latency: Family<ServerLabels, Histogram, fn() -> Histogram>,
+    validation_failures: Family<ToolLabels, Counter>,
+    sanitizer_actions: Family<KindLabels, Counter>,
+    upstream_errors: Family<UpstreamErrorLabels, Counter>,
+}
+
+impl Metrics {
+    /// A registry with every metric, reading the audit queue's `counters`.
+    pub fn new(audit: Arc<Counters>) -> Self {
+        let mut registry = Registry::with_prefix("portcullis");
+        let calls = Family::<CallLabels, Counter>::default();
+        registry.register(
+            "calls",
+            "Client requests by server, tool (tools/call), client and decision",
+            calls.clone(),
+        );
+        let latency = Family::new_with_constructor(latency_histogram as fn() -> Histogram);
+        registry.register(
+            "request_duration_seconds",
+            "Time from the request's arrival until its response was sent to the end",
+            latency.clone(),
+        );
+        let upstream_latency = Family::new_with_constructor(latency_histogram as fn() -> Histogram);
+        registry.register(
+            "upstream_duration_seconds",
+            "Time the upstream took to reply (summed over the pages of a list)",
+            upstream_latency.clone(),
+        );
+        let validation_failures = Family::<ToolLabels, Counter>::default();
+        registry.register(
+            "validation_failures",
+            "tools/call refused because the arguments break the tool's inputSchema",
+            validation_failures.clone(),
+        );
+        let sanitizer_actions = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "sanitizer_actions",
+            "What the output sanitizer did, by kind",
+            sanitizer_actions.clone(),
+        );
+        let upstream_errors = Family::<UpstreamErrorLabels, Counter>::default();
+        registry.register(
+            "upstream_errors",
+            "Requests that failed because of the upstream, by result code",
+            upstream_errors.clone(),
+        );
+        registry.register(
+            "build",
+            "The running build",
+            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+        );
+        registry.register_collector(Box::new(AuditQueue(audit)));
+        Self {
+            registry,
+            calls,
+            latency,
+            upstream_latency,
+            validation_failures,
+            sanitizer_actions,
+            upstream_errors,
+        }
+    }
+
+    /// Counts one finished request.
+    pub fn observe(&self, e: &Event) {
+        let server = e.server.clone().unwrap_or_default();
+        let tool = match &e.tool {
+            Some(t) if e.tool_listed => t.clone(),
+            Some(_) => OTHER.to_owned(),
+            None => String::new(),
+        };
+        self.calls
+            .get_or_create(&CallLabels {
+                server: server.clone(),
+                tool: tool.clone(),
+                client: e.client.clone().unwrap_or_default(),
+                decision: e.decision.clone(),
+            })
+            .inc();
+        let by_server = ServerLabels {
+            server: server.clone(),
+        };
+        self.latency
+            .get_or_create(&by_server)
+            .observe(e.latency_us as f64 / 1e6);
+        if let Some(us) = e.upstream_latency_us {
+            self.upstream_latency
+                .get_or_create(&by_server)
+                .observe(us as f64 / 1e6);
+        }
+        if e.decision == "invalid_arguments" {
+            self.validation_failures
+                .get_or_create(&ToolLabels {
+                    server: server.clone(),
+                    tool,
+                })
+                .inc();
+        }
+        if e.stage == "upstream" {
+            self.upstream_errors
+                .get_or_create(&UpstreamErrorLabels {
+                    server,
+                    kind: e.decision.clone(),
+                })
+                .inc();
+        }
+        for (kind, n) in &e.sanitizer {
+            self.sanitizer_actions
+                .get_or_create(&KindLabels { kind: kind.clone() })
+                .inc_by(*n);
+        }
+    }
+
+    /// The metrics in the OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!(error = %e, "cannot encode the metrics");
+        }
+        out
+    }
+}
+
+/// The audit queue's figures, read at scrape time.
+#[derive(Debug)]
+struct AuditQueue(Arc<Counters>);
+
+impl Collector for AuditQueue {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let c = &self.0;
+        let depth = ConstGauge::new(c.queued.load(Ordering::Relaxed) as i64);
+        depth.encode(encoder.encode_descriptor(
+            "audit_queue_depth",
+            "Audit events waiting for the writer",
+            None,
+            depth.metric_type(),
+        )?)?;
+        for (name, help, value) in [
+            (
+                "audit_dropped",
+                "Audit events dropped because the queue was full",
+                &c.dropped,
+            ),
+            ("audit_written", "Audit events written", &c.written),
+            (
+                "audit_failed",
+                "Audit events lost to a write error",
+                &c.failed,
+            ),
+        ] {
+            let counter = ConstCounter::new(value.load(Ordering::Relaxed));
+            counter.encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                counter.metric_type(),
+            )?)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,241 @@
+//! `/metrics` on the admin listener: the text parses as Prometheus/OpenMetrics
+//! exposition and counts what happened — calls by server, tool, client and
+//! decision (unlisted tool names as `other`), validation failures, sanitizer
+//! actions, upstream errors, latency histograms, the audit queue, build info.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::upstreams::InProcess;
+use support::{
+    ALICE, TestGateway, allow_all, borrow, clients, modern_call, modern_call_headers, raw_post,
+};
+
+/// One sample: metric name, labels, value.
+type Sample = (String, BTreeMap<String, String>, f64);
+
+/// A small parser of the text exposition format: comments, then
+/// `name{label="value",...} number` lines. Panics on anything else.
+fn parse(text: &str) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (series, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("no value: {line}"));
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("not a number: {line}"));
+        let (name, labels) = match series.split_once('{') {
+            None => (series.to_owned(), BTreeMap::new()),
+            Some((name, rest)) => {
+                let body = rest
+                    .strip_suffix('}')
+                    .unwrap_or_else(|| panic!("unclosed: {line}"));
+                let mut labels = BTreeMap::new();
+                let mut rest = body;
+                while !rest.is_empty() {
+                    let (key, after) = rest
+                        .split_once("=\"")
+                        .unwrap_or_else(|| panic!("label: {line}"));
+                    let end = after
+                        .find('"')
+                        .unwrap_or_else(|| panic!("label value: {line}"));
+                    labels.insert(key.to_owned(), after[..end].to_owned());
+                    rest = after[end + 1..].trim_start_matches(',');
+                }
+                (name.to_owned(), labels)
+            }
+        };
+        assert!(
+            name.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "metric name: {line}"
+        );
+        out.push((name, labels, value));
+    }
+    assert!(
+        text.trim_end().ends_with("# EOF"),
+        "OpenMetrics ends with # EOF"
+    );
+    out
+}
+
+/// The sum of the samples of `name` whose labels include `with`.
+fn value(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|(n, labels, _)| {
+            n == name
+                && with
+                    .iter()
+                    .all(|(k, v)| labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|(_, _, v)| v)
+        .sum()
+}
+
+async fn call(url: &str, key: &str, tool: &str, args: Value) {
+    let headers = modern_call_headers(key, tool);
+    raw_post(url, &borrow(&headers), modern_call(1, tool, args)).await;
+}
+
+async fn scrape(admin: &str) -> Vec<Sample> {
+    let resp = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client")
+        .get(format!("{admin}/metrics"))
+        .send()
+        .await
+        .expect("scrape");
+    assert_eq!(resp.status(), 200);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap_or_default()
+            .starts_with("application/openmetrics-text")
+    );
+    parse(&resp.text().await.expect("body"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_parse_and_count_what_happened() {
+    let upstream = InProcess::demo().await;
+    let gateway = TestGateway::start(
+        &[("demo", &upstream.url), ("dead", "http://127.0.0.1:9/mcp")],
+        &format!("{}{}", clients(), allow_all()),
+    )
+    .await;
+    let url = gateway.url("demo");
+    call(
+        &url,
+        ALICE,
+        "lookup_order",
+        json!({"order_id": "ORD-004211"}),
+    )
+    .await;
+    call(&url, ALICE, "lookup_order", json!({"order_id": "nope"})).await;
+    call(&url, ALICE, "lookup_order", json!({"order_id": 7})).await;
+    call(&url, ALICE, "invented_name_1", json!({})).await;
+    call(&url, ALICE, "fetch_logs", json!({})).await;
+    call(&url, "wrong-key", "lookup_order", json!({})).await;
+    call(&gateway.url("dead"), ALICE, "anything", json!({})).await;
+
+    // Events are counted once their response has been sent to the end.
+    let admin = gateway.admin_url();
+    let mut samples = scrape(&admin).await;
+    for _ in 0..50 {
+        if value(&samples, "portcullis_request_duration_seconds_count", &[]) >= 7.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        samples = scrape(&admin).await;
+    }
+
+    let calls = "portcullis_calls_total";
+    let alice = ("client", "alice");
+    let demo = ("server", "demo");
+    assert_eq!(
+        value(
+            &samples,
+            calls,
+            &[
+                demo,
+                alice,
+                ("tool", "lookup_order"),
+                ("decision", "forwarded")
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &samples,
+            calls,
+            &[
+                demo,
+                alice,
+                ("tool", "lookup_order"),
+                ("decision", "invalid_arguments")
+            ]
+        ),
+        2.0
+    );
+    assert_eq!(
+        value(
+            &samples,
+            calls,
+            &[demo, alice, ("tool", "other"), ("decision", "unknown_tool")]
+        ),
+        1.0,
+        "an unlisted name is counted as other"
+    );
+    assert!(
+        !samples
+            .iter()
+            .any(|(_, l, _)| l.values().any(|v| v == "invented_name_1")),
+        "no label value a client invented"
+    );
+    assert_eq!(
+        value(&samples, calls, &[demo, ("decision", "unauthenticated")]),
+        1.0
+    );
+    assert_eq!(value(&samples, calls, &[]), 7.0);
+    assert_eq!(
+        value(
+            &samples,
+            "portcullis_validation_failures_total",
+            &[demo, ("tool", "lookup_order")]
+        ),
+        2.0
+    );
+    assert!(value(&samples, "portcullis_sanitizer_actions_total", &[]) > 0.0);
+    assert_eq!(
+        value(
+            &samples,
+            "portcullis_upstream_errors_total",
+            &[("server", "dead"), ("kind", "upstream_unavailable")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "portcullis_request_duration_seconds_count",
+            &[demo]
+        ),
+        6.0
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "portcullis_request_duration_seconds_bucket",
+            &[demo, ("le", "+Inf")]
+        ),
+        6.0
+    );
+    // Forwarded: the good call and fetch_logs (plus the tool list fetched for the first call).
+    assert!(
+        value(
+            &samples,
+            "portcullis_upstream_duration_seconds_count",
+            &[demo]
+        ) >= 2.0
+    );
+    assert_eq!(value(&samples, "portcullis_audit_dropped_total", &[]), 0.0);
+    assert!(
+        samples
+            .iter()
+            .any(|(n, _, _)| n == "portcullis_audit_queue_depth")
+    );
+    assert!(samples.iter().any(|(n, l, _)| n == "portcullis_build_info"
+        && l.get("version").map(String::as_str) == Some(env!("CARGO_PKG_VERSION"))));
+    gateway.stop().await;
+    drop(upstream);
+}
