@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -118,16 +117,7 @@ async fn the_log_says_what_enforcement_would_have_done() {
     let path = dir.path().join("portcullis.toml");
     let text = config(&server("s", &up.url, None), "observe") + "[pins]\ndatabase = \":memory:\"\n";
     std::fs::write(&path, text).expect("write");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args(["run", "--config"])
-        .arg(&path)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the binary starts");
+    let mut child = support::run_binary(&path, &[]);
     let (mcp, _, mut log) = support::listening_log(&mut child).await;
     let url = format!("http://{mcp}/mcp/s");
     assert_eq!(call(&url, "echo", json!({"text": 5})).await, None);

@@ -5,7 +5,6 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use portcullis::Gateway;
@@ -194,16 +193,7 @@ async fn sighup_reloads_the_running_binary() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("portcullis.toml");
     std::fs::write(&path, config(&up.url, &["echo"])).expect("write");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args(["run", "--no-watch", "--config"])
-        .arg(&path)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the binary starts");
+    let mut child = support::run_binary(&path, &["--no-watch"]);
     let (mcp, admin_addr) = support::listening(&mut child).await;
     let mcp = format!("http://{mcp}/mcp/s");
     let args = json!({"lines": 1});

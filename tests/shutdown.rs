@@ -3,7 +3,6 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -23,16 +22,7 @@ async fn start(dir: &std::path::Path, url: &str, grace: &str) -> (tokio::process
         support::allow_all()
     );
     std::fs::write(&path, text).expect("write");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args(["run", "--config"])
-        .arg(&path)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the binary starts");
+    let mut child = support::run_binary(&path, &[]);
     let (mcp, _) = support::listening(&mut child).await;
     (child, mcp)
 }

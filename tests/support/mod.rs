@@ -519,3 +519,21 @@ pub fn modern_call_headers<'a>(key: &'a str, name: &'a str) -> Vec<(&'static str
 pub fn borrow<'a>(headers: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
     headers.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }
+
+/// Starts the real `portcullis run` binary on `config` (with `extra` flags
+/// before `--config`), its log on a pipe for [`listening`] / [`listening_log`];
+/// killed when dropped.
+pub fn run_binary(config: &std::path::Path, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .arg("run")
+        .args(extra)
+        .arg("--config")
+        .arg(config)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the binary starts")
+}
