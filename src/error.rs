@@ -80,6 +80,8 @@ pub(crate) enum Rejection {
     UnsupportedVersion { requested: String, era: Era },
     /// Params the method cannot take (400, -32602).
     InvalidParams(String),
+    /// A method this endpoint does not serve (-32601; HTTP 404 in 2026-07-28).
+    MethodNotFound(String),
     /// Session unknown or another client's (404).
     SessionNotFound,
     /// A resource or prompt the client may not use — answered exactly like a
@@ -276,6 +278,7 @@ impl Rejection {
             | Rejection::HeaderMismatch(_)
             | Rejection::UnsupportedVersion { .. }
             | Rejection::InvalidParams(_)
+            | Rejection::MethodNotFound(_)
             | Rejection::SessionNotFound => Source::Client,
             Rejection::NotFound(_) | Rejection::Tool(_) | Rejection::RateLimited(_) => {
                 Source::Policy
@@ -298,6 +301,7 @@ impl Rejection {
             Rejection::HeaderMismatch(_) => "header_mismatch",
             Rejection::UnsupportedVersion { .. } => "unsupported_version",
             Rejection::InvalidParams(_) => "invalid_params",
+            Rejection::MethodNotFound(_) => "method_not_found",
             Rejection::SessionNotFound => "session_not_found",
             Rejection::NotFound(_) => "not_found",
             Rejection::Tool(t) => t.code,
@@ -388,6 +392,16 @@ impl Rejection {
                 id,
                 jsonrpc::INVALID_PARAMS,
                 &why,
+                None,
+            ),
+            Rejection::MethodNotFound(method) => error_response(
+                match cx.era {
+                    Era::Modern => StatusCode::NOT_FOUND,
+                    Era::Legacy => StatusCode::OK,
+                },
+                id,
+                jsonrpc::METHOD_NOT_FOUND,
+                &format!("Method not found: {method}"),
                 None,
             ),
             Rejection::SessionNotFound => error_response(

@@ -455,7 +455,9 @@ impl Ctx<'_> {
         let mut out = BTreeMap::new();
         for (name, server) in &raw.servers {
             let key = format!("servers.{}", name.get_ref());
-            check_name(name.get_ref()).map_err(|r| self.fail(Some(name.span()), &key, r))?;
+            check_name(name.get_ref())
+                .and_then(|()| check_server_name(name.get_ref()))
+                .map_err(|r| self.fail(Some(name.span()), &key, r))?;
             let settings = self.server(name.get_ref(), server, &key)?;
             out.insert(name.get_ref().clone(), Arc::new(settings));
         }
@@ -1104,6 +1106,20 @@ fn check_name(name: &str) -> std::result::Result<(), String> {
         Err(format!(
             "{name:?} is not a valid name; use 1 to 64 letters, digits, `-`, `_` or `.`"
         ))
+    }
+}
+
+/// The merged `/mcp` view names tools `<server>__<tool>` and splits them at the
+/// first `__`: a server name without `__` that does not end in `_` makes that
+/// split unambiguous, so two servers' tools can never collide.
+fn check_server_name(name: &str) -> std::result::Result<(), String> {
+    if name.contains("__") || name.ends_with('_') {
+        Err(format!(
+            "{name:?} is not a valid server name: it may not contain `__` or end with `_`, \
+             because the merged /mcp view names tools `<server>__<tool>`"
+        ))
+    } else {
+        Ok(())
     }
 }
 

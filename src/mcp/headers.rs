@@ -8,7 +8,7 @@
 //! numerically, everything else exactly.
 
 use base64::Engine as _;
-use http::HeaderMap;
+use http::{HeaderMap, HeaderValue};
 use serde_json::{Map, Value};
 
 use super::jsonrpc::Message;
@@ -63,6 +63,23 @@ pub(crate) fn decode(raw: &str) -> Result<String, Mismatch> {
                 ))
             }),
     }
+}
+
+/// A header value for `value`: itself when it is plain visible ASCII, else the
+/// `=?base64?…?=` form (also for plain values that look like that form).
+pub(crate) fn encode(value: &str) -> HeaderValue {
+    let plain = !value.is_empty()
+        && value.bytes().all(|b| (0x21..=0x7e).contains(&b))
+        && !value.starts_with("=?base64?");
+    let text = if plain {
+        value.to_owned()
+    } else {
+        format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(value)
+        )
+    };
+    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 /// Checks `Mcp-Method` and `Mcp-Name` against the body. With `required`
@@ -171,7 +188,6 @@ fn same_value(header: &str, arg: &Value) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use http::HeaderValue;
     use serde_json::json;
 
     use super::*;
@@ -250,5 +266,14 @@ mod tests {
             ("mcp-param-other", "x"),
         ]);
         assert_eq!(check_params(&unknown, args, &schema, true), Ok(()));
+    }
+
+    #[test]
+    fn encoded_values_decode_to_themselves() {
+        for v in ["echo", "a b", "é", "=?base64?eA==?=", ""] {
+            let h = encode(v);
+            assert_eq!(decode(h.to_str().unwrap()).unwrap(), v, "{v:?}");
+        }
+        assert_eq!(encode("echo"), "echo");
     }
 }

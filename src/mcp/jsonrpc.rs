@@ -13,6 +13,8 @@ pub(crate) const PARSE_ERROR: i64 = -32700;
 pub(crate) const INVALID_REQUEST: i64 = -32600;
 /// Invalid params (also: unknown resource or prompt in 2026).
 pub(crate) const INVALID_PARAMS: i64 = -32602;
+/// The method is not served.
+pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
 /// A standard header disagrees with the body (2026-07-28).
 pub(crate) const HEADER_MISMATCH: i64 = -32020;
 /// The protocol version is not supported (2026-07-28).

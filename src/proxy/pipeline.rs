@@ -36,6 +36,8 @@ use super::ingress::{admit, negotiate, read_body};
 use super::respond::{self, CallFacts, Recipient, relay};
 use super::upstream::{Reply, UpstreamError, forwarded_headers};
 use super::{AppState, Live, ServerState};
+
+mod federate;
 use crate::audit::{self, Trail};
 use crate::auth::ClientId;
 use crate::config::{ArgumentScan, Config, Mode, Pinning, SanitizeSettings};
@@ -77,6 +79,8 @@ struct Exchange {
     mode: Mode,
     /// The audit event; later stages note on it what they learn.
     trail: Arc<Trail>,
+    /// In the merged view: `<server>__`, how the client knows this server's tools.
+    prefix: String,
 }
 
 impl Exchange {
@@ -123,6 +127,7 @@ pub(crate) async fn handle(
         tool: None,
         would_refuse: None,
         mode: Mode::Enforce,
+        prefix: String::new(),
     };
     // One configuration for the whole request, whatever a reload does meanwhile.
     let live = state.live.load_full();
@@ -175,43 +180,68 @@ async fn serve(
 ) -> Result<Response, Rejection> {
     let config = &*live.config;
     admit(&parts.headers, &config.gateway, state.loopback)?;
-    let server = route(live, server)?;
-    ex.server = Some(server.upstream.settings.name.clone());
-    ex.mode = server.upstream.settings.mode.unwrap_or(config.gateway.mode);
+    let target = route(live, server)?;
+    if let Target::One(server) = target {
+        enter(ex, live, server);
+    }
     let client = config
         .clients
         .authenticate(&parts.headers)
         .map_err(Rejection::Unauthenticated)?;
     ex.client = Some(client.clone());
-    match parts.method {
-        Method::POST => {
+    match (target, parts.method.clone()) {
+        (Target::One(server), Method::POST) => {
             let body = read_body(&parts.headers, body, config.gateway.max_request_bytes).await?;
             post(state, live, ex, server, &client, &parts.headers, body).await
         }
-        Method::GET | Method::DELETE => {
+        (Target::One(server), Method::GET | Method::DELETE) => {
             stream_or_end(state, live, server, ex, &client, &parts).await
         }
+        (Target::Merged, Method::POST) => {
+            let body = read_body(&parts.headers, body, config.gateway.max_request_bytes).await?;
+            federate::post_merged(state, live, ex, &client, &parts.headers, body).await
+        }
+        (Target::Merged, Method::DELETE) => federate::end(state, live, ex, &client, &parts).await,
+        // The merged view offers no GET stream (the spec's 405); 2026-era
+        // clients listen with `subscriptions/listen`.
+        (Target::Merged, _) => Err(Rejection::MethodNotAllowed("POST, DELETE")),
         _ => Err(Rejection::MethodNotAllowed("GET, POST, DELETE")),
     }
 }
 
-/// `/mcp/<name>`, or `/mcp` when exactly one server is configured.
-fn route(live: &Live, server: Option<String>) -> Result<&ServerState, Rejection> {
+/// What a path names.
+#[derive(Debug, Clone, Copy)]
+enum Target<'a> {
+    One(&'a ServerState),
+    /// `/mcp` with several servers: all of them, tools named `<server>__<tool>`.
+    Merged,
+}
+
+/// The exchange is now about `server`: it is recorded, and its mode applies.
+fn enter(ex: &mut Exchange, live: &Live, server: &ServerState) {
+    ex.server = Some(server.upstream.settings.name.clone());
+    ex.mode = server
+        .upstream
+        .settings
+        .mode
+        .unwrap_or(live.config.gateway.mode);
+}
+
+/// `/mcp/<name>`; `/mcp` is the one server, or the merged view of several.
+fn route(live: &Live, server: Option<String>) -> Result<Target<'_>, Rejection> {
     match server {
         Some(name) => live
             .servers
             .get(&name)
-            .map(|s| &**s)
+            .map(|s| Target::One(s))
             .ok_or(Rejection::UnknownServer(name)),
         None if live.servers.len() == 1 => live
             .servers
             .values()
             .next()
-            .map(|s| &**s)
+            .map(|s| Target::One(s))
             .ok_or(Rejection::UnknownServer(String::new())),
-        None => Err(Rejection::UnknownServer(
-            "(none: name one in the path, /mcp/<server>)".into(),
-        )),
+        None => Ok(Target::Merged),
     }
 }
 
@@ -425,7 +455,14 @@ async fn check_call(
         .decide(client, server_name, Subject::Tool(name));
     let entry = tools.tools.get(name).filter(|_| decision.allowed);
     let Some(entry) = entry else {
-        return Err(unknown_tool(config, client, server_name, tools, name));
+        return Err(unknown_tool(
+            config,
+            client,
+            server_name,
+            tools,
+            name,
+            &ex.prefix,
+        ));
     };
     if let Some(hold) = entry.pin.held().or(entry.pin.flagged()) {
         let findings = serde_json::to_value(&*hold.findings).ok();
@@ -555,8 +592,9 @@ fn unknown_tool(
     server: &str,
     tools: &ToolSet,
     name: &str,
+    prefix: &str,
 ) -> Rejection {
-    let permitted: Vec<&str> = tools
+    let permitted: Vec<String> = tools
         .names()
         .filter(|t| {
             config
@@ -564,15 +602,22 @@ fn unknown_tool(
                 .decide(client, server, Subject::Tool(t))
                 .allowed
         })
+        .map(|t| format!("{prefix}{t}"))
         .collect();
+    let place = format!("on server `{server}`");
+    refuse_unknown_tool(&format!("{prefix}{name}"), &place, &permitted)
+}
+
+/// The `unknown_tool` answer: the closest permitted names, and the list of them.
+fn refuse_unknown_tool(name: &str, place: &str, permitted: &[String]) -> Rejection {
+    let permitted: Vec<&str> = permitted.iter().map(String::as_str).collect();
     let suggestions = closest(name, &permitted, 3);
-    let mut text =
-        format!("The tool `{name}` is not available on server `{server}`, so nothing was run.");
+    let mut text = format!("The tool `{name}` is not available {place}, so nothing was run.");
     if !suggestions.is_empty() {
         text.push_str(&format!(" Did you mean {}?", quote_list(&suggestions)));
     }
     if permitted.is_empty() {
-        text.push_str(" No tools are available to you on this server.");
+        text.push_str(&format!(" No tools are available to you {place}."));
     } else {
         let shown: Vec<&str> = permitted.iter().take(MAX_LISTED).copied().collect();
         let more = permitted.len().saturating_sub(MAX_LISTED);
@@ -906,6 +951,23 @@ async fn list(
     message: &Message,
     kind: ListKind,
 ) -> Result<Response, Rejection> {
+    match list_items(config, ex, forward, client, headers, message, kind).await? {
+        // The upstream refused the list: its error goes back, sanitized.
+        Listed::Refused(error, reply_headers) => Ok(respond::json(&error, reply_headers)),
+        Listed::Items(visible, result) => Ok(answer_list(ex, kind, visible, result)),
+    }
+}
+
+/// One server's list as this client may see it: every page, pinned, sanitized, filtered.
+async fn list_items(
+    config: &Config,
+    ex: &mut Exchange,
+    forward: &Forward<'_>,
+    client: &ClientId,
+    headers: &HeaderMap,
+    message: &Message,
+    kind: ListKind,
+) -> Result<Listed, Rejection> {
     let server = forward.server;
     let name = server.upstream.settings.name.as_str();
     let request = rebuild(message);
@@ -916,13 +978,13 @@ async fn list(
         .all_pages(headers, request, kind.key())
         .await
         .map_err(|e| upstream(sanitize, name, None, e))?;
-    let (items, mut result) = match pages {
+    let (items, result) = match pages {
         Pages::Complete(items, result) => (items, result),
         // The upstream refused the list: its error goes back, sanitized.
         Pages::Refused(mut error, reply_headers) => {
             sanitizer.message(&mut error, &mut report);
             ex.trail.sanitized(&report);
-            return Ok(respond::json(&error, reply_headers));
+            return Ok(Listed::Refused(error, reply_headers));
         }
     };
     let observe = ex.mode == Mode::Observe;
@@ -967,6 +1029,16 @@ async fn list(
         ex.would_refuse = Some("hidden_from_list");
         tracing::info!(server = name, method = %ex.method, would_hide = hidden, "observe mode: items listed that enforcement would hide");
     }
+    Ok(Listed::Items(visible, result))
+}
+
+/// The list as one response: every item on one page.
+fn answer_list(
+    ex: &Exchange,
+    kind: ListKind,
+    visible: Vec<Value>,
+    mut result: Map<String, Value>,
+) -> Response {
     result.insert(kind.key().into(), Value::Array(visible));
     result.remove("nextCursor");
     if ex.era == Era::Modern {
@@ -974,10 +1046,17 @@ async fn list(
         result.insert("cacheScope".into(), "private".into());
     }
     let id = ex.id.clone().unwrap_or(Value::Null);
-    Ok(respond::json(
+    respond::json(
         &jsonrpc::result(&id, Value::Object(result)),
         HeaderMap::new(),
-    ))
+    )
+}
+
+/// A list as one server gave it to this client.
+enum Listed {
+    Items(Vec<Value>, Map<String, Value>),
+    /// The server answered the list with an error (sanitized).
+    Refused(Value, HeaderMap),
 }
 
 /// Outcome of collecting a paginated list.

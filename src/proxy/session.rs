@@ -5,12 +5,15 @@
 //! for; anything else is answered like an unknown session (404), so the answer
 //! says nothing about whether the id exists.
 //!
-//! Invariants: bounded (`max_sessions`, least recently used dropped first);
-//! `Mcp-Session-Id` is never an identity: it only narrows what an already
-//! authenticated client can reach.
+//! A session of the merged `/mcp` view is the gateway's own: its id is minted
+//! here and it names one upstream session per member server.
+//!
+//! Invariants: bounded (`max_sessions`, least recently used dropped first,
+//! merged sessions included); `Mcp-Session-Id` is never an identity: it only
+//! narrows what an already authenticated client can reach.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::auth::ClientId;
 
@@ -31,7 +34,22 @@ struct Inner {
 struct Entry {
     client: ClientId,
     last_used: u64,
+    /// For a merged-view session: the upstream session of each member server.
+    members: Option<Arc<[Member]>>,
 }
+
+/// One server's part in a merged-view session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Member {
+    pub server: String,
+    /// The session the server minted (none when it keeps no sessions).
+    pub session: Option<String>,
+    /// The protocol version the server agreed to.
+    pub version: String,
+}
+
+/// The table key of merged-view sessions (server names are never empty).
+const MERGED: &str = "";
 
 impl SessionTable {
     pub(crate) fn new(max: usize) -> Self {
@@ -43,6 +61,47 @@ impl SessionTable {
 
     /// Records that `session` on `server` belongs to `client`.
     pub(crate) fn bind(&self, server: &str, session: &str, client: &ClientId) {
+        self.insert(server, session, client, None);
+    }
+
+    /// Mints a merged-view session for `client` over the servers' own sessions.
+    pub(crate) fn bind_merged(&self, client: &ClientId, members: Vec<Member>) -> String {
+        let mut bytes = [0u8; 24];
+        rand::Rng::fill(&mut rand::rng(), &mut bytes[..]);
+        let id = hex::encode(bytes);
+        self.insert(MERGED, &id, client, Some(members.into()));
+        id
+    }
+
+    /// The members of merged session `session`, when `client` opened it.
+    pub(crate) fn merged(&self, session: &str, client: &ClientId) -> Option<Arc<[Member]>> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.clock += 1;
+        let now = inner.clock;
+        match inner
+            .sessions
+            .get_mut(&(MERGED.to_owned(), session.to_owned()))
+        {
+            Some(e) if e.client == *client => {
+                e.last_used = now;
+                e.members.clone()
+            }
+            _ => None,
+        }
+    }
+
+    /// Forgets a merged-view session.
+    pub(crate) fn remove_merged(&self, session: &str) {
+        self.remove(MERGED, session);
+    }
+
+    fn insert(
+        &self,
+        server: &str,
+        session: &str,
+        client: &ClientId,
+        members: Option<Arc<[Member]>>,
+    ) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.clock += 1;
         let now = inner.clock;
@@ -62,6 +121,7 @@ impl SessionTable {
             Entry {
                 client: client.clone(),
                 last_used: now,
+                members,
             },
         );
     }
@@ -117,6 +177,25 @@ mod tests {
         assert!(!t.check("s", "nope", &alice));
         t.remove("s", "abc");
         assert!(!t.check("s", "abc", &alice));
+    }
+
+    #[test]
+    fn merged_sessions_belong_to_their_client_and_are_not_server_sessions() {
+        let t = SessionTable::new(10);
+        let (alice, bob) = (ClientId::named("alice"), ClientId::named("bob"));
+        let member = Member {
+            server: "a".into(),
+            session: Some("up-1".into()),
+            version: "2025-11-25".into(),
+        };
+        let id = t.bind_merged(&alice, vec![member.clone()]);
+        assert_eq!(id.len(), 48);
+        assert_eq!(t.merged(&id, &alice).as_deref(), Some(&[member][..]));
+        assert!(t.merged(&id, &bob).is_none());
+        assert!(!t.check("a", &id, &alice));
+        assert_ne!(t.bind_merged(&alice, Vec::new()), id);
+        t.remove_merged(&id);
+        assert!(t.merged(&id, &alice).is_none());
     }
 
     #[test]

@@ -6,6 +6,11 @@
   {"op":"list"}                                   -> {"tools":[names]}
   {"op":"call","name":N,"args":{..}[,"progress":true]}
       -> {"isError":b,"text":s,"structured":v|null,"meta":v|null[,"progress":[values]]}
+  {"op":"prompts"}                                -> {"prompts":[names]}
+  {"op":"prompt","name":N,"args":{..}}            -> {"texts":[text of each message]}
+  {"op":"resources"}                              -> {"resources":[uris],"templates":[uri templates]}
+  {"op":"read","uri":U}                           -> {"texts":[text of each content]}
+  {"op":"ping"}                                   -> {"pong":true}
 An error on one op gives {"error":message,"code":code|null} and the next op runs.
 Prints one JSON line (the array of results); exits 1 only when connecting fails.
 """
@@ -55,6 +60,25 @@ async def run_op(client: Client, op: dict[str, Any]) -> dict[str, Any]:
         if op.get("progress"):
             out["progress"] = seen
         return out
+    if op["op"] == "prompts":
+        listed = await client.list_prompts(cache_mode="refresh")
+        return {"prompts": [p.name for p in listed.prompts]}
+    if op["op"] == "prompt":
+        got = await client.get_prompt(op["name"], op.get("args", {}))
+        return {"texts": [getattr(m.content, "text", None) for m in got.messages]}
+    if op["op"] == "resources":
+        resources = await client.list_resources(cache_mode="refresh")
+        templates = await client.list_resource_templates(cache_mode="refresh")
+        return {
+            "resources": [str(r.uri) for r in resources.resources],
+            "templates": [t.uri_template for t in templates.resource_templates],
+        }
+    if op["op"] == "read":
+        read = await client.read_resource(op["uri"], cache_mode="refresh")
+        return {"texts": [getattr(c, "text", None) for c in read.contents]}
+    if op["op"] == "ping":
+        await client.send_ping()
+        return {"pong": True}
     return {"error": f"unknown op {op['op']!r}", "code": None}
 
 

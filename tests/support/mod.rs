@@ -140,6 +140,11 @@ impl TestGateway {
             .unwrap_or_default()
     }
 
+    /// `http://127.0.0.1:P/mcp`: the one server, or the merged view of several.
+    pub fn merged_url(&self) -> String {
+        self.url("").trim_end_matches('/').to_owned()
+    }
+
     /// `http://127.0.0.1:P` of the admin listener.
     pub fn admin_url(&self) -> String {
         self.handle
