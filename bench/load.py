@@ -41,10 +41,19 @@ def call_body(name, args):
                        "params": {"name": name, "arguments": args, "_meta": META}})
 
 
+def legacy_call_body(name, args):
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": args}})
+
+
 LIST_BODY = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": META}})
 
-# name, upstream variant, body, Mcp-Method, Mcp-Name, concurrencies
+# name, upstream variant, body, Mcp-Method, Mcp-Name, concurrencies; a workload whose name says
+# "2025-11-25" runs in an initialized session of that version (the only one mcp-proxy 0.6.0 speaks
+# in its default build), every other one statelessly in 2026-07-28.
+LEGACY = "2025-11-25"
 WORKLOADS = [
+    (f"tools/call, ~100 B arguments, {LEGACY} session", "plain",
+     legacy_call_body("echo", {"text": "hello from the load benchmark, 106 bytes of body"}), "tools/call", "echo", (1, 32)),
     ("tools/call, ~100 B arguments", "plain", call_body("echo", {"text": "hello from the load benchmark, 106 bytes of body"}), "tools/call", "echo", (1, 32)),
     ("tools/call, invalid arguments", "plain", call_body("echo", {"text": 5}), "tools/call", "echo", (32,)),
     ("tools/list, 200 tools", "tools200", LIST_BODY, "tools/list", None, (32,)),
@@ -105,13 +114,13 @@ class Proc:
             self.p.kill()
 
 
-def gateway_config(upstream_port, port, full):
+def gateway_config(upstream_port, port, full, audit_db=None):
     head = f'[gateway]\nlisten = "127.0.0.1:{port}"\nadmin_listen = "127.0.0.1:0"\n'
     server = f'[servers.up]\nurl = "http://127.0.0.1:{upstream_port}/mcp"\n'
     if not full:
         return head + server + 'pinning = "off"\n' + (
             '[clients.anonymous]\n[[rules]]\nclients = ["anonymous"]\nservers = ["*"]\ntools = ["*"]\naction = "allow"\n'
-            '[sanitize]\nansi = false\ninvisible_unicode = false\nsecrets = "off"\n')
+            '[sanitize]\nansi = false\ninvisible_unicode = false\nsecrets = "off"\n[audit]\nenabled = false\n')
     import hashlib
     digest = hashlib.sha256(KEY.encode()).hexdigest()
     return head + server + f'pinning = "warn"\n[clients.bench]\napi_key_sha256 = "{digest}"\n' + (
@@ -120,18 +129,40 @@ def gateway_config(upstream_port, port, full):
         'rate = { burst = 1000000000, per_second = 1000000000.0, key = "client+tool" }\n'
         'arguments = { properties = { text = { maxLength = 100000 } } }\n'
         '[[rules]]\nclients = ["*"]\nservers = ["*"]\ntools = ["delete_*"]\naction = "deny"\n'
-        '[pins]\ndatabase = ":memory:"\n')
+        '[pins]\ndatabase = ":memory:"\n'
+        + (f'[audit]\ndatabase = "{audit_db}"\n' if audit_db else '[audit]\nenabled = false\n'))
 
 
 def headers_for(target, method, name, session=None):
-    h = ["MCP-Protocol-Version: 2026-07-28", f"Mcp-Method: {method}"]
-    if name:
-        h.append(f"Mcp-Name: {name}")
-    if target == "everything on":
-        h.append(f"Authorization: Bearer {KEY}")
     if session:
-        h.append(f"Mcp-Session-Id: {session}")
+        h = [f"MCP-Protocol-Version: {LEGACY}", f"Mcp-Session-Id: {session}"]
+    else:
+        h = ["MCP-Protocol-Version: 2026-07-28", f"Mcp-Method: {method}"]
+        if name:
+            h.append(f"Mcp-Name: {name}")
+    if target.startswith("everything on"):
+        h.append(f"Authorization: Bearer {KEY}")
     return "\n".join(h)
+
+
+def post_json(url, body, headers):
+    req = urllib.request.Request(url, method="POST", data=json.dumps(body).encode(), headers={
+        "Content-Type": "application/json", "Accept": "application/json, text/event-stream", **headers})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        resp.read()
+        return resp.headers.get("mcp-session-id")
+
+
+def open_session(url, target):
+    """initialize + notifications/initialized, as a 2025-11-25 client does; returns the session id."""
+    auth = {"Authorization": f"Bearer {KEY}"} if target.startswith("everything on") else {}
+    session = post_json(url, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}, auth)
+    if not session:
+        raise RuntimeError(f"{target} minted no session")
+    post_json(url, {"jsonrpc": "2.0", "method": "notifications/initialized"},
+              {**auth, "Mcp-Session-Id": session, "MCP-Protocol-Version": LEGACY})
+    return session
 
 
 def wrk(url, body, headers, conc, seconds):
@@ -169,24 +200,16 @@ def oha(url, body, headers, rate, seconds):
 
 
 def mcp_proxy(upstream_port):
-    """mcp-proxy 0.6.0 as a plain HTTP proxy of the same upstream, when installed."""
+    """mcp-proxy 0.6.0 as a plain HTTP proxy of the same upstream (its MCP endpoint is `/`), when installed."""
     exe = TOOLS / "mcp-proxy"
     if not exe.exists():
-        return None, None
+        return None
     port = free_port()
     cfg = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
-    cfg.write(f'[proxy]\nname = "bench"\n[proxy.listen]\nhost = "127.0.0.1"\nport = {port}\n'
+    cfg.write(f'[proxy]\nname = "bench"\nseparator = "/"\n[proxy.listen]\nhost = "127.0.0.1"\nport = {port}\n'
               f'[[backends]]\nname = "up"\ntransport = "http"\nurl = "http://127.0.0.1:{upstream_port}/mcp"\n')
     cfg.close()
-    proc = Proc([str(exe), "--config", cfg.name], wait_port=port)
-    # mcp-proxy needs an initialized session.
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/", method="POST", data=json.dumps({
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}).encode(),
-        headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        session = resp.headers.get("mcp-session-id")
-    return proc, session
+    return Proc([str(exe), "--config", cfg.name], wait_port=port, env=dict(os.environ, RUST_LOG="warn"))
 
 
 def main():
@@ -202,6 +225,7 @@ def main():
         sys.exit("wrk is missing: apt-get install -y wrk")
 
     procs = []
+    audit_dir = tempfile.mkdtemp(prefix="portcullis-bench-")
     try:
         upstreams = {}
         for variant, extra in UPSTREAMS.items():
@@ -211,19 +235,24 @@ def main():
         targets = {}  # (target, variant) -> (url, proc measured for CPU or None)
         for variant, up in upstreams.items():
             targets[("direct", variant)] = (f"http://127.0.0.1:{up.port}/mcp", None)
-            for label, full in (("pass-through", False), ("everything on", True)):
+            gateways = [("pass-through", False, None), ("everything on", True, f"{audit_dir}/{variant}.db")]
+            if variant == "plain":
+                # The same policy with the audit trail disabled: what the trail costs.
+                gateways.append(("everything on, audit off", True, None))
+            for label, full, audit_db in gateways:
                 port = free_port()
                 cfg = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
-                cfg.write(gateway_config(up.port, port, full))
+                cfg.write(gateway_config(up.port, port, full, audit_db))
                 cfg.close()
                 gw = Proc([str(PORTCULLIS), "run", "--config", cfg.name], wait_port=port,
                           env=dict(os.environ, RUST_LOG="warn"))
                 procs.append(gw)
                 targets[(label, variant)] = (f"http://127.0.0.1:{port}/mcp/up", gw)
-        proxy, session = mcp_proxy(upstreams["plain"].port)
+        proxy = mcp_proxy(upstreams["plain"].port)
         if proxy:
             procs.append(proxy)
             targets[("mcp-proxy 0.6.0", "plain")] = (f"http://127.0.0.1:{proxy.port}/", proxy)
+        sessions = {}  # target label -> session id, for the 2025-11-25 workload
 
         results = {}  # (workload, conc, target) -> list of runs
         for rnd in range(args.rounds):
@@ -233,11 +262,17 @@ def main():
                         if v != variant:
                             continue
                         b = body
+                        legacy = LEGACY in wl
                         if target.startswith("mcp-proxy"):
-                            if not wl.startswith("tools/call, ~100"):
+                            if not legacy:
                                 continue
                             b = b.replace('"name": "echo"', '"name": "up/echo"')
-                        hdrs = headers_for(target, method, name, session if target.startswith("mcp-proxy") else None)
+                        session = None
+                        if legacy:
+                            if target not in sessions:
+                                sessions[target] = open_session(url, target)
+                            session = sessions[target]
+                        hdrs = headers_for(target, method, name, session)
                         before = proc.cpu_ticks() if proc else 0
                         r = wrk(url, b, hdrs, conc, args.seconds)
                         if proc:
@@ -246,7 +281,7 @@ def main():
                         print(f"round {rnd + 1} {wl} c={conc} {target}: {r['rps']:.0f} req/s p50 {r['p50_us']} us p99 {r['p99_us']} us"
                               f" errors {r['errors']} non2xx {r['non2xx']}", flush=True)
             # Open loop at a fixed rate: latency without coordinated omission.
-            wl, variant, body, method, name, _ = WORKLOADS[0]
+            wl, variant, body, method, name, _ = WORKLOADS[1]
             for (target, v), (url, proc) in targets.items():
                 if v != variant or target.startswith("mcp-proxy"):
                     continue
@@ -257,6 +292,7 @@ def main():
     finally:
         for p in procs:
             p.stop()
+        shutil.rmtree(audit_dir, ignore_errors=True)
 
     table = render(results, rss, args)
     print(table)

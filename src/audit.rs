@@ -127,6 +127,8 @@ enum Msg {
 /// The request path's side of the audit store.
 #[derive(Debug)]
 pub struct Audit {
+    /// `[audit] enabled`: when false, nothing is queued or stored.
+    enabled: bool,
     tx: SyncSender<Msg>,
     counters: Arc<Counters>,
     arguments: AuditArguments,
@@ -147,7 +149,8 @@ impl Audit {
 
     /// [`Audit::open`] with a queue of `capacity` events.
     pub fn open_with_queue(settings: &AuditSettings, capacity: usize) -> Result<Arc<Self>, String> {
-        let conn = if settings.database == ":memory:" {
+        // A disabled trail keeps an empty in-memory store, so every reader still works.
+        let conn = if settings.database == ":memory:" || !settings.enabled {
             let mut conn = Connection::open_in_memory().map_err(|e| e.to_string())?;
             store::migrate(&mut conn, MIGRATIONS).map_err(|e| e.to_string())?;
             conn
@@ -164,6 +167,7 @@ impl Audit {
             .spawn(move || run(conn, rx, shared, retention))
             .map_err(|e| e.to_string())?;
         Ok(Arc::new(Self {
+            enabled: settings.enabled,
             tx,
             counters,
             arguments: settings.arguments,
@@ -172,6 +176,9 @@ impl Audit {
 
     /// Queues `event` without waiting; drops and counts it when the queue is full.
     pub fn record(&self, event: Event) {
+        if !self.enabled {
+            return;
+        }
         match self.tx.try_send(Msg::Event(Box::new(event))) {
             Ok(()) => {
                 self.counters.queued.fetch_add(1, Ordering::Relaxed);

@@ -249,6 +249,8 @@ pub enum SecretsAction {
 /// `[audit]`.
 #[derive(Debug, Clone)]
 pub struct AuditSettings {
+    /// Whether events are stored at all (metrics and the live feed see them either way).
+    pub enabled: bool,
     /// SQLite file (WAL); a relative path is read from the configuration
     /// file's directory. `":memory:"`: kept in memory only, lost at exit.
     pub database: String,

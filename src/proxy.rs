@@ -78,6 +78,8 @@ pub(crate) struct Live {
     pub sanitize: Arc<SanitizeSettings>,
     /// The buckets of `config`'s rules.
     pub rate_plan: RatePlan,
+    /// Unique per configuration built: keys what depends on the policy.
+    pub generation: u64,
 }
 
 /// One upstream and what the gateway knows of it.
@@ -154,7 +156,9 @@ impl Live {
             };
             servers.insert(name.clone(), state);
         }
+        static GENERATIONS: AtomicU64 = AtomicU64::new(1);
         Ok(Self {
+            generation: GENERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             sanitize: Arc::new(config.sanitize.clone()),
             rate_plan: RatePlan::new(&config.policy),
             config,

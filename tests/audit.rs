@@ -186,6 +186,7 @@ async fn every_decision_leaves_one_row_with_its_fields() {
 
 fn settings(db: &std::path::Path, retention: Duration) -> AuditSettings {
     AuditSettings {
+        enabled: true,
         database: db.display().to_string(),
         retention,
         arguments: AuditArguments::Shape,
@@ -255,6 +256,34 @@ fn ten_thousand_events_at_full_speed_are_all_written() {
         queued.as_secs_f64() * 1e6 / 10_000.0,
         10_000.0 / total.as_secs_f64()
     );
+}
+
+#[test]
+fn a_disabled_trail_stores_nothing_and_drops_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("audit.db");
+    let mut disabled = settings(&path, Duration::from_secs(3600));
+    disabled.enabled = false;
+    let audit = Audit::open(&disabled).expect("opens");
+    for n in 0..100 {
+        audit.record(event(now_ms(), n));
+    }
+    audit.flush();
+    assert_eq!(
+        audit
+            .counters()
+            .dropped
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    assert_eq!(
+        audit
+            .counters()
+            .queued
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    assert!(!path.exists(), "no file is created for a disabled trail");
 }
 
 #[test]

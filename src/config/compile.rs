@@ -1004,6 +1004,7 @@ impl Ctx<'_> {
             None => "portcullis-audit.db".to_owned(),
         };
         Ok(AuditSettings {
+            enabled: a.enabled.unwrap_or(true),
             database,
             retention: self.duration(
                 a.retention.as_ref(),

@@ -157,6 +157,7 @@ pub(crate) struct RawExemption {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawAudit {
+    pub enabled: Option<bool>,
     pub database: Option<Spanned<String>>,
     pub retention: Option<Spanned<String>>,
     pub arguments: Option<Spanned<String>>,

@@ -7,7 +7,9 @@
 //! a pin is approved (the next call fetches the list again).
 //!
 //! Invariants: a schema is compiled once per distinct definition (keyed by its
-//! SHA-256), also across refreshes; the compiled-schema cache is bounded; a
+//! SHA-256), also across refreshes; the compiled-schema cache is bounded; what a
+//! client is shown is rendered once per snapshot, client and configuration (a
+//! reload or a pin approval makes a new snapshot key or a new snapshot); a
 //! tool whose schema cannot be compiled stays listed as known but uncallable;
 //! every definition stored has been through [`Pins::observe_tools`], so what
 //! lists serve and what calls are checked against is the pinned view.
@@ -18,12 +20,15 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::auth::ClientId;
 use crate::config::Pinning;
 use crate::pins::{Pins, Verdict};
 use crate::validate::{CompiledSchema, SchemaError, SchemaLimits};
 
 /// Most distinct schemas kept compiled per server.
 const MAX_COMPILED: usize = 4096;
+/// Most rendered per-client lists kept per snapshot.
+const MAX_RENDERED: usize = 1024;
 
 /// One server's tools.
 #[derive(Debug)]
@@ -43,10 +48,10 @@ pub(crate) struct ToolSet {
     order: Vec<String>,
     /// The pins' generation the verdicts were made at.
     generation: u64,
-    /// SHA-256 of the list as the server sent it: an identical list reuses this set.
-    digest: [u8; 32],
     /// What lists serve (pinned view, sanitized), computed once per set.
     listed: OnceLock<Vec<Value>>,
+    /// What one client is shown of `listed` under one configuration, as JSON text.
+    rendered: Mutex<HashMap<(u64, ClientId), Arc<str>>>,
 }
 
 /// One tool.
@@ -84,19 +89,17 @@ impl Catalog {
 
     /// Replaces the snapshot with `tools` (the full, all-pages list).
     pub(crate) fn store(&self, tools: &[Value]) -> Arc<ToolSet> {
-        let digest = list_digest(tools);
         let generation = self.pins.generation();
-        // The same list again (the common case): pins, schemas and the sanitized
-        // view are already worked out.
+        // The same list again (the common case): pins, schemas, the sanitized
+        // view and what each client is shown are already worked out.
         if let Some(set) = self.get()
-            && set.digest == digest
             && set.generation == generation
+            && set.is(tools)
         {
             return set;
         }
         let mut set = ToolSet {
             generation,
-            digest,
             ..ToolSet::default()
         };
         let verdicts = self.pins.observe_tools(&self.server, self.pinning, tools);
@@ -143,15 +146,43 @@ impl Catalog {
     }
 }
 
-/// SHA-256 of the serialized list, without an intermediate buffer.
-fn list_digest(tools: &[Value]) -> [u8; 32] {
-    let mut hasher = Sha256::new();
-    // Writing into a hasher cannot fail.
-    let _ = serde_json::to_writer(&mut hasher, tools);
-    hasher.finalize().into()
-}
-
 impl ToolSet {
+    /// True when `tools` is exactly the list this set was made from.
+    fn is(&self, tools: &[Value]) -> bool {
+        tools.len() == self.order.len()
+            && tools.iter().zip(&self.order).all(|(tool, name)| {
+                self.tools
+                    .get(name)
+                    .is_some_and(|entry| entry.definition == *tool)
+            })
+    }
+
+    /// What `client` is shown of this set under configuration `generation`,
+    /// rendered by `render` the first time it is asked for.
+    pub(crate) fn rendered(
+        &self,
+        generation: u64,
+        client: &ClientId,
+        render: impl FnOnce() -> String,
+    ) -> Arc<str> {
+        let key = (generation, client.clone());
+        if let Some(hit) = self
+            .rendered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return hit.clone();
+        }
+        let text: Arc<str> = render().into();
+        let mut cache = self.rendered.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= MAX_RENDERED {
+            cache.clear();
+        }
+        cache.insert(key, text.clone());
+        text
+    }
+
     /// What a list shows, in the server's order: held tools as pinned (or not
     /// at all), each definition passed through `prepare` (the sanitizer) once
     /// per snapshot.

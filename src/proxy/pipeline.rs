@@ -47,7 +47,7 @@ use crate::error::{
 use crate::mcp::headers::{
     self, MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
-use crate::mcp::jsonrpc::{self, Message};
+use crate::mcp::jsonrpc::Message;
 use crate::mcp::sse::SseItem;
 use crate::mcp::version::Era;
 use crate::pins::{self, Cause, Hold, Key as PinKey, scan};
@@ -954,8 +954,14 @@ async fn list(
     match list_items(config, ex, forward, client, headers, message, kind).await? {
         // The upstream refused the list: its error goes back, sanitized.
         Listed::Refused(error, reply_headers) => Ok(respond::json(&error, reply_headers)),
-        Listed::Items(visible, result) => Ok(answer_list(ex, kind, visible, result)),
+        Listed::Items(visible, result) => Ok(answer_list(ex, kind, &render(&visible), result)),
+        Listed::Rendered(visible, result) => Ok(answer_list(ex, kind, &visible, result)),
     }
+}
+
+/// Items as the JSON text of an array.
+fn render(items: &[Value]) -> String {
+    serde_json::to_string(items).unwrap_or_else(|_| "[]".into())
 }
 
 /// One server's list as this client may see it: every page, pinned, sanitized, filtered.
@@ -997,6 +1003,7 @@ async fn list_items(
         // Observe mode lists everything and records what would be hidden.
         allowed || observe
     };
+    let mut rendered = None;
     let visible: Vec<Value> = if kind == ListKind::Tools {
         // Held tools are listed as pinned (or not at all when never approved);
         // the sanitized view is worked out once per distinct list.
@@ -1010,7 +1017,16 @@ async fn list_items(
                 })
                 .collect()
         });
-        listed.iter().filter(|i| permitted(i)).cloned().collect()
+        if observe {
+            listed.iter().filter(|i| permitted(i)).cloned().collect()
+        } else {
+            // What this client sees of this list under this policy, rendered once.
+            rendered = Some(set.rendered(forward.live.generation, client, || {
+                let visible: Vec<&Value> = listed.iter().filter(|i| permitted(i)).collect();
+                serde_json::to_string(&visible).unwrap_or_else(|_| "[]".into())
+            }));
+            Vec::new()
+        }
     } else {
         items
             .into_iter()
@@ -1029,32 +1045,42 @@ async fn list_items(
         ex.would_refuse = Some("hidden_from_list");
         tracing::info!(server = name, method = %ex.method, would_hide = hidden, "observe mode: items listed that enforcement would hide");
     }
-    Ok(Listed::Items(visible, result))
+    Ok(match rendered {
+        Some(text) => Listed::Rendered(text, result),
+        None => Listed::Items(visible, result),
+    })
 }
 
-/// The list as one response: every item on one page.
+/// The list as one response: every item (`visible`, a JSON array) on one page.
 fn answer_list(
     ex: &Exchange,
     kind: ListKind,
-    visible: Vec<Value>,
+    visible: &str,
     mut result: Map<String, Value>,
 ) -> Response {
-    result.insert(kind.key().into(), Value::Array(visible));
+    result.remove(kind.key());
     result.remove("nextCursor");
     if ex.era == Era::Modern {
         // The list depends on who asked: no shared cache may serve it to another client.
         result.insert("cacheScope".into(), "private".into());
     }
     let id = ex.id.clone().unwrap_or(Value::Null);
-    respond::json(
-        &jsonrpc::result(&id, Value::Object(result)),
-        HeaderMap::new(),
-    )
+    // The rest of the result, then the items spliced in as they were rendered.
+    let rest = serde_json::to_string(&result).unwrap_or_else(|_| "{}".into());
+    let open = rest.strip_suffix('}').unwrap_or("{");
+    let comma = if open.len() > 1 { "," } else { "" };
+    let key = kind.key();
+    let id = serde_json::to_string(&id).unwrap_or_else(|_| "null".into());
+    let body =
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{open}{comma}"{key}":{visible}}}}}"#);
+    respond::json_text(body, HeaderMap::new())
 }
 
 /// A list as one server gave it to this client.
 enum Listed {
     Items(Vec<Value>, Map<String, Value>),
+    /// Items already rendered as a JSON array (the tools fast path).
+    Rendered(Arc<str>, Map<String, Value>),
     /// The server answered the list with an error (sanitized).
     Refused(Value, HeaderMap),
 }

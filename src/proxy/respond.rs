@@ -672,6 +672,17 @@ pub(crate) async fn collect(
     }
 }
 
+/// A JSON-RPC message already serialized, as an `application/json` response.
+pub(crate) fn json_text(body: String, headers: HeaderMap) -> Response {
+    let mut r = Response::new(Body::from(body));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut().extend(headers);
+    r
+}
+
 /// A JSON-RPC message as an `application/json` response.
 pub(crate) fn json(message: &Value, headers: HeaderMap) -> Response {
     let mut r = json_response(StatusCode::OK, message);

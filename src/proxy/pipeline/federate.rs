@@ -459,7 +459,7 @@ async fn merged_list(
                 }
             }
             // A server without this kind of item answers with an error: it has none.
-            Ok(Listed::Refused(..)) => answered += 1,
+            Ok(Listed::Refused(..) | Listed::Rendered(..)) => answered += 1,
             Err(rejection) => {
                 tracing::warn!(server = part.name(), method = %ex.method, error = rejection.code(), "left out of the merged list");
                 failed.get_or_insert(rejection);
@@ -477,7 +477,7 @@ async fn merged_list(
         result.insert("ttlMs".into(), ttl.unwrap_or(0).into());
         result.insert("resultType".into(), "complete".into());
     }
-    Ok(super::answer_list(ex, kind, items, result))
+    Ok(super::answer_list(ex, kind, &super::render(&items), result))
 }
 
 /// One member's list for this client, with names as the merged view shows them.
@@ -494,6 +494,17 @@ async fn part_list(
     let config = &*view.live.config;
     let listed = list_items(config, ex, &forward, view.client, &headers, message, kind).await?;
     Ok(match listed {
+        Listed::Rendered(text, result) => {
+            let items = serde_json::from_str(&text).unwrap_or_default();
+            prefixed(Listed::Items(items, result), part, kind)
+        }
+        listed => prefixed(listed, part, kind),
+    })
+}
+
+/// Tool and prompt names as the merged view shows them.
+fn prefixed(listed: Listed, part: &Part<'_>, kind: ListKind) -> Listed {
+    match listed {
         Listed::Items(mut items, result) => {
             if matches!(kind, ListKind::Tools | ListKind::Prompts) {
                 for item in &mut items {
@@ -504,8 +515,8 @@ async fn part_list(
             }
             Listed::Items(items, result)
         }
-        refused => refused,
-    })
+        other => other,
+    }
 }
 
 // --- routed to one server ---
