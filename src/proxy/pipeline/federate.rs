@@ -136,7 +136,7 @@ pub(super) async fn post_merged(
     };
     match message.method() {
         Some("initialize") => initialize(&view, ex, &message, body).await,
-        Some("server/discover") => discover(&view, ex, &message, body).await,
+        Some("server/discover") => discover(&view, ex, body).await,
         Some("ping") => Ok(answer(ex, json!({}), HeaderMap::new())),
         Some(
             m @ ("tools/list" | "resources/list" | "resources/templates/list" | "prompts/list"),
@@ -238,15 +238,19 @@ fn parts<'a>(live: &'a Live, members: Option<&[Member]>) -> Vec<Part<'a>> {
 
 // --- answered by the view ---
 
-async fn initialize(
-    view: &View<'_>,
-    ex: &mut Exchange,
-    message: &Message,
-    body: Bytes,
-) -> Result<Response, Rejection> {
+/// What one member answered to a request the view sends to all of them.
+struct Answer {
+    server: String,
+    result: Map<String, Value>,
+    /// The session it minted (`initialize`).
+    session: Option<String>,
+}
+
+/// Sends the client's request to every member; the results of those that
+/// answered (their instructions pinned on the way), the others logged.
+async fn ask_each(view: &View<'_>, ex: &Exchange, body: &Bytes) -> Vec<Answer> {
     let id = ex.id.clone().unwrap_or(Value::Null);
-    let mut members = Vec::new();
-    let mut results = Vec::new();
+    let mut answers = Vec::new();
     for part in &view.parts {
         let forward = part.forward(view.state, view.live, ex);
         let out = forward.headers(&part.headers(view.headers, None));
@@ -264,37 +268,49 @@ async fn initialize(
             Err(e) => Err(e),
         };
         match answered {
-            Ok((message, session)) => match message.get("result").and_then(Value::as_object) {
-                Some(result) => {
-                    if let Some(s) = &session {
-                        view.state.sessions.bind(part.name(), s, view.client);
-                    }
-                    let version = result
-                        .get("protocolVersion")
-                        .and_then(Value::as_str)
-                        .unwrap_or(version::LEGACY_DEFAULT)
-                        .to_owned();
-                    members.push(Member {
-                        server: part.name().to_owned(),
-                        session,
-                        version,
-                    });
-                    results.push((part.name().to_owned(), result.clone()));
-                }
-                None => {
-                    tracing::warn!(
-                        server = part.name(),
-                        "the server refused initialize; it is left out of the merged session"
-                    );
+            Ok((mut message, session)) => match message.get_mut("result").map(Value::take) {
+                Some(Value::Object(result)) => answers.push(Answer {
+                    server: part.name().to_owned(),
+                    result,
+                    session,
+                }),
+                _ => {
+                    tracing::warn!(server = part.name(), method = %ex.method, "the server refused; it is left out of the merged answer")
                 }
             },
             Err(e) => {
-                tracing::warn!(server = part.name(), error = %e.reason, "the server did not answer initialize; it is left out of the merged session");
+                tracing::warn!(server = part.name(), method = %ex.method, error = %e.reason, "the server did not answer; it is left out of the merged answer");
             }
         }
     }
-    if results.is_empty() {
+    answers
+}
+
+async fn initialize(
+    view: &View<'_>,
+    ex: &mut Exchange,
+    message: &Message,
+    body: Bytes,
+) -> Result<Response, Rejection> {
+    let answers = ask_each(view, ex, &body).await;
+    if answers.is_empty() {
         return Err(no_server_answered("initialize"));
+    }
+    let mut members = Vec::new();
+    for answer in &answers {
+        if let Some(s) = &answer.session {
+            view.state.sessions.bind(&answer.server, s, view.client);
+        }
+        let version = answer
+            .result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or(version::LEGACY_DEFAULT);
+        members.push(Member {
+            server: answer.server.clone(),
+            session: answer.session.clone(),
+            version: version.to_owned(),
+        });
     }
     let requested = message
         .params()
@@ -309,13 +325,13 @@ async fn initialize(
         .min()
         .unwrap_or(requested)
         .to_owned();
-    let mut merged = merge_results(view, &results);
+    let mut merged = merge_results(view, &answers);
     merged.insert("protocolVersion".into(), agreed.into());
     merged.insert(
         "serverInfo".into(),
         json!({
             "name": "portcullis",
-            "title": format!("Portcullis: {}", names(&results).join(", ")),
+            "title": format!("Portcullis: {}", names(&answers).join(", ")),
             "version": env!("CARGO_PKG_VERSION"),
         }),
     );
@@ -327,54 +343,29 @@ async fn initialize(
     Ok(answer(ex, Value::Object(merged), out))
 }
 
-async fn discover(
-    view: &View<'_>,
-    ex: &mut Exchange,
-    _message: &Message,
-    body: Bytes,
-) -> Result<Response, Rejection> {
-    let id = ex.id.clone().unwrap_or(Value::Null);
-    let mut results = Vec::new();
-    for part in &view.parts {
-        let forward = part.forward(view.state, view.live, ex);
-        let out = forward.headers(&part.headers(view.headers, None));
-        let answered = match forward.send(out, body.clone(), true).await {
-            Ok(reply) => {
-                let reply = watch_instructions(reply, &forward, ex.id.clone());
-                respond::collect(reply, &id, &part.server.catalog).await
-            }
-            Err(e) => Err(e),
-        };
-        match answered {
-            Ok(m) => match m.get("result").and_then(Value::as_object) {
-                Some(result) => results.push((part.name().to_owned(), result.clone())),
-                None => tracing::warn!(server = part.name(), "the server refused server/discover"),
-            },
-            Err(e) => {
-                tracing::warn!(server = part.name(), error = %e.reason, "the server did not answer server/discover")
-            }
-        }
-    }
-    if results.is_empty() {
+async fn discover(view: &View<'_>, ex: &mut Exchange, body: Bytes) -> Result<Response, Rejection> {
+    let answers = ask_each(view, ex, &body).await;
+    if answers.is_empty() {
         return Err(no_server_answered("server/discover"));
     }
-    let mut merged = merge_results(view, &results);
+    let mut merged = merge_results(view, &answers);
     // Versions every answering member supports.
     let supported: Vec<&str> = version::MODERN
         .iter()
         .copied()
         .filter(|v| {
-            results.iter().all(|(_, r)| {
-                r.get("supportedVersions")
+            answers.iter().all(|a| {
+                a.result
+                    .get("supportedVersions")
                     .and_then(Value::as_array)
                     .is_none_or(|list| list.iter().any(|x| x.as_str() == Some(v)))
             })
         })
         .collect();
     merged.insert("supportedVersions".into(), json!(supported));
-    let ttl = results
+    let ttl = answers
         .iter()
-        .filter_map(|(_, r)| r.get("ttlMs").and_then(Value::as_u64))
+        .filter_map(|a| a.result.get("ttlMs").and_then(Value::as_u64))
         .min()
         .unwrap_or(0);
     merged.insert("ttlMs".into(), ttl.into());
@@ -385,24 +376,29 @@ async fn discover(
 
 /// Capabilities merged (a feature any member offers is offered), and the
 /// members' instructions, each under its server's name.
-fn merge_results(view: &View<'_>, results: &[(String, Map<String, Value>)]) -> Map<String, Value> {
+fn merge_results(view: &View<'_>, answers: &[Answer]) -> Map<String, Value> {
     let mut capabilities = Value::Object(Map::new());
-    for (_, result) in results {
-        if let Some(c) = result.get("capabilities") {
+    for answer in answers {
+        if let Some(c) = answer.result.get("capabilities") {
             merge_capabilities(&mut capabilities, c);
         }
     }
     let mut instructions = format!(
         "This endpoint merges the MCP servers {}. Tool and prompt names carry their server's name: \
          `<server>{SEPARATOR}<name>`.",
-        names(results)
+        names(answers)
             .iter()
             .map(|n| format!("`{n}`"))
             .collect::<Vec<_>>()
             .join(", ")
     );
     let sanitizer = Sanitizer::new(&view.live.sanitize, Skip::default());
-    for (name, result) in results {
+    for Answer {
+        server: name,
+        result,
+        ..
+    } in answers
+    {
         if let Some(text) = result.get("instructions").and_then(Value::as_str) {
             let clean = sanitizer.text(text, &mut Report::default());
             instructions.push_str(&format!(
@@ -434,8 +430,8 @@ fn merge_capabilities(into: &mut Value, from: &Value) {
     }
 }
 
-fn names(results: &[(String, Map<String, Value>)]) -> Vec<&str> {
-    results.iter().map(|(n, _)| n.as_str()).collect()
+fn names(answers: &[Answer]) -> Vec<&str> {
+    answers.iter().map(|a| a.server.as_str()).collect()
 }
 
 /// Every member's list as this client may see it, names prefixed, on one page.
