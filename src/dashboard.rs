@@ -94,6 +94,10 @@ pub(crate) struct Filter {
     server: Option<String>,
     tool: Option<String>,
     decision: Option<String>,
+    /// Events at or after this time (Unix milliseconds).
+    since: Option<i64>,
+    /// Events at or before this time (Unix milliseconds).
+    until: Option<i64>,
 }
 
 impl Filter {
@@ -102,10 +106,13 @@ impl Filter {
             None | Some("") => true,
             Some(w) => e.get(key).and_then(Value::as_str) == Some(w),
         };
+        let time = e.get("time_ms").and_then(Value::as_i64).unwrap_or(0);
         is(&self.client, "client")
             && is(&self.server, "server")
             && is(&self.tool, "tool")
             && is(&self.decision, "decision")
+            && self.since.is_none_or(|t| time >= t)
+            && self.until.is_none_or(|t| time <= t)
     }
 }
 
@@ -280,6 +287,22 @@ pub(crate) async fn config(State(state): State<Arc<AppState>>, headers: HeaderMa
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_time_window_keeps_events_inside_it() {
+        let at = |ms: i64| json!({"time_ms": ms, "client": "alice"});
+        let filter = Filter {
+            since: Some(1_000),
+            until: Some(2_000),
+            client: Some("alice".into()),
+            ..Filter::default()
+        };
+        assert!(!filter.keeps(&at(999)));
+        assert!(filter.keeps(&at(1_000)));
+        assert!(filter.keeps(&at(2_000)));
+        assert!(!filter.keeps(&at(2_001)));
+        assert!(Filter::default().keeps(&at(0)));
+    }
 
     #[test]
     fn overview_counts_by_minute_and_ranks() {

@@ -776,7 +776,10 @@ impl Pins {
             kind,
             name: name.to_owned(),
         };
-        entry_json(&key, r, &self.config)
+        let mut entry = entry_json(&key, r, &self.config);
+        // The tools page shows what the server serves (schema included).
+        entry["definition"] = (*r.seen.definition).clone();
+        entry
     }
 }
 

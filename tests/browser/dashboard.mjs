@@ -36,6 +36,15 @@ try {
   await page.waitForSelector("#feed-rows tr >> text=invalid_arguments");
   await shot("feed");
 
+  // A time window that ends before any call leaves the history empty; the last hour shows them.
+  await page.goto(admin + "/#/feed?decision=invalid_arguments&window=60");
+  await page.waitForSelector("#feed-rows tr >> text=invalid_arguments");
+  const windowed = await page.locator("#feed-rows tr").count();
+  const others = await page.locator("#feed-rows tr >> text=forwarded").count();
+  if (windowed < 1 || others !== 0) fail(`filtered feed shows ${windowed} rows, ${others} of another decision`);
+  await page.goto(admin + "/#/feed");
+  await page.waitForSelector("#feed-rows tr >> text=invalid_arguments");
+
   await page.click("#feed-rows tr a:text('invalid_arguments')");
   await page.waitForSelector("#trace");
   const code = await page.textContent("#result-code");
@@ -56,6 +65,9 @@ try {
   await page.goto(admin + "/#/tools");
   const row = page.locator("tr[data-tool='sync_notes']");
   await row.locator("button.approve").waitFor();
+  await page.locator("tr[data-tool='sync_notes'] details summary").click();
+  const schema = await page.textContent("tr[data-tool='sync_notes'] details pre");
+  if (!schema.includes("\"type\"")) fail("the tools page shows no input schema: " + schema);
   await shot("tools");
   await row.locator("button.approve").click();
   await page.waitForSelector("#approve-result:text('approved')");
