@@ -29,7 +29,11 @@ use crate::pins::{ApproveOutcome, Key};
 use crate::proxy::AppState;
 
 /// `GET /metrics`: OpenMetrics text.
-pub(crate) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+pub(crate) async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    // Client and tool names are in the labels: a read endpoint like the others.
+    if let Err(refusal) = reader(&state, &headers) {
+        return refusal;
+    }
     let mut response = Response::new(state.metrics.encode().into());
     response.headers_mut().insert(
         header::CONTENT_TYPE,

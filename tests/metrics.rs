@@ -239,3 +239,45 @@ async fn metrics_parse_and_count_what_happened() {
     gateway.stop().await;
     drop(upstream);
 }
+
+/// Once an admin token is configured, `/metrics` needs it (its labels name clients and tools).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_need_the_admin_token_once_one_is_configured() {
+    const TOKEN: &str = "metrics-admin-token";
+    let upstream = InProcess::demo().await;
+    let gateway = TestGateway::start_raw(&format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{}\"\n\
+         [servers.demo]\nurl = \"{}\"\n{}{}",
+        hex::encode(portcullis::auth::hash_key(TOKEN)),
+        upstream.url,
+        clients(),
+        allow_all()
+    ))
+    .await;
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let url = format!("{}/metrics", gateway.admin_url());
+    let status = |r: reqwest::Response| r.status().as_u16();
+    let without = client.get(&url).send().await.expect("scrape");
+    assert_eq!(status(without), 401);
+    let wrong = client
+        .get(&url)
+        .bearer_auth("nope")
+        .send()
+        .await
+        .expect("scrape");
+    assert_eq!(status(wrong), 401);
+    let with = client
+        .get(&url)
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("scrape");
+    assert_eq!(with.status().as_u16(), 200);
+    let text = with.text().await.expect("body");
+    assert!(!parse(&text).is_empty());
+    gateway.stop().await;
+    drop(upstream);
+}
