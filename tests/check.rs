@@ -107,7 +107,9 @@ broken!(
     rate_on_deny,
     bad_mode,
     stdio_command,
-    auth_jwt,
+    jwt_hs256,
+    jwt_audience,
+    jwt_two_key_sources,
 );
 
 #[test]

@@ -137,6 +137,7 @@ pub(crate) async fn handle(
     };
     ex.trail.note(|e| {
         e.client = ex.client.as_ref().map(|c| c.name().to_owned());
+        e.client_unlisted = ex.client.as_ref().is_some_and(ClientId::is_unlisted);
         e.server = ex.server.clone();
         e.method = ex.method.clone();
         e.tool = ex.tool.clone();
@@ -180,7 +181,12 @@ async fn serve(
     ex.mode = server.upstream.settings.mode.unwrap_or(config.gateway.mode);
     let client = config
         .clients
-        .authenticate(&parts.headers)
+        .authenticate(
+            &parts.headers,
+            &server.upstream.settings.name,
+            parts.uri.path(),
+        )
+        .await
         .map_err(Rejection::Unauthenticated)?;
     ex.client = Some(client.clone());
     match parts.method {
