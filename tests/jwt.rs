@@ -416,3 +416,70 @@ async fn protected_resource_metadata_is_served_from_the_configuration() {
     );
     gateway.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jwks_file_is_read_again_on_reload() {
+    let upstream = support::upstreams::InProcess::demo().await;
+    let (first, second) = (Signer::rsa("rsa-1"), Signer::ed25519("ed-2"));
+    let dir = tempfile::tempdir().expect("dir");
+    let keys = dir.path().join("jwks.json");
+    std::fs::write(&keys, jwks(&[&first])).expect("write");
+    let admin_token = "jwt-admin-token";
+    let path = dir.path().join("portcullis.toml");
+    let text = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{}\"\n\
+         [servers.flights]\nurl = \"{}\"\n{}{}[pins]\ndatabase = \":memory:\"\n[audit]\ndatabase = \":memory:\"\n",
+        hex::encode(portcullis::auth::hash_key(admin_token)),
+        upstream.url,
+        jwt_table(&format!("jwks_file = \"{}\"", keys.display()), ""),
+        allow_all()
+    );
+    std::fs::write(&path, text).expect("write");
+    support::init();
+    let gateway = TestGateway::from_handle(
+        portcullis::Gateway::start_file(&path)
+            .await
+            .expect("gateway starts"),
+    );
+    let url = gateway.url("flights");
+    let good = claims(ISS, AUD, "carol", "");
+    let echo = json!({"text": "hi"});
+    assert_eq!(
+        call_with(&url, &first.token(&good), "echo", echo.clone())
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        call_with(&url, &second.token(&good), "echo", echo.clone())
+            .await
+            .status,
+        401
+    );
+
+    // The key set file is rotated, then the configuration reloaded.
+    std::fs::write(&keys, jwks(&[&second])).expect("write");
+    let reload = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client")
+        .post(format!("{}/api/reload", gateway.admin_url()))
+        .bearer_auth(admin_token)
+        .send()
+        .await
+        .expect("reload");
+    assert_eq!(reload.status().as_u16(), 200);
+    assert_eq!(
+        call_with(&url, &second.token(&good), "echo", echo.clone())
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        call_with(&url, &first.token(&good), "echo", echo)
+            .await
+            .status,
+        401
+    );
+    gateway.stop().await;
+}

@@ -688,6 +688,42 @@ impl JwtVerifier {
         if all { Ok(()) } else { Err(Refused::Scope) }
     }
 
+    /// `[auth.jwt]` as `portcullis check` prints it.
+    pub fn describe(&self) -> String {
+        let s = &self.settings;
+        let keys = match &s.keys {
+            KeySource::File(set) => format!("{} key(s) from the file read at load", set.len()),
+            KeySource::Url { url, refresh } => format!(
+                "from {url}, fetched on first use and every {}",
+                crate::proxy::humanize(*refresh)
+            ),
+        };
+        let audiences: Vec<String> = s
+            .audiences
+            .iter()
+            .map(|a| match &a.server {
+                Some(server) => format!("{} (server {server} only)", a.value),
+                None => a.value.clone(),
+            })
+            .collect();
+        let algorithms: Vec<&str> = s.algorithms.iter().map(|a| a.name()).collect();
+        let mut out = format!(
+            "\nbearer JWTs (a token names its client in \"{}\"; unnamed clients match \"*\" rules)\n  issuer     {}\n  audience   {}\n  keys       {keys}\n  algorithms {}\n",
+            s.client_claim,
+            s.issuer,
+            audiences.join(", "),
+            algorithms.join(", "),
+        );
+        if !s.required_scopes.is_empty() {
+            out.push_str(&format!("  scopes     {}\n", s.required_scopes.join(" ")));
+        }
+        out.push_str(&format!(
+            "  metadata   {}/mcp/<server>\n",
+            self.metadata_url("")
+        ));
+        out
+    }
+
     /// RFC 9728 metadata of the resource at `resource_path` (`""`, `/mcp` or `/mcp/<server>`).
     pub(crate) fn metadata(&self, resource_path: &str) -> Value {
         let s = &self.settings;
