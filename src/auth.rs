@@ -66,6 +66,8 @@ pub(crate) enum AuthError {
 pub(crate) struct AuthRefusal {
     pub error: AuthError,
     pub resource_metadata: Option<String>,
+    /// `required_scopes`, space-separated, for the challenge's `scope`.
+    pub scope: Option<String>,
 }
 
 /// The SHA-256 of `key`, as configured in `api_key_sha256`.
@@ -177,6 +179,11 @@ impl ClientTable {
         let refusal = |error| AuthRefusal {
             error,
             resource_metadata: self.jwt.as_ref().map(|j| j.metadata_url(&resource)),
+            scope: self
+                .jwt
+                .as_ref()
+                .map(|j| j.settings().required_scopes.join(" "))
+                .filter(|s| !s.is_empty()),
         };
         match (&self.jwt, bearer(headers)) {
             (Some(jwt), Ok(Some(token))) if jwt::looks_like_jwt(token) => {

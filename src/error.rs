@@ -341,6 +341,7 @@ impl Rejection {
             Rejection::Unauthenticated(AuthRefusal {
                 error,
                 resource_metadata,
+                scope,
             }) => {
                 let (status, code) = match error {
                     AuthError::InsufficientScope(_) => (StatusCode::FORBIDDEN, codes::FORBIDDEN),
@@ -352,10 +353,12 @@ impl Rejection {
                 match &error {
                     AuthError::Missing => {}
                     AuthError::Invalid => params.push("error=\"invalid_token\"".to_owned()),
-                    AuthError::InsufficientScope(scope) => {
-                        params.push("error=\"insufficient_scope\"".to_owned());
-                        params.push(format!("scope=\"{scope}\""));
+                    AuthError::InsufficientScope(_) => {
+                        params.push("error=\"insufficient_scope\"".to_owned())
                     }
+                }
+                if let Some(scope) = scope {
+                    params.push(format!("scope=\"{scope}\""));
                 }
                 if let Some(url) = resource_metadata {
                     params.push(format!("resource_metadata=\"{url}\""));

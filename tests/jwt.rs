@@ -148,7 +148,9 @@ async fn only_a_valid_token_reaches_the_upstream() {
         assert_eq!(r.status, 401, "{what}: {}", r.text);
         assert_eq!(
             challenge(&r),
-            format!("Bearer error=\"invalid_token\", resource_metadata=\"{METADATA}\""),
+            format!(
+                "Bearer error=\"invalid_token\", scope=\"mcp:tools\", resource_metadata=\"{METADATA}\""
+            ),
             "{what}"
         );
     }
@@ -158,7 +160,7 @@ async fn only_a_valid_token_reaches_the_upstream() {
     assert_eq!(r.status, 401, "{}", r.text);
     assert_eq!(
         challenge(&r),
-        format!("Bearer resource_metadata=\"{METADATA}\"")
+        format!("Bearer scope=\"mcp:tools\", resource_metadata=\"{METADATA}\"")
     );
 
     // A valid token without the required scope: 403, naming the scope.
@@ -270,6 +272,22 @@ action = "allow"
     assert_eq!((r.status, raw_code(&r)), (200, None), "{}", r.text);
 
     assert_eq!(server.ran(), ["book_flight", "echo", "echo"]);
+
+    // Metrics name carol; dave, whom no table names, is counted as `other`.
+    let metrics = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client")
+        .get(format!("{}/metrics", gateway.admin_url()))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("text");
+    assert!(metrics.contains("client=\"carol\""), "{metrics}");
+    assert!(metrics.contains("client=\"other\""), "{metrics}");
+    assert!(!metrics.contains("dave"), "{metrics}");
     gateway.stop().await;
     server.stop().await;
 }
@@ -382,7 +400,7 @@ async fn protected_resource_metadata_is_served_from_the_configuration() {
     assert_eq!(r.status, 401);
     assert_eq!(
         challenge(&r),
-        "Bearer resource_metadata=\"https://mcp.example.test/.well-known/oauth-protected-resource/mcp\""
+        "Bearer scope=\"mcp:tools mcp:read\", resource_metadata=\"https://mcp.example.test/.well-known/oauth-protected-resource/mcp\""
     );
     gateway.stop().await;
 
