@@ -342,6 +342,51 @@ async fn a_jwks_url_is_fetched_and_a_rotated_key_is_picked_up() {
     server.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirected_or_oversized_key_set_is_not_trusted() {
+    let upstream = support::upstreams::InProcess::demo().await;
+    let key = Signer::ed25519("ed-1");
+    let idp = JwksServer::start(jwks(&[&key])).await;
+    let good = claims(ISS, AUD, "carol", "");
+    let echo = json!({"text": "hi"});
+
+    // Redirects are not followed: the document behind one is never read.
+    let moved = idp.url.replace("/jwks.json", "/moved");
+    let rest = format!(
+        "{}{}",
+        jwt_table(&format!("jwks_url = \"{moved}\""), ""),
+        allow_all()
+    );
+    let gateway = TestGateway::start(&[("flights", &upstream.url)], &rest).await;
+    let r = call_with(
+        &gateway.url("flights"),
+        &key.token(&good),
+        "echo",
+        echo.clone(),
+    )
+    .await;
+    assert_eq!(r.status, 401, "{}", r.text);
+    assert_eq!(idp.hits(), 0, "the redirect was not followed");
+    gateway.stop().await;
+
+    // A document over 1 MiB is not read.
+    let mut doc: Value = serde_json::from_str(&jwks(&[&key])).expect("jwks");
+    doc["padding"] = json!("x".repeat(1100 * 1024));
+    idp.set(doc.to_string());
+    let rest = format!(
+        "{}{}",
+        jwt_table(&format!("jwks_url = \"{}\"", idp.url), ""),
+        allow_all()
+    );
+    let gateway = TestGateway::start(&[("flights", &upstream.url)], &rest).await;
+    let url = gateway.url("flights");
+    let r = call_with(&url, &key.token(&good), "echo", echo.clone()).await;
+    assert_eq!(r.status, 401, "{}", r.text);
+    assert_eq!(idp.hits(), 1);
+    gateway.stop().await;
+    assert!(upstream.hits() == 0, "nothing reached the upstream");
+}
+
 async fn get(url: &str, host: Option<&str>) -> (u16, Value) {
     support::init();
     let client = reqwest::Client::builder()

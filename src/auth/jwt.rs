@@ -555,8 +555,9 @@ impl JwtVerifier {
         let token = Token::parse(token)?;
         let alg = self.algorithm(&token.header)?;
         let kid = token.header.kid.as_deref();
-        let mut keys = self.keys().await;
-        if keys.pick(kid, alg).err() == Some(Pick::Unknown)
+        let (mut keys, fresh) = self.keys().await;
+        if !fresh
+            && keys.pick(kid, alg).err() == Some(Pick::Unknown)
             && let Some(remote) = &self.remote
             && remote.fetch_for_unknown_key().await
         {
@@ -596,10 +597,11 @@ impl JwtVerifier {
             .ok_or_else(|| invalid(format!("the algorithm {:?} is not accepted", header.alg)))
     }
 
-    async fn keys(&self) -> Arc<KeySet> {
+    /// The key set, and whether it was fetched for this very request.
+    async fn keys(&self) -> (Arc<KeySet>, bool) {
         match &self.remote {
             Some(remote) => remote.current().await,
-            None => self.file_keys.clone(),
+            None => (self.file_keys.clone(), false),
         }
     }
 
@@ -763,10 +765,12 @@ fn now_secs() -> f64 {
 impl RemoteKeys {
     /// The key set in force: starts the refresher on first use, and fetches
     /// inline while nothing has been fetched yet (at most every few seconds).
-    async fn current(self: &Arc<Self>) -> Arc<KeySet> {
+    /// True beside it when this call fetched.
+    async fn current(self: &Arc<Self>) -> (Arc<KeySet>, bool) {
         self.refresher.call_once(|| {
             tokio::spawn(refresh(Arc::downgrade(self), self.refresh));
         });
+        let mut fetched = false;
         if !self.loaded.load(Ordering::Acquire) {
             let mut times = self.fetches.lock().await;
             let due = times
@@ -775,9 +779,10 @@ impl RemoteKeys {
             if !self.loaded.load(Ordering::Acquire) && due {
                 times.attempted = Some(Instant::now());
                 self.fetch().await;
+                fetched = true;
             }
         }
-        self.keys.load_full()
+        (self.keys.load_full(), fetched)
     }
 
     /// A token named a key the set lacks: fetch again, unless that was done

@@ -224,7 +224,7 @@ fn rsa_public_numbers(der: &[u8]) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// A loopback HTTP server answering `GET /jwks.json` with a document the test
-/// can swap, counting requests.
+/// can swap, counting requests; `GET /moved` redirects there.
 #[derive(Debug)]
 pub struct JwksServer {
     pub url: String,
@@ -238,17 +238,25 @@ impl JwksServer {
         let doc = Arc::new(Mutex::new(doc));
         let hits = Arc::new(AtomicUsize::new(0));
         let (d, h) = (doc.clone(), hits.clone());
-        let app = axum::Router::new().route(
-            "/jwks.json",
-            axum::routing::get(move || {
-                let (d, h) = (d.clone(), h.clone());
-                async move {
-                    h.fetch_add(1, Ordering::SeqCst);
-                    let body = d.lock().expect("doc").clone();
-                    ([("content-type", "application/json")], body)
-                }
-            }),
-        );
+        let app = axum::Router::new()
+            .route(
+                "/jwks.json",
+                axum::routing::get(move || {
+                    let (d, h) = (d.clone(), h.clone());
+                    async move {
+                        h.fetch_add(1, Ordering::SeqCst);
+                        let body = d.lock().expect("doc").clone();
+                        ([("content-type", "application/json")], body)
+                    }
+                }),
+            )
+            // A redirect to the real document, which a careful fetcher does not follow.
+            .route(
+                "/moved",
+                axum::routing::get(|| async {
+                    (http::StatusCode::FOUND, [("location", "/jwks.json")], "")
+                }),
+            );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
