@@ -75,6 +75,10 @@ pub struct Event {
     /// The W3C trace id the client sent (`traceparent`), if any.
     pub trace_id: Option<String>,
     pub client: Option<String>,
+    /// The client is a JWT subject not named in `[clients]` (counted as
+    /// `other` in metrics, so tokens cannot grow the registry).
+    #[serde(skip)]
+    pub client_unlisted: bool,
     pub server: Option<String>,
     /// The JSON-RPC method (or the HTTP method before the body was read).
     pub method: String,

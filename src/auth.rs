@@ -1,4 +1,5 @@
-//! Who is calling: API keys matched against configured SHA-256 digests.
+//! Who is calling: API keys matched against configured SHA-256 digests, and
+//! bearer JWTs verified in [`jwt`] when `[auth.jwt]` is configured.
 //!
 //! Place in the path: first stage after the transport checks (Origin/Host);
 //! everything after it knows the client by name.
@@ -7,12 +8,18 @@
 //! configured client (no early exit that would time which one matched); the
 //! presented credential never leaves this module — the upstream never sees it;
 //! a request without credentials passes only as `anonymous`, and only when
-//! `[clients.anonymous]` exists.
+//! `[clients.anonymous]` exists. With `[auth.jwt]`, a bearer shaped like a JWT
+//! is verified as one and never compared with API keys; a token whose client
+//! claim names an API-key client or `anonymous` is refused, so a token can
+//! never take on the rules of a client that holds a key.
+
+pub mod jwt;
 
 use std::fmt;
 use std::sync::Arc;
 
 use http::HeaderMap;
+use jwt::{JwtVerifier, Refused};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -21,6 +28,8 @@ use subtle::ConstantTimeEq;
 pub struct ClientId {
     name: Arc<str>,
     anonymous: bool,
+    /// A JWT subject not named in `[clients]`: matched by `"*"` rules only.
+    unlisted: bool,
 }
 
 /// The configured clients.
@@ -28,6 +37,9 @@ pub struct ClientId {
 pub struct ClientTable {
     keyed: Vec<KeyedClient>,
     anonymous: bool,
+    /// `[clients.NAME]` tables without a key: JWT clients rules may name.
+    token_named: Vec<ClientId>,
+    jwt: Option<Arc<JwtVerifier>>,
 }
 
 #[derive(Debug)]
@@ -36,13 +48,26 @@ struct KeyedClient {
     key_sha256: [u8; 32],
 }
 
-/// Why a request is not authenticated (HTTP 401).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+/// Why a request is not authenticated (HTTP 401), or its token falls short (403).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum AuthError {
     #[error("missing credentials: send `Authorization: Bearer <key>`")]
     Missing,
     #[error("the credentials are not valid")]
     Invalid,
+    /// A valid token without every required scope; carries them, space-separated.
+    #[error("the token lacks a required scope; it needs: {0}")]
+    InsufficientScope(String),
+}
+
+/// An authentication refusal and, with `[auth.jwt]`, where the client learns
+/// how to get a token (RFC 9728 `resource_metadata`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AuthRefusal {
+    pub error: AuthError,
+    pub resource_metadata: Option<String>,
+    /// `required_scopes`, space-separated, for the challenge's `scope`.
+    pub scope: Option<String>,
 }
 
 /// The SHA-256 of `key`, as configured in `api_key_sha256`.
@@ -58,6 +83,15 @@ impl ClientId {
         Self {
             name: Arc::from(name),
             anonymous: false,
+            unlisted: false,
+        }
+    }
+
+    /// A client known only by a token's claim, not named in `[clients]`.
+    pub fn unlisted(name: &str) -> Self {
+        Self {
+            unlisted: true,
+            ..Self::named(name)
         }
     }
 
@@ -66,6 +100,7 @@ impl ClientId {
         Self {
             name: Arc::from("anonymous"),
             anonymous: true,
+            unlisted: false,
         }
     }
 
@@ -77,6 +112,11 @@ impl ClientId {
     /// True for the client of requests without credentials.
     pub fn is_anonymous(&self) -> bool {
         self.anonymous
+    }
+
+    /// True for a JWT client not named in `[clients]`.
+    pub fn is_unlisted(&self) -> bool {
+        self.unlisted
     }
 }
 
@@ -100,37 +140,100 @@ impl ClientTable {
         self.anonymous = true;
     }
 
-    /// Every configured client, keyed ones first, in file order.
+    pub(crate) fn add_token_named(&mut self, name: &str) {
+        self.token_named.push(ClientId::named(name));
+    }
+
+    pub(crate) fn set_jwt(&mut self, verifier: JwtVerifier) {
+        self.jwt = Some(Arc::new(verifier));
+    }
+
+    /// `[auth.jwt]`, when configured.
+    pub fn jwt(&self) -> Option<&JwtVerifier> {
+        self.jwt.as_deref()
+    }
+
+    /// Every configured client, keyed ones first, then JWT clients, in file order.
     pub fn ids(&self) -> Vec<ClientId> {
         let mut ids: Vec<ClientId> = self.keyed.iter().map(|c| c.id.clone()).collect();
+        ids.extend(self.token_named.iter().cloned());
         if self.anonymous {
             ids.push(ClientId::anonymous());
         }
         ids
     }
 
-    /// Names the client of a request from its `Authorization` header.
-    pub(crate) fn authenticate(&self, headers: &HeaderMap) -> Result<ClientId, AuthError> {
-        let mut values = headers.get_all(http::header::AUTHORIZATION).iter();
-        let Some(value) = values.next() else {
+    /// Names the client of a request to `server` (at the request path `path`:
+    /// `/mcp` or `/mcp/<server>`) from its `Authorization` header.
+    pub(crate) async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        server: &str,
+        path: &str,
+    ) -> Result<ClientId, AuthRefusal> {
+        let resource = if path == "/mcp" {
+            "/mcp".to_owned()
+        } else {
+            format!("/mcp/{server}")
+        };
+        let refusal = |error| AuthRefusal {
+            error,
+            resource_metadata: self.jwt.as_ref().map(|j| j.metadata_url(&resource)),
+            scope: self
+                .jwt
+                .as_ref()
+                .map(|j| j.settings().required_scopes.join(" "))
+                .filter(|s| !s.is_empty()),
+        };
+        match (&self.jwt, bearer(headers)) {
+            (Some(jwt), Ok(Some(token))) if jwt::looks_like_jwt(token) => {
+                self.by_token(jwt, token, server).await.map_err(refusal)
+            }
+            _ => self.by_key(headers).map_err(refusal),
+        }
+    }
+
+    /// The client a verified token names.
+    async fn by_token(
+        &self,
+        jwt: &JwtVerifier,
+        token: &str,
+        server: &str,
+    ) -> Result<ClientId, AuthError> {
+        let name = match jwt.verify(token, server).await {
+            Ok(name) => name,
+            Err(Refused::Invalid(why)) => {
+                tracing::info!(server, "bearer token refused: {why}");
+                return Err(AuthError::Invalid);
+            }
+            Err(Refused::Scope) => {
+                let needed = jwt.settings().required_scopes.join(" ");
+                return Err(AuthError::InsufficientScope(needed));
+            }
+        };
+        if name == "anonymous" || self.keyed.iter().any(|k| k.id.name() == name) {
+            tracing::info!(
+                server,
+                client = name,
+                "bearer token refused: its client claim names a client that authenticates with an API key (or anonymous)"
+            );
+            return Err(AuthError::Invalid);
+        }
+        Ok(match self.token_named.iter().find(|c| c.name() == name) {
+            Some(id) => id.clone(),
+            None => ClientId::unlisted(&name),
+        })
+    }
+
+    /// Names the client of a request from its API key.
+    fn by_key(&self, headers: &HeaderMap) -> Result<ClientId, AuthError> {
+        let Some(key) = bearer(headers)? else {
             return if self.anonymous {
                 Ok(ClientId::anonymous())
             } else {
                 Err(AuthError::Missing)
             };
         };
-        if values.next().is_some() {
-            return Err(AuthError::Invalid);
-        }
-        let key = value
-            .to_str()
-            .ok()
-            .and_then(|v| {
-                let (scheme, rest) = v.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-            })
-            .filter(|k| !k.is_empty())
-            .ok_or(AuthError::Invalid)?;
         let digest = hash_key(key);
         // Compare against every client so the time taken does not say which matched.
         let mut found: Option<&ClientId> = None;
@@ -141,6 +244,28 @@ impl ClientTable {
         }
         found.cloned().ok_or(AuthError::Invalid)
     }
+}
+
+/// The bearer credential: `Ok(None)` without an `Authorization` header,
+/// `Err` when there are several or it is not `Bearer <credential>`.
+fn bearer(headers: &HeaderMap) -> Result<Option<&str>, AuthError> {
+    let mut values = headers.get_all(http::header::AUTHORIZATION).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(AuthError::Invalid);
+    }
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
+        .filter(|k| !k.is_empty())
+        .map(Some)
+        .ok_or(AuthError::Invalid)
 }
 
 #[cfg(test)]
@@ -169,11 +294,11 @@ mod tests {
     fn keys_name_their_clients() {
         let t = table();
         assert_eq!(
-            t.authenticate(&bearer("Bearer alice-key")),
+            t.by_key(&bearer("Bearer alice-key")),
             Ok(ClientId::named("alice"))
         );
         assert_eq!(
-            t.authenticate(&bearer("bearer bob-key")),
+            t.by_key(&bearer("bearer bob-key")),
             Ok(ClientId::named("bob"))
         );
     }
@@ -181,34 +306,28 @@ mod tests {
     #[test]
     fn wrong_missing_and_malformed_credentials_are_refused() {
         let t = table();
-        assert_eq!(t.authenticate(&HeaderMap::new()), Err(AuthError::Missing));
+        assert_eq!(t.by_key(&HeaderMap::new()), Err(AuthError::Missing));
+        assert_eq!(t.by_key(&bearer("Bearer nope")), Err(AuthError::Invalid));
         assert_eq!(
-            t.authenticate(&bearer("Bearer nope")),
+            t.by_key(&bearer("Basic YWxpY2U6eA==")),
             Err(AuthError::Invalid)
         );
-        assert_eq!(
-            t.authenticate(&bearer("Basic YWxpY2U6eA==")),
-            Err(AuthError::Invalid)
-        );
-        assert_eq!(t.authenticate(&bearer("Bearer ")), Err(AuthError::Invalid));
+        assert_eq!(t.by_key(&bearer("Bearer ")), Err(AuthError::Invalid));
         let mut twice = bearer("Bearer alice-key");
         twice.append(
             http::header::AUTHORIZATION,
             HeaderValue::from_static("Bearer bob-key"),
         );
-        assert_eq!(t.authenticate(&twice), Err(AuthError::Invalid));
+        assert_eq!(t.by_key(&twice), Err(AuthError::Invalid));
     }
 
     #[test]
     fn anonymous_only_when_configured() {
         let mut t = table();
-        assert_eq!(t.authenticate(&HeaderMap::new()), Err(AuthError::Missing));
+        assert_eq!(t.by_key(&HeaderMap::new()), Err(AuthError::Missing));
         t.allow_anonymous();
-        assert_eq!(t.authenticate(&HeaderMap::new()), Ok(ClientId::anonymous()));
+        assert_eq!(t.by_key(&HeaderMap::new()), Ok(ClientId::anonymous()));
         // A wrong key is still wrong, even with anonymous access on.
-        assert_eq!(
-            t.authenticate(&bearer("Bearer nope")),
-            Err(AuthError::Invalid)
-        );
+        assert_eq!(t.by_key(&bearer("Bearer nope")), Err(AuthError::Invalid));
     }
 }

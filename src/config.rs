@@ -407,6 +407,9 @@ impl Config {
                 }
             ));
         }
+        if let Some(jwt) = self.clients.jwt() {
+            out.push_str(&jwt.describe());
+        }
         out.push_str("\neffective policy (deny by default; a deny rule overrides every allow)\n");
         out.push_str(&self.policy.describe(&clients, &servers));
         out

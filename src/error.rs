@@ -18,7 +18,7 @@ use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 
-use crate::auth::AuthError;
+use crate::auth::{AuthError, AuthRefusal};
 use crate::mcp::META_GATEWAY_ERROR;
 use crate::mcp::jsonrpc::{self, ClassifyError};
 use crate::mcp::version::{self, Era};
@@ -67,8 +67,8 @@ pub(crate) enum Rejection {
     UnknownServer(String),
     /// An HTTP method the endpoint does not serve (405).
     MethodNotAllowed(&'static str),
-    /// No or wrong credentials (401).
-    Unauthenticated(AuthError),
+    /// No or wrong credentials (401), or a token without a required scope (403).
+    Unauthenticated(AuthRefusal),
     /// Body over `max_request_bytes` (413).
     TooLarge(usize),
     /// Not one JSON-RPC message (400).
@@ -293,6 +293,10 @@ impl Rejection {
             Rejection::Forbidden(_) => "forbidden",
             Rejection::UnknownServer(_) => "unknown_server",
             Rejection::MethodNotAllowed(_) => "method_not_allowed",
+            Rejection::Unauthenticated(AuthRefusal {
+                error: AuthError::InsufficientScope(_),
+                ..
+            }) => "insufficient_scope",
             Rejection::Unauthenticated(_) => "unauthenticated",
             Rejection::TooLarge(_) => "request_too_large",
             Rejection::Malformed(ClassifyError::Batch) => "batch",
@@ -338,22 +342,38 @@ impl Rejection {
                 }
                 r
             }
-            Rejection::Unauthenticated(why) => {
-                let mut r = error_response(
-                    StatusCode::UNAUTHORIZED,
-                    id,
-                    codes::UNAUTHENTICATED,
-                    &why.to_string(),
-                    None,
-                );
-                let challenge = match why {
-                    AuthError::Missing => "Bearer",
-                    AuthError::Invalid => "Bearer error=\"invalid_token\"",
+            Rejection::Unauthenticated(AuthRefusal {
+                error,
+                resource_metadata,
+                scope,
+            }) => {
+                let (status, code) = match error {
+                    AuthError::InsufficientScope(_) => (StatusCode::FORBIDDEN, codes::FORBIDDEN),
+                    _ => (StatusCode::UNAUTHORIZED, codes::UNAUTHENTICATED),
                 };
-                r.headers_mut().insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static(challenge),
-                );
+                let mut r = error_response(status, id, code, &error.to_string(), None);
+                // RFC 6750 §3 challenge; RFC 9728 §5.1 adds where the metadata is.
+                let mut params = Vec::new();
+                match &error {
+                    AuthError::Missing => {}
+                    AuthError::Invalid => params.push("error=\"invalid_token\"".to_owned()),
+                    AuthError::InsufficientScope(_) => {
+                        params.push("error=\"insufficient_scope\"".to_owned())
+                    }
+                }
+                if let Some(scope) = scope {
+                    params.push(format!("scope=\"{scope}\""));
+                }
+                if let Some(url) = resource_metadata {
+                    params.push(format!("resource_metadata=\"{url}\""));
+                }
+                let challenge = match params.is_empty() {
+                    true => "Bearer".to_owned(),
+                    false => format!("Bearer {}", params.join(", ")),
+                };
+                if let Ok(v) = HeaderValue::from_str(&challenge) {
+                    r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+                }
                 r
             }
             Rejection::TooLarge(limit) => error_response(

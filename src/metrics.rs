@@ -6,7 +6,7 @@
 //! The audit queue's own figures are read at scrape time.
 //!
 //! Invariants: every label value comes from a bounded set — configured server
-//! and client names, result codes, sanitizer kinds, and tool names only for
+//! and client names (a JWT subject not named in `[clients]` is `other`), result codes, sanitizer kinds, and tool names only for
 //! tools the server listed (any other name is counted as `other`), so a client
 //! cannot grow the registry by inventing names; nothing here blocks for long
 //! (a family's lock, held for one increment).
@@ -144,7 +144,10 @@ impl Metrics {
             .get_or_create(&CallLabels {
                 server: server.clone(),
                 tool: tool.clone(),
-                client: e.client.clone().unwrap_or_default(),
+                client: match e.client_unlisted {
+                    true => OTHER.to_owned(),
+                    false => e.client.clone().unwrap_or_default(),
+                },
                 decision: e.decision.clone(),
             })
             .inc();

@@ -11,6 +11,7 @@ mod pipeline;
 mod respond;
 mod session;
 mod upstream;
+mod well_known;
 
 pub(crate) use upstream::humanize;
 
@@ -26,9 +27,10 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::response::Response;
-use axum::routing::any;
+use axum::routing::{any, get};
 
 use crate::audit::Audit;
+use crate::auth::jwt::METADATA_PATH;
 use crate::config::{Config, SanitizeSettings};
 use crate::dashboard::Recent;
 use crate::metrics::Metrics;
@@ -167,11 +169,17 @@ impl Live {
     }
 }
 
-/// The MCP router.
+/// The MCP router, with the RFC 9728 metadata paths (404 unless `[auth.jwt]` is set).
 pub(crate) fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/mcp", any(one_server))
         .route("/mcp/{server}", any(named_server))
+        .route(METADATA_PATH, get(well_known::gateway))
+        .route(&format!("{METADATA_PATH}/mcp"), get(well_known::one_server))
+        .route(
+            &format!("{METADATA_PATH}/mcp/{{server}}"),
+            get(well_known::named_server),
+        )
         .with_state(state)
 }
 

@@ -107,7 +107,9 @@ broken!(
     rate_on_deny,
     bad_mode,
     stdio_command,
-    auth_jwt,
+    jwt_hs256,
+    jwt_audience,
+    jwt_two_key_sources,
 );
 
 #[test]
@@ -125,6 +127,7 @@ fn every_fixture_and_snapshot_is_used() {
     let mut expected: Vec<String> = BROKEN.iter().map(|s| s.to_string()).collect();
     expected.push("valid".into());
     expected.push("rate_limits".into());
+    expected.push("jwt".into());
     expected.sort();
     assert_eq!(stems(FIXTURES, "toml"), expected, "fixtures without a test");
     if std::env::var("UPDATE_SNAPSHOTS").as_deref() != Ok("1") {
@@ -144,6 +147,14 @@ fn a_valid_config_prints_its_effective_policy() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stderr), "");
     assert_snapshot("valid", &text(&out.stdout));
+}
+
+/// JWT clients: the token settings, and the keyless client listed with its rules.
+#[test]
+fn check_describes_jwt_clients() {
+    let out = check(&format!("{FIXTURES}/jwt.toml"));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_snapshot("jwt", &text(&out.stdout));
 }
 
 /// Overlapping rates: each allowed pattern lists every bucket it draws from.

@@ -25,6 +25,8 @@ use crate::policy::glob::Glob;
 use crate::policy::{Action, Policy, Rate, RateKey, Rule};
 use crate::validate::{CompiledSchema, SchemaLimits};
 
+mod jwt;
+
 type Result<T> = std::result::Result<T, ConfigError>;
 
 /// What `[[sanitize.exemptions]]` may turn off.
@@ -66,19 +68,12 @@ pub(super) fn compile(
 ) -> Result<Config> {
     let cx = Ctx { text, file, env };
     let raw = cx.parse()?;
-    // Refused first: a file written for JWT clients would otherwise fail on a keyless client.
-    if raw.auth.jwt.is_some() {
-        let jwt = raw.auth.jwt.as_ref().map(|j| j.span());
-        return Err(cx.fail(
-            jwt,
-            "auth.jwt",
-            "JWT authentication is not available in this version of Portcullis; \
-             authenticate clients with `api_key_sha256` or `api_key_env`",
-        ));
-    }
     let gateway = cx.gateway(&raw.gateway)?;
     let servers = cx.servers(&raw)?;
-    let (clients, client_names) = cx.clients(&raw)?;
+    let (mut clients, client_names) = cx.clients(&raw)?;
+    if let Some(jwt) = &raw.auth.jwt {
+        clients.set_jwt(cx.jwt(jwt, &servers)?);
+    }
     let policy = cx.policy(&raw.rules, &client_names, &servers)?;
     let sanitize = cx.sanitize(&raw, &servers)?;
     Ok(Config {
@@ -597,6 +592,12 @@ impl Ctx<'_> {
                     Some(hash_key(&value))
                 }
                 (None, None) if name.get_ref() == "anonymous" => None,
+                // With [auth.jwt], a keyless client is one that tokens name.
+                (None, None) if raw.auth.jwt.is_some() => {
+                    table.add_token_named(name.get_ref());
+                    names.insert(name.get_ref().clone());
+                    continue;
+                }
                 (None, None) => {
                     return Err(self.fail(
                         Some(name.span()),

@@ -86,7 +86,24 @@ pub(crate) struct RawClient {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawAuth {
-    pub jwt: Option<Spanned<toml::Value>>,
+    pub jwt: Option<Spanned<RawJwt>>,
+}
+
+/// `[auth.jwt]`: bearer JWTs from an OAuth authorization server.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawJwt {
+    pub issuer: Option<Spanned<String>>,
+    /// A string or a list of strings.
+    pub audience: Option<Spanned<toml::Value>>,
+    pub jwks_file: Option<Spanned<String>>,
+    pub jwks_url: Option<Spanned<String>>,
+    pub jwks_refresh: Option<Spanned<String>>,
+    pub client_claim: Option<Spanned<String>>,
+    pub leeway: Option<Spanned<String>>,
+    pub algorithms: Option<Spanned<Vec<Spanned<String>>>>,
+    pub required_scopes: Option<Spanned<Vec<Spanned<String>>>>,
+    pub resource_url: Option<Spanned<String>>,
 }
 
 /// `[[rules]]`: one allow or deny rule.

@@ -142,6 +142,7 @@ pub(crate) async fn handle(
     };
     ex.trail.note(|e| {
         e.client = ex.client.as_ref().map(|c| c.name().to_owned());
+        e.client_unlisted = ex.client.as_ref().is_some_and(ClientId::is_unlisted);
         e.server = ex.server.clone();
         e.method = ex.method.clone();
         e.tool = ex.tool.clone();
@@ -186,7 +187,12 @@ async fn serve(
     }
     let client = config
         .clients
-        .authenticate(&parts.headers)
+        .authenticate(
+            &parts.headers,
+            &server.upstream.settings.name,
+            parts.uri.path(),
+        )
+        .await
         .map_err(Rejection::Unauthenticated)?;
     ex.client = Some(client.clone());
     match (target, parts.method.clone()) {

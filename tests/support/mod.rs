@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod jwt;
 pub mod misbehaving;
 pub mod redis;
 pub mod upstreams;

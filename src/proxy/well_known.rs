@@ -1,0 +1,71 @@
+//! RFC 9728 protected-resource metadata on the MCP listener, when `[auth.jwt]`
+//! is configured: `/.well-known/oauth-protected-resource` followed by the
+//! resource's path (`/mcp/<server>`, `/mcp`, or nothing for the gateway).
+//!
+//! Place in the path: beside the MCP endpoint; a client that got a 401 follows
+//! its `resource_metadata` here to learn which authorization server issues
+//! tokens for the resource.
+//!
+//! Invariants: the same Origin/Host checks as the MCP endpoint; every URL in
+//! the document comes from the configuration, never from the request's Host;
+//! without `[auth.jwt]` these paths do not exist (404, as before).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, StatusCode};
+
+use super::AppState;
+use super::ingress::admit;
+use crate::error::{Rejection, RenderCtx};
+use crate::mcp::version::Era;
+
+/// `/.well-known/oauth-protected-resource`: the gateway as a whole.
+pub(super) async fn gateway(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    metadata(&state, &headers, None)
+}
+
+/// `/.well-known/oauth-protected-resource/mcp`: `/mcp`, served when one server is configured.
+pub(super) async fn one_server(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    metadata(&state, &headers, Some(None))
+}
+
+/// `/.well-known/oauth-protected-resource/mcp/<server>`.
+pub(super) async fn named_server(
+    State(state): State<Arc<AppState>>,
+    Path(server): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    metadata(&state, &headers, Some(Some(server)))
+}
+
+/// `resource`: `None` for the gateway, `Some(None)` for `/mcp`, `Some(Some(name))` for `/mcp/<name>`.
+fn metadata(state: &AppState, headers: &HeaderMap, resource: Option<Option<String>>) -> Response {
+    let config = state.config();
+    let Some(jwt) = config.clients.jwt() else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let render = |r: Rejection| {
+        r.into_response(RenderCtx {
+            id: None,
+            era: Era::Legacy,
+        })
+    };
+    if let Err(r) = admit(headers, &config.gateway, state.loopback) {
+        return render(r);
+    }
+    let path = match resource {
+        None => String::new(),
+        Some(None) if config.servers.len() == 1 => "/mcp".to_owned(),
+        Some(None) => {
+            return render(Rejection::UnknownServer(
+                "(none: name one in the path, /mcp/<server>)".into(),
+            ));
+        }
+        Some(Some(name)) if config.servers.contains_key(&name) => format!("/mcp/{name}"),
+        Some(Some(name)) => return render(Rejection::UnknownServer(name)),
+    };
+    Json(jwt.metadata(&path)).into_response()
+}
