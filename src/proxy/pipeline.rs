@@ -182,16 +182,18 @@ async fn serve(
     let config = &*live.config;
     admit(&parts.headers, &config.gateway, state.loopback)?;
     let target = route(live, server)?;
-    if let Target::One(server) = target {
-        enter(ex, live, server);
-    }
+    // The merged view names no one server: only audiences not bound to a
+    // single server admit a token there.
+    let audience_server = match target {
+        Target::One(server) => {
+            enter(ex, live, server);
+            server.upstream.settings.name.as_str()
+        }
+        Target::Merged => "",
+    };
     let client = config
         .clients
-        .authenticate(
-            &parts.headers,
-            &server.upstream.settings.name,
-            parts.uri.path(),
-        )
+        .authenticate(&parts.headers, audience_server, parts.uri.path())
         .await
         .map_err(Rejection::Unauthenticated)?;
     ex.client = Some(client.clone());
