@@ -546,3 +546,53 @@ async fn a_jwks_file_is_read_again_on_reload() {
     );
     gateway.stop().await;
 }
+
+/// On the merged `/mcp` view (several servers), a token whose audience names one
+/// server is refused; a token for the gateway as a whole reaches every server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_bound_audience_does_not_open_the_merged_view() {
+    let flights = PeerServer::start(Peer::Python).await;
+    let hotels = PeerServer::start(Peer::Python).await;
+    let key = Signer::ec("ec-merged");
+    let file = jwks_file(&[&key]);
+    const WHOLE: &str = "https://mcp.example.test/mcp";
+    let rest = format!(
+        "{}{}[auth.jwt]\nissuer = \"{ISS}\"\naudience = [\"{AUD}\", \"{WHOLE}\"]\njwks_file = \"{}\"\n",
+        clients(),
+        allow_all(),
+        file.path().display()
+    );
+    let gateway =
+        TestGateway::start(&[("flights", &flights.url), ("hotels", &hotels.url)], &rest).await;
+    let merged = gateway.merged_url();
+    let bound = key.token(&claims(ISS, AUD, "carol", ""));
+    let whole = key.token(&claims(ISS, WHOLE, "carol", ""));
+
+    let r = call_with(
+        &gateway.url("flights"),
+        &bound,
+        "echo",
+        json!({"text": "a"}),
+    )
+    .await;
+    assert_eq!((r.status, raw_code(&r)), (200, None), "{}", r.text);
+    let r = call_with(&merged, &bound, "hotels__echo", json!({"text": "b"})).await;
+    assert_eq!(
+        r.status, 401,
+        "a flights-only token on the merged view: {}",
+        r.text
+    );
+    assert!(
+        challenge(&r).contains("resource_metadata="),
+        "{}",
+        challenge(&r)
+    );
+    let r = call_with(&merged, &whole, "hotels__echo", json!({"text": "c"})).await;
+    assert_eq!((r.status, raw_code(&r)), (200, None), "{}", r.text);
+
+    assert_eq!(flights.ran(), ["echo"]);
+    assert_eq!(hotels.ran(), ["echo"]);
+    gateway.stop().await;
+    flights.stop().await;
+    hotels.stop().await;
+}
