@@ -249,3 +249,144 @@ async fn stderr_lines_reach_the_gateway_log() {
     assert!(found.is_some(), "the child's stderr line is in the log");
     let _ = child.kill().await;
 }
+
+/// The child sees `PATH`, `HOME`, `LANG` and its own `env`, not the rest of
+/// the gateway's environment (here: the variables cargo sets for the test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_child_gets_a_minimal_environment() {
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+    let mut everything = StdioPeer::new(Peer::Everything, "everything");
+    everything
+        .table
+        .push_str("env = { PORTCULLIS_CHILD_VAR = \"given\" }\n");
+    let gw = gateway(&[&everything]).await;
+    let r = sdk(
+        Sdk::TypeScript,
+        Mode::Legacy,
+        &gw.url("everything"),
+        ALICE,
+        json!([call("get-env", json!({}))]),
+    )
+    .await;
+    let env: Value = serde_json::from_str(r[0]["text"].as_str().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("get-env answers JSON ({e}): {r:?}"));
+    assert_eq!(env["PORTCULLIS_CHILD_VAR"], "given", "{env}");
+    assert!(env.get("PATH").is_some(), "{env}");
+    assert!(env.get("CARGO_MANIFEST_DIR").is_none(), "{env}");
+    gw.stop().await;
+}
+
+/// A command that keeps failing is restarted with a growing delay, `/readyz`
+/// says so, and calls get `upstream_unavailable` instead of hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_command_is_restarted_and_calls_do_not_hang() {
+    let text = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+         [servers.crashy]\ncommand = [\"sh\", \"-c\", \"echo failing >&2; exit 3\"]\ntimeout = \"2s\"\n{}{}",
+        clients(),
+        allow_all()
+    );
+    let gw = TestGateway::start_raw(&text).await;
+    let mut seen = Value::Null;
+    for _ in 0..200 {
+        let (status, body) = gw.readyz().await;
+        assert_eq!(status, 503, "never ready: {body}");
+        if body["servers"]["crashy"]["restarts"].as_u64() >= Some(3) {
+            seen = body;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen["ready"], false, "{seen}");
+    assert_ne!(seen["servers"]["crashy"]["state"], "running", "{seen}");
+
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "anything", "arguments": {}}});
+    let r = support::raw_post(
+        &gw.url("crashy"),
+        &[("authorization", &format!("Bearer {ALICE}"))],
+        body.to_string(),
+    )
+    .await;
+    assert_eq!(r.body["result"]["isError"], true, "{}", r.text);
+    assert_eq!(
+        r.body["result"]["_meta"]["portcullis/error"]["code"], "upstream_unavailable",
+        "{}",
+        r.text
+    );
+    gw.stop().await;
+}
+
+/// A reload that changes a stdio server replaces its process (the old one is
+/// stopped); a reload that leaves the server as it was keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_replaces_only_a_changed_process() {
+    let py = StdioPeer::new(Peer::Python, "py");
+    let text = |timeout: &str, tools: &str| {
+        format!(
+            "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{}\"\n{}{}\
+             [[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [{tools}]\naction = \"allow\"\n\
+             [pins]\ndatabase = \":memory:\"\n[audit]\ndatabase = \":memory:\"\n",
+            hex::encode(portcullis::auth::hash_key("admin-token")),
+            py.table
+                .replace("timeout = \"20s\"", &format!("timeout = \"{timeout}\"")),
+            clients(),
+        )
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("portcullis.toml");
+    std::fs::write(&path, text("20s", "\"echo\"")).expect("write");
+    support::init();
+    let gw = TestGateway::from_handle(
+        portcullis::Gateway::start_file(&path)
+            .await
+            .expect("gateway starts"),
+    );
+    let first = gw.running_pid("py", None).await;
+    let reload = |text: String| {
+        let aside = path.with_extension("toml.tmp");
+        std::fs::write(&aside, text).expect("write");
+        std::fs::rename(&aside, &path).expect("rename");
+    };
+    let reloaded = || async {
+        reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("client")
+            .post(format!("{}/api/reload", gw.admin_url()))
+            .bearer_auth("admin-token")
+            .send()
+            .await
+            .expect("reload answers")
+            .status()
+            .as_u16()
+    };
+
+    // A policy change only: the same process serves on.
+    reload(text("20s", "\"echo\", \"hang\""));
+    assert_eq!(reloaded().await, 200);
+    assert_eq!(gw.running_pid("py", None).await, first);
+
+    // The server's own settings change: a new process, and the old one ends.
+    reload(text("25s", "\"echo\""));
+    assert_eq!(reloaded().await, 200);
+    let second = gw.running_pid("py", Some(first)).await;
+    for _ in 0..200 {
+        if !alive(first) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!alive(first), "the replaced process was stopped");
+    let r = sdk(
+        Sdk::Python,
+        Mode::Legacy,
+        &gw.url("py"),
+        ALICE,
+        json!([call("echo", json!({"text": "from the new process"}))]),
+    )
+    .await;
+    assert_eq!(r[0]["text"], "from the new process", "{r:?}");
+    gw.stop().await;
+    assert!(!alive(second));
+}

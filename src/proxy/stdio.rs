@@ -257,9 +257,8 @@ impl Stdio {
     }
 
     /// The cached handshake, as this client's `initialize` result: the
-    /// version is the older of the client's and the child's; capabilities the
-    /// gateway cannot deliver over HTTP (list-changed and resource-update
-    /// notifications, which need a standalone stream) are not announced.
+    /// version is the older of the client's and the child's, and only the
+    /// capabilities the gateway can deliver are announced.
     fn initialize_result(&self, life: &Life, message: &Value, id: &Value) -> Value {
         let mut result = life.init.clone();
         let asked = message
@@ -272,14 +271,7 @@ impl Stdio {
             _ => life.version.clone(),
         };
         result["protocolVersion"] = version.into();
-        if let Some(Value::Object(caps)) = result.get_mut("capabilities") {
-            for key in ["tools", "prompts", "resources"] {
-                if let Some(Value::Object(cap)) = caps.get_mut(key) {
-                    cap.remove("listChanged");
-                    cap.remove("subscribe");
-                }
-            }
-        }
+        result["capabilities"] = served_capabilities(&life.init);
         json!({"jsonrpc": "2.0", "id": id, "result": result})
     }
 
@@ -336,6 +328,13 @@ impl Stdio {
             gid,
             life: life.clone(),
         };
+        // A life that ended meanwhile has failed its requests already: this one
+        // would wait for nothing.
+        let current = matches!(&*self.shared.link.borrow(),
+            Link::Running(now) if now.generation == life.generation);
+        if !current {
+            return Err(not_run("the server process exited"));
+        }
         let line = line_of(&message);
         match tokio::time::timeout_at(deadline, life.stdin.send(line)).await {
             Ok(Ok(())) => {}
@@ -345,7 +344,7 @@ impl Stdio {
         let mut wait = Wait {
             notes,
             done,
-            guard,
+            _in_flight: guard,
             finished: false,
         };
         // JSON when the answer comes first; an event stream once a notification does.
@@ -604,7 +603,8 @@ impl Drop for InFlight {
 struct Wait {
     notes: mpsc::Receiver<Value>,
     done: oneshot::Receiver<Result<Value, UpstreamError>>,
-    guard: InFlight,
+    /// Dropped with the wait: the request leaves the table.
+    _in_flight: InFlight,
     finished: bool,
 }
 
@@ -615,7 +615,6 @@ enum Next {
 
 impl Wait {
     async fn next(&mut self) -> Next {
-        let _ = &self.guard;
         tokio::select! {
             // Notifications queued before the response go first.
             biased;
@@ -685,10 +684,7 @@ fn event(message: &Value) -> SseItem {
 fn discover_result(life: &Life, id: &Value) -> Value {
     let mut result = Map::new();
     result.insert("supportedVersions".into(), json!(MODERN));
-    result.insert(
-        "capabilities".into(),
-        life.init.get("capabilities").cloned().unwrap_or(json!({})),
-    );
+    result.insert("capabilities".into(), served_capabilities(&life.init));
     if let Some(instructions) = life.init.get("instructions") {
         result.insert("instructions".into(), instructions.clone());
     }
@@ -702,6 +698,22 @@ fn discover_result(life: &Life, id: &Value) -> Value {
         );
     }
     json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// The child's capabilities without those the gateway cannot deliver over
+/// HTTP: list-changed and resource-update notifications need a standalone
+/// stream, which a stdio server does not get.
+fn served_capabilities(init: &Value) -> Value {
+    let mut capabilities = init.get("capabilities").cloned().unwrap_or(json!({}));
+    if let Value::Object(caps) = &mut capabilities {
+        for key in ["tools", "prompts", "resources"] {
+            if let Some(Value::Object(cap)) = caps.get_mut(key) {
+                cap.remove("listChanged");
+                cap.remove("subscribe");
+            }
+        }
+    }
+    capabilities
 }
 
 fn json_reply(message: Value, session: Option<String>) -> Reply {

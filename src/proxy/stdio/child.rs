@@ -182,6 +182,11 @@ async fn life(shared: &Arc<Shared>, generation: u64, stop: &mut watch::Receiver<
             () = until(stop) => End::Stopped,
         },
     };
+    // No request takes this life from now on; those that did are failed by the caller.
+    shared.link.send_replace(match end {
+        End::Stopped => Link::Stopped,
+        End::Failed(_) => Link::Restarting { at: Instant::now() },
+    });
     drop(lines);
     let _ = close.send(true);
     let graceful = matches!(end, End::Stopped);
