@@ -137,16 +137,19 @@ pub struct StdioCommand {
     pub env: Vec<(String, String)>,
     /// Working directory (default: the gateway's).
     pub cwd: Option<std::path::PathBuf>,
+    /// The command as written (`${NAME}` not expanded), for `check` and the
+    /// dashboard: an expanded argument may be a secret.
+    pub display: String,
 }
 
 impl std::fmt::Debug for StdioCommand {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let env: Vec<&str> = self.env.iter().map(|(k, _)| k.as_str()).collect();
+        // Arguments may carry expanded secrets: shown as written.
         f.debug_struct("StdioCommand")
-            .field("program", &self.program)
-            .field("args", &self.args)
             .field("env", &env)
             .field("cwd", &self.cwd)
+            .field("display", &self.display)
             .finish()
     }
 }
@@ -155,13 +158,7 @@ impl std::fmt::Display for Transport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Transport::Http(url) => write!(f, "{url}"),
-            Transport::Stdio(c) => {
-                write!(f, "stdio: {}", c.program)?;
-                for arg in &c.args {
-                    write!(f, " {arg}")?;
-                }
-                Ok(())
-            }
+            Transport::Stdio(c) => write!(f, "stdio: {}", c.display),
         }
     }
 }

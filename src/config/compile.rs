@@ -670,11 +670,18 @@ impl Ctx<'_> {
                 Some(path)
             }
         };
+        let display = command
+            .get_ref()
+            .iter()
+            .map(|w| w.get_ref().as_str())
+            .collect::<Vec<_>>()
+            .join(" ");
         Ok(StdioCommand {
             program: program.clone(),
             args: args.to_vec(),
             env,
             cwd,
+            display,
         })
     }
 
