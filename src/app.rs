@@ -7,8 +7,8 @@
 //! clash fails start-up, not the first request); shutdown stops accepting at
 //! once and gives in-flight requests at most `shutdown_grace` to finish; pins
 //! and audit events still queued are written, and stdio servers' processes
-//! stopped, before `run` returns; a gateway
-//! started from a file watches that file and reloads it (see [`crate::reload`]).
+//! stopped, before `run` returns; a gateway started from a file watches that
+//! file and reloads it (see [`crate::reload`]).
 
 use std::future::Future;
 use std::io;

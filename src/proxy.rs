@@ -123,12 +123,11 @@ impl AppState {
         self.live.load().config.clone()
     }
 
-    /// Stops the processes of stdio servers (at shutdown) and waits for them.
+    /// Stops the processes of stdio servers (at shutdown), all at once, and waits for them.
     pub(crate) async fn stop_upstreams(&self) {
         let live = self.live.load_full();
-        for server in live.servers.values() {
-            server.upstream.stop().await;
-        }
+        let stops = live.servers.values().map(|s| s.upstream.stop());
+        futures_util::future::join_all(stops).await;
     }
 
     /// `/readyz`: whether every server can take requests, and each one's state.

@@ -390,3 +390,37 @@ async fn a_reload_replaces_only_a_changed_process() {
     gw.stop().await;
     assert!(!alive(second));
 }
+
+/// A line from the child longer than `max_response_bytes` is never buffered
+/// whole: the call it answers gets `upstream_protocol_error`, and the process
+/// serves the next call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_longer_than_the_cap_is_refused_and_the_process_serves_on() {
+    let py = StdioPeer::new(Peer::Python, "py");
+    let text = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmax_response_bytes = 65536\n{}{}{}",
+        py.table,
+        clients(),
+        allow_all()
+    );
+    let gw = TestGateway::start_raw(&text).await;
+    let r = sdk(
+        Sdk::Python,
+        Mode::Legacy,
+        &gw.url("py"),
+        ALICE,
+        json!([
+            call("huge", json!({"size": 200_000})),
+            call("huge", json!({"size": 1000}))
+        ]),
+    )
+    .await;
+    assert_eq!(
+        gateway_code(&r[0]),
+        Some("upstream_protocol_error"),
+        "{r:?}"
+    );
+    assert_eq!(r[1]["text"].as_str().map(str::len), Some(1000), "{r:?}");
+    assert_eq!(py.ran(), vec!["huge", "huge"]);
+    gw.stop().await;
+}
