@@ -3,7 +3,8 @@
 //! Place in the path: beside the MCP data path, never on it. `GET /api/pins`
 //! lists every pin with its status, scan findings and diff;
 //! `POST /api/pins/approve` approves what a server serves now; `GET /metrics`
-//! is the Prometheus scrape (open, like `/healthz`: counts only, no secrets).
+//! is the Prometheus scrape (open, like `/healthz`: counts only, no secrets);
+//! `GET /readyz` says whether each server can take requests.
 //!
 //! Invariants: an admin action needs `Authorization: Bearer <admin token>`,
 //! checked against `[gateway] admin_token_sha256` in constant time (401
@@ -40,6 +41,19 @@ pub(crate) async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderM
         HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
     );
     response
+}
+
+/// `GET /readyz`: 200 when every server can take requests, 503 while a stdio
+/// server's process is starting or restarting; the body says which (open,
+/// like `/healthz`: states and process ids only).
+pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    let (ready, body) = state.readiness();
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json_response(status, &body)
 }
 
 /// A read endpoint: open without an admin token configured, else it needs it.

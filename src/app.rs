@@ -6,8 +6,9 @@
 //! Invariants: both listeners are bound before anything is served (so a port
 //! clash fails start-up, not the first request); shutdown stops accepting at
 //! once and gives in-flight requests at most `shutdown_grace` to finish; pins
-//! and audit events still queued are written before `run` returns; a gateway
-//! started from a file watches that file and reloads it (see [`crate::reload`]).
+//! and audit events still queued are written, and stdio servers' processes
+//! stopped, before `run` returns; a gateway started from a file watches that
+//! file and reloads it (see [`crate::reload`]).
 
 use std::future::Future;
 use std::io;
@@ -147,7 +148,10 @@ impl Gateway {
         };
         tokio::pin!(servers);
         let (pins, audit) = (self.state.pins.clone(), self.state.audit.clone());
+        let state = self.state.clone();
         let flush = || async move {
+            // Stdio servers' processes end with the gateway.
+            state.stop_upstreams().await;
             // Pins and audit events not yet on disk are written before the process ends.
             let _ = tokio::task::spawn_blocking(move || {
                 pins.flush();
@@ -239,7 +243,7 @@ impl GatewayHandle {
 fn admin_router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(|| async { "ready\n" }))
+        .route("/readyz", get(admin::readyz))
         .route("/metrics", get(admin::metrics))
         .route("/", get(dashboard::index))
         .route("/api/events", get(dashboard::events))

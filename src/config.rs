@@ -104,8 +104,8 @@ impl Mode {
 pub struct ServerSettings {
     /// The server's name, as in `/mcp/<name>`.
     pub name: String,
-    /// Streamable HTTP endpoint.
-    pub url: reqwest::Url,
+    /// How the gateway reaches it: a Streamable HTTP endpoint or a process it spawns.
+    pub transport: Transport,
     /// Headers the gateway adds (its own credentials); values are secrets.
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// Longest wait for a response, and for each SSE event of a response (default 30 s).
@@ -116,6 +116,51 @@ pub struct ServerSettings {
     pub pinning: Pinning,
     /// `mode` of this server, overriding `[gateway] mode` when set.
     pub mode: Option<Mode>,
+}
+
+/// How a server is reached.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transport {
+    /// `url`: a Streamable HTTP endpoint.
+    Http(reqwest::Url),
+    /// `command`: a stdio server the gateway spawns and supervises.
+    Stdio(StdioCommand),
+}
+
+/// `command`, `env` and `cwd` of a stdio server.
+#[derive(Clone, PartialEq)]
+pub struct StdioCommand {
+    /// The program (looked up in `PATH` when it has no `/`).
+    pub program: String,
+    pub args: Vec<String>,
+    /// Variables set for the child besides `PATH`, `HOME` and `LANG`; values are secrets.
+    pub env: Vec<(String, String)>,
+    /// Working directory (default: the gateway's).
+    pub cwd: Option<std::path::PathBuf>,
+    /// The command as written (`${NAME}` not expanded), for `check` and the
+    /// dashboard: an expanded argument may be a secret.
+    pub display: String,
+}
+
+impl std::fmt::Debug for StdioCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let env: Vec<&str> = self.env.iter().map(|(k, _)| k.as_str()).collect();
+        // Arguments may carry expanded secrets: shown as written.
+        f.debug_struct("StdioCommand")
+            .field("env", &env)
+            .field("cwd", &self.cwd)
+            .field("display", &self.display)
+            .finish()
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Transport::Http(url) => write!(f, "{url}"),
+            Transport::Stdio(c) => write!(f, "stdio: {}", c.display),
+        }
+    }
 }
 
 /// `pinning` of a server.
@@ -398,7 +443,7 @@ impl Config {
             out.push_str(&format!(
                 "  {:<12} {}  (timeout {}, pinning {}{})\n",
                 server.name,
-                server.url,
+                server.transport,
                 crate::proxy::humanize(server.timeout),
                 server.pinning.as_str(),
                 match server.mode.unwrap_or(self.gateway.mode) {

@@ -10,6 +10,7 @@ mod ingress;
 mod pipeline;
 mod respond;
 mod session;
+mod stdio;
 mod upstream;
 mod well_known;
 
@@ -125,6 +126,29 @@ impl AppState {
     pub(crate) fn config(&self) -> Arc<Config> {
         self.live.load().config.clone()
     }
+
+    /// Stops the processes of stdio servers (at shutdown), all at once, and waits for them.
+    pub(crate) async fn stop_upstreams(&self) {
+        let live = self.live.load_full();
+        let stops = live.servers.values().map(|s| s.upstream.stop());
+        futures_util::future::join_all(stops).await;
+    }
+
+    /// `/readyz`: whether every server can take requests, and each one's state.
+    pub(crate) fn readiness(&self) -> (bool, serde_json::Value) {
+        let live = self.live.load_full();
+        let mut ready = true;
+        let mut servers = serde_json::Map::new();
+        for (name, server) in &live.servers {
+            let (up, details) = server.upstream.readiness();
+            ready &= up;
+            servers.insert(name.clone(), details);
+        }
+        (
+            ready,
+            serde_json::json!({"ready": ready, "servers": servers}),
+        )
+    }
 }
 
 impl Live {
@@ -147,11 +171,13 @@ impl Live {
             let state = match kept {
                 Some(state) => state,
                 None => {
-                    let upstream = Upstream::new(settings.clone(), max_response)?;
-                    let catalog = Catalog::new(name, settings.pinning, pins.clone());
+                    let catalog = Arc::new(Catalog::new(name, settings.pinning, pins.clone()));
+                    let listed = catalog.clone();
+                    let tools_changed = Box::new(move || listed.invalidate());
+                    let upstream = Upstream::new(settings.clone(), max_response, tools_changed)?;
                     Arc::new(ServerState {
                         upstream: Arc::new(upstream),
-                        catalog: Arc::new(catalog),
+                        catalog,
                         output_schemas: OutputSchemas::default(),
                     })
                 }

@@ -106,7 +106,7 @@ broken!(
     admin_without_token,
     rate_on_deny,
     bad_mode,
-    stdio_command,
+    url_and_command,
     jwt_hs256,
     jwt_audience,
     jwt_two_key_sources,

@@ -18,7 +18,8 @@ use super::raw::{RawConfig, RawGateway, RawRule, RawServer};
 use super::{
     ArgumentScan, AuditArguments, AuditSettings, Config, ConfigError, Exemption, GatewaySettings,
     LogFormat, Mode, OnBackendError, Pinning, PinsSettings, RateBackend, RateLimitSettings,
-    SanitizeSettings, SecretsAction, ServerSettings, TelemetrySettings, duration,
+    SanitizeSettings, SecretsAction, ServerSettings, StdioCommand, TelemetrySettings, Transport,
+    duration,
 };
 use crate::auth::{ClientTable, hash_key};
 use crate::policy::glob::Glob;
@@ -444,7 +445,7 @@ impl Ctx<'_> {
             return Err(self.fail(
                 None,
                 "servers",
-                "no server is configured; add a [servers.NAME] table with a `url`",
+                "no server is configured; add a [servers.NAME] table with a `url` or a `command`",
             ));
         }
         let mut out = BTreeMap::new();
@@ -453,56 +454,32 @@ impl Ctx<'_> {
             check_name(name.get_ref())
                 .and_then(|()| check_server_name(name.get_ref()))
                 .map_err(|r| self.fail(Some(name.span()), &key, r))?;
-            let settings = self.server(name.get_ref(), server, &key)?;
+            let settings = self.server(name, server, &key)?;
             out.insert(name.get_ref().clone(), Arc::new(settings));
         }
         Ok(out)
     }
 
-    fn server(&self, name: &str, raw: &RawServer, key: &str) -> Result<ServerSettings> {
-        if let Some(command) = &raw.command {
-            return Err(self.fail(
-                Some(command.span()),
-                &format!("{key}.command"),
-                "stdio servers are not available in this version; serve the MCP server over Streamable HTTP and set `url`",
-            ));
-        }
-        if let Some((k, v)) = raw.env.iter().next() {
-            return Err(self.fail(
-                Some(v.span()),
-                &format!("{key}.env.{k}"),
-                "`env` applies to stdio servers (`command`), which this version does not run",
-            ));
-        }
-        if let Some(cwd) = &raw.cwd {
-            return Err(self.fail(
-                Some(cwd.span()),
-                &format!("{key}.cwd"),
-                "`cwd` applies to stdio servers (`command`), which this version does not run",
-            ));
-        }
-        let url_value = raw.url.as_ref().ok_or_else(|| {
-            self.fail(None, &format!("{key}.url"), "the server has no `url`; expected the upstream's Streamable HTTP endpoint, e.g. \"http://127.0.0.1:3001/mcp\"")
-        })?;
-        let url_key = format!("{key}.url");
-        let url_text = self.expand(url_value, &url_key)?;
-        let url = reqwest::Url::parse(&url_text)
-            .ok()
-            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some())
-            .ok_or_else(|| {
-                self.fail(
-                    Some(url_value.span()),
-                    &url_key,
-                    "expected an http:// or https:// URL such as \"http://127.0.0.1:3001/mcp\"",
-                )
-            })?;
-        if !url.username().is_empty() || url.password().is_some() {
-            return Err(self.fail(
-                Some(url_value.span()),
-                &url_key,
-                "credentials in the URL would be logged; put them in `headers` instead",
-            ));
-        }
+    fn server(&self, name: &Spanned<String>, raw: &RawServer, key: &str) -> Result<ServerSettings> {
+        let transport = match (&raw.url, &raw.command) {
+            (Some(_), Some(command)) => {
+                return Err(self.fail(
+                    Some(command.span()),
+                    &format!("{key}.command"),
+                    "give either `url` (a Streamable HTTP server) or `command` (a stdio server the gateway spawns), not both",
+                ));
+            }
+            (None, None) => {
+                return Err(self.fail(
+                    Some(name.span()),
+                    key,
+                    "the server has neither `url` nor `command`; give its Streamable HTTP endpoint, \
+                     e.g. url = \"http://127.0.0.1:3001/mcp\", or the stdio server to spawn, e.g. command = [\"python3\", \"server.py\"]",
+                ));
+            }
+            (Some(url), None) => Transport::Http(self.server_url(url, key, raw)?),
+            (None, Some(command)) => Transport::Stdio(self.stdio_command(command, key, raw)?),
+        };
         let mut headers = Vec::new();
         for (hname, hvalue) in &raw.headers {
             let hkey = format!("{key}.headers.{}", hname.get_ref());
@@ -528,8 +505,8 @@ impl Ctx<'_> {
             headers.push((header, value));
         }
         Ok(ServerSettings {
-            name: name.to_owned(),
-            url,
+            name: name.get_ref().clone(),
+            transport,
             headers,
             timeout: self.duration(
                 raw.timeout.as_ref(),
@@ -565,6 +542,143 @@ impl Ctx<'_> {
                     )
                 })
                 .transpose()?,
+        })
+    }
+
+    /// `url` of an HTTP server; `env` and `cwd` belong to stdio servers only.
+    fn server_url(
+        &self,
+        value: &Spanned<String>,
+        key: &str,
+        raw: &RawServer,
+    ) -> Result<reqwest::Url> {
+        if let Some((k, v)) = raw.env.iter().next() {
+            return Err(self.fail(
+                Some(v.span()),
+                &format!("{key}.env.{k}"),
+                "`env` applies to stdio servers (`command`); an HTTP server gets the gateway's credentials through `headers`",
+            ));
+        }
+        if let Some(cwd) = &raw.cwd {
+            return Err(self.fail(
+                Some(cwd.span()),
+                &format!("{key}.cwd"),
+                "`cwd` applies to stdio servers (`command`), not to a server reached by `url`",
+            ));
+        }
+        let url_key = format!("{key}.url");
+        let url_text = self.expand(value, &url_key)?;
+        let url = reqwest::Url::parse(&url_text)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some())
+            .ok_or_else(|| {
+                self.fail(
+                    Some(value.span()),
+                    &url_key,
+                    "expected an http:// or https:// URL such as \"http://127.0.0.1:3001/mcp\"",
+                )
+            })?;
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(self.fail(
+                Some(value.span()),
+                &url_key,
+                "credentials in the URL would be logged; put them in `headers` instead",
+            ));
+        }
+        Ok(url)
+    }
+
+    /// `command`, `env` and `cwd` of a stdio server; `headers` and
+    /// `connect_timeout` belong to HTTP servers only.
+    fn stdio_command(
+        &self,
+        command: &Spanned<Vec<Spanned<String>>>,
+        key: &str,
+        raw: &RawServer,
+    ) -> Result<StdioCommand> {
+        if let Some((k, _)) = raw.headers.iter().next() {
+            return Err(self.fail(
+                Some(k.span()),
+                &format!("{key}.headers.{}", k.get_ref()),
+                "`headers` apply to HTTP servers (`url`); give a stdio server its credentials through `env`",
+            ));
+        }
+        if let Some(t) = &raw.connect_timeout {
+            return Err(self.fail(
+                Some(t.span()),
+                &format!("{key}.connect_timeout"),
+                "`connect_timeout` applies to HTTP servers (`url`); a stdio server's start and handshake are bounded by `timeout`",
+            ));
+        }
+        let command_key = format!("{key}.command");
+        let mut words = Vec::new();
+        for word in command.get_ref() {
+            words.push(self.expand(word, &command_key)?);
+        }
+        let Some((program, args)) = words.split_first() else {
+            return Err(self.fail(
+                Some(command.span()),
+                &command_key,
+                "the command is empty; give the program and its arguments, e.g. [\"npx\", \"-y\", \"@modelcontextprotocol/server-everything\"]",
+            ));
+        };
+        if program.is_empty() || program.contains('\0') || args.iter().any(|a| a.contains('\0')) {
+            return Err(self.fail(
+                Some(command.span()),
+                &command_key,
+                "the program name is empty or a word has a NUL character",
+            ));
+        }
+        let mut env = Vec::new();
+        for (name, value) in &raw.env {
+            let env_key = format!("{key}.env.{name}");
+            let valid = !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit());
+            if !valid {
+                return Err(self.fail(
+                    Some(value.span()),
+                    &env_key,
+                    "not an environment variable name; use letters, digits and `_`",
+                ));
+            }
+            let text = self.expand(value, &env_key)?;
+            if text.contains('\0') {
+                return Err(self.fail(
+                    Some(value.span()),
+                    &env_key,
+                    "the value has a NUL character",
+                ));
+            }
+            env.push((name.clone(), text));
+        }
+        let cwd = match &raw.cwd {
+            None => None,
+            Some(value) => {
+                let cwd_key = format!("{key}.cwd");
+                let path = std::path::PathBuf::from(self.expand(value, &cwd_key)?);
+                if !path.is_dir() {
+                    return Err(self.fail(
+                        Some(value.span()),
+                        &cwd_key,
+                        format!("{} is not a directory", path.display()),
+                    ));
+                }
+                Some(path)
+            }
+        };
+        let display = command
+            .get_ref()
+            .iter()
+            .map(|w| w.get_ref().as_str())
+            .collect::<Vec<_>>()
+            .join(" ");
+        Ok(StdioCommand {
+            program: program.clone(),
+            args: args.to_vec(),
+            env,
+            cwd,
+            display,
         })
     }
 

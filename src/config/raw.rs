@@ -62,7 +62,7 @@ pub(crate) struct RawGateway {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawServer {
     pub url: Option<Spanned<String>>,
-    pub command: Option<Spanned<Vec<String>>>,
+    pub command: Option<Spanned<Vec<Spanned<String>>>>,
     #[serde(default)]
     pub env: BTreeMap<String, Spanned<String>>,
     pub cwd: Option<Spanned<String>>,

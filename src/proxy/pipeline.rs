@@ -1172,15 +1172,10 @@ async fn stream_or_end(
     let out = forwarded_headers(&parts.headers, accept);
     let name = server.upstream.settings.name.clone();
     let sent = Instant::now();
-    let response = server
-        .upstream
-        .send(parts.method.clone(), out, None)
-        .await
-        .map_err(|e| upstream(&live.sanitize, &name, None, e))?;
     // A GET stream lives as long as the session: no idle limit.
     let reply = server
         .upstream
-        .read(response, None)
+        .exchange(parts.method.clone(), out, None, None)
         .await
         .map_err(|e| upstream(&live.sanitize, &name, None, e))?;
     ex.trail
@@ -1230,9 +1225,10 @@ impl Forward<'_> {
     ) -> Result<super::upstream::Reply, UpstreamError> {
         let upstream = &self.server.upstream;
         let sent = Instant::now();
-        let response = upstream.send(Method::POST, headers, Some(body)).await?;
         let idle = idle.then_some(upstream.settings.timeout);
-        let reply = upstream.read(response, idle).await?;
+        let reply = upstream
+            .exchange(Method::POST, headers, Some(body), idle)
+            .await?;
         self.trail
             .upstream(reply_status(&reply).as_u16(), sent.elapsed());
         if let Some(session) = self.session

@@ -1,5 +1,7 @@
 //! The upstream side: one pooled HTTP client per server, the headers that may
-//! cross, and reading replies as JSON or as an SSE stream.
+//! cross, and reading replies as JSON or as an SSE stream; or, for a stdio
+//! server, its supervised child process ([`super::stdio`]), which answers with
+//! the same [`Reply`].
 //!
 //! Place in the path: the last stage before the MCP server, and the first one
 //! after it.
@@ -22,7 +24,8 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 
-use crate::config::ServerSettings;
+use super::stdio::Stdio;
+use crate::config::{ServerSettings, Transport};
 use crate::error::UpstreamKind;
 use crate::mcp::headers::{
     LAST_EVENT_ID, MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
@@ -50,13 +53,23 @@ const RETURNED: &[&str] = &[
     "allow",
 ];
 
-/// One configured server and its connection pool.
+/// One configured server and its connection pool (or child process).
 #[derive(Debug)]
 pub(crate) struct Upstream {
     pub settings: Arc<ServerSettings>,
-    http: reqwest::Client,
+    link: Link,
     /// Cap on a JSON reply and on one SSE event.
     pub max_response_bytes: usize,
+}
+
+/// How requests reach the server.
+#[derive(Debug)]
+enum Link {
+    Http {
+        client: reqwest::Client,
+        url: reqwest::Url,
+    },
+    Stdio(Stdio),
 }
 
 /// A failed exchange with the upstream, before it is attributed to a request.
@@ -143,11 +156,32 @@ impl UpstreamError {
 // === impl Upstream ===
 
 impl Upstream {
+    /// The upstream of `settings`; a stdio server's process is started at once
+    /// (inside a Tokio runtime). `tools_changed` is called when a stdio server
+    /// announces (or a restart may bring) a different tool list.
     pub(crate) fn new(
         settings: Arc<ServerSettings>,
         max_response_bytes: usize,
+        tools_changed: Box<dyn Fn() + Send + Sync>,
     ) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder()
+        let url = match &settings.transport {
+            Transport::Http(url) => url.clone(),
+            Transport::Stdio(command) => {
+                let stdio = Stdio::start(
+                    &settings.name,
+                    command.clone(),
+                    settings.timeout,
+                    max_response_bytes,
+                    tools_changed,
+                );
+                return Ok(Self {
+                    settings,
+                    link: Link::Stdio(stdio),
+                    max_response_bytes,
+                });
+            }
+        };
+        let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .connect_timeout(settings.connect_timeout)
@@ -157,22 +191,56 @@ impl Upstream {
             .build()?;
         Ok(Self {
             settings,
-            http,
+            link: Link::Http { client, url },
             max_response_bytes,
         })
     }
 
-    /// Sends one request; waits at most the server's `timeout` for the reply's headers.
-    pub(crate) async fn send(
+    /// One exchange: sends a request (`body` for POST) and classifies the
+    /// reply. `idle` bounds the gap between SSE events (`None` for long-lived streams).
+    pub(crate) async fn exchange(
         &self,
         method: Method,
         headers: HeaderMap,
         body: Option<Bytes>,
+        idle: Option<Duration>,
+    ) -> Result<Reply, UpstreamError> {
+        match &self.link {
+            Link::Http { client, url } => {
+                let response = self.send(client, url, method, headers, body).await?;
+                self.read(response, idle).await
+            }
+            Link::Stdio(stdio) => stdio.exchange(&method, &headers, body, idle).await,
+        }
+    }
+
+    /// For `/readyz`: whether the server can take requests now, and what is known.
+    /// HTTP servers are not probed (a request finds out); a stdio server
+    /// reports its process.
+    pub(crate) fn readiness(&self) -> (bool, serde_json::Value) {
+        match &self.link {
+            Link::Http { .. } => (true, serde_json::json!({"transport": "http"})),
+            Link::Stdio(stdio) => stdio.readiness(),
+        }
+    }
+
+    /// Stops what the upstream runs (a stdio server's process) and waits for it.
+    pub(crate) async fn stop(&self) {
+        if let Link::Stdio(stdio) = &self.link {
+            stdio.stop().await;
+        }
+    }
+
+    /// Sends one request; waits at most the server's `timeout` for the reply's headers.
+    async fn send(
+        &self,
+        client: &reqwest::Client,
+        url: &reqwest::Url,
+        method: Method,
+        headers: HeaderMap,
+        body: Option<Bytes>,
     ) -> Result<reqwest::Response, UpstreamError> {
-        let mut request = self
-            .http
-            .request(method, self.settings.url.clone())
-            .headers(headers);
+        let mut request = client.request(method, url.clone()).headers(headers);
         for (name, value) in &self.settings.headers {
             request = request.header(name, value);
         }
@@ -193,7 +261,7 @@ impl Upstream {
 
     /// Classifies a response and reads what must be read whole. `idle` bounds the
     /// gap between SSE events (`None` for long-lived streams).
-    pub(crate) async fn read(
+    async fn read(
         &self,
         response: reqwest::Response,
         idle: Option<Duration>,

@@ -8,12 +8,16 @@ in text and in an embedded resource), leaky_structured (the same in structuredCo
 (sleeps `seconds`), huge (returns `bytes` bytes of text).
 
     $PEERS/venv/bin/python py_server.py --port 0 [--record FILE] [--stateless] [--json]
+    $PEERS/venv/bin/python py_server.py --stdio [--record FILE]
 
 --record FILE appends {"tool": name, "arguments": {...}} to FILE each time a tool body runs.
+--stdio serves the same tools on stdin/stdout (newline-delimited JSON-RPC) instead of HTTP, and
+says `py-peer stdio pid=<pid>` on stderr once.
 """
 
 import argparse
 import json
+import os
 import socket
 import sys
 from typing import Any
@@ -155,7 +159,13 @@ def main() -> None:
     ap.add_argument("--record")
     ap.add_argument("--stateless", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--stdio", action="store_true")
     opts = ap.parse_args()
+
+    if opts.stdio:
+        print(f"py-peer stdio pid={os.getpid()}", file=sys.stderr, flush=True)
+        build(opts.record).run("stdio")
+        return
 
     app = build(opts.record).streamable_http_app(stateless_http=opts.stateless, json_response=opts.json)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -354,6 +354,138 @@ impl PeerServer {
     }
 }
 
+// === stdio servers ===
+
+/// A stdio server for the gateway to spawn: its `[servers.NAME]` table, and
+/// (for the Python peer) the file where it records every tool it ran.
+#[derive(Debug)]
+pub struct StdioPeer {
+    /// `[servers.NAME]` with `command` and `timeout`.
+    pub table: String,
+    record: Option<tempfile::NamedTempFile>,
+}
+
+impl StdioPeer {
+    /// `peer` (Python or Everything) served on stdio as server `name`.
+    pub fn new(peer: Peer, name: &str) -> Self {
+        let peers = peers_dir();
+        let (command, record) = match peer {
+            Peer::Python => {
+                let python = require(peers.join("venv/bin/python"), "the Python SDK venv");
+                let record = tempfile::NamedTempFile::new().expect("temp file");
+                let command = vec![
+                    python.to_string_lossy().into_owned(),
+                    repo("tests/peers/py_server.py")
+                        .to_string_lossy()
+                        .into_owned(),
+                    "--stdio".into(),
+                    "--record".into(),
+                    record.path().to_string_lossy().into_owned(),
+                ];
+                (command, Some(record))
+            }
+            Peer::Everything => {
+                let entry = require(
+                    peers.join(
+                        "npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+                    ),
+                    "server-everything",
+                );
+                let command = vec![
+                    "node".into(),
+                    entry.to_string_lossy().into_owned(),
+                    "stdio".into(),
+                ];
+                (command, None)
+            }
+            other => panic!("{other:?} has no stdio mode in the harness"),
+        };
+        let command: Vec<String> = command.iter().map(|w| format!("{w:?}")).collect();
+        Self {
+            table: format!(
+                "[servers.{name}]\ncommand = [{}]\ntimeout = \"20s\"\n",
+                command.join(", ")
+            ),
+            record,
+        }
+    }
+
+    /// Every tool call the server actually ran, as `{"tool", "arguments"}`.
+    pub fn calls(&self) -> Vec<Value> {
+        let Some(record) = &self.record else {
+            return Vec::new();
+        };
+        std::fs::read_to_string(record.path())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Names of the tools the server ran, in order.
+    pub fn ran(&self) -> Vec<String> {
+        self.calls()
+            .iter()
+            .filter_map(|c| c["tool"].as_str().map(str::to_owned))
+            .collect()
+    }
+}
+
+impl TestGateway {
+    /// Starts a gateway in front of stdio servers, with `rest` (clients, rules).
+    pub async fn start_stdio(servers: &[&StdioPeer], rest: &str) -> Self {
+        let mut text =
+            String::from("[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n");
+        for server in servers {
+            text.push_str(&server.table);
+        }
+        text.push_str(rest);
+        Self::start_raw(&text).await
+    }
+
+    /// `GET /readyz`: status and body.
+    pub async fn readyz(&self) -> (u16, Value) {
+        let response = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("client")
+            .get(format!("{}/readyz", self.admin_url()))
+            .send()
+            .await
+            .expect("readyz answers");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("readyz body");
+        (status, serde_json::from_str(&text).expect("readyz is JSON"))
+    }
+
+    /// Waits until `server`'s process runs with a pid other than `not`; returns its pid.
+    pub async fn running_pid(&self, server: &str, not: Option<u64>) -> u64 {
+        for _ in 0..600 {
+            let (_, body) = self.readyz().await;
+            let state = &body["servers"][server];
+            if state["state"] == "running"
+                && let Some(pid) = state["pid"].as_u64()
+                && Some(pid) != not
+            {
+                return pid;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{server} did not reach the running state");
+    }
+}
+
+/// True while a process with `pid` exists (a zombie counts as gone).
+pub fn alive(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let after = stat.rsplit_once(')')?.1.trim_start().chars().next()?;
+            Some(after != 'Z')
+        })
+        .unwrap_or(false)
+}
+
 // === Peer clients ===
 
 /// Which SDK client to drive.

@@ -319,3 +319,65 @@ fn sanitize_exemptions_are_checked() {
     let e = refuse(&format!("{}[sanitize]\narguments = \"redact\"\n", base()));
     assert_eq!(e.key, "sanitize.arguments");
 }
+
+fn stdio(table: &str) -> String {
+    format!("[servers.local]\n{table}\n[clients.alice]\napi_key_sha256 = \"{KEY}\"\n")
+}
+
+#[test]
+fn a_stdio_server_compiles_with_its_environment_expanded() {
+    let c = accept(&stdio(
+        "command = [\"python3\", \"server.py\", \"--key=${SET}\"]\nenv = { API_KEY = \"${SET}\" }\ncwd = \"/\"\ntimeout = \"5s\"",
+    ));
+    let Transport::Stdio(command) = &c.servers["local"].transport else {
+        panic!("a stdio transport");
+    };
+    assert_eq!(command.program, "python3");
+    assert_eq!(command.args, ["server.py", "--key=value"]);
+    assert_eq!(command.env, [("API_KEY".to_owned(), "value".to_owned())]);
+    assert_eq!(command.cwd.as_deref(), Some(std::path::Path::new("/")));
+    // Expanded values may be secrets: never in a debug print or the summary.
+    assert!(!format!("{command:?}").contains("value"));
+    assert_eq!(
+        c.servers["local"].transport.to_string(),
+        "stdio: python3 server.py --key=${SET}"
+    );
+}
+
+#[test]
+fn a_server_needs_exactly_one_of_url_and_command() {
+    let e = refuse(&stdio("timeout = \"5s\""));
+    assert_eq!((e.key.as_str(), e.line), ("servers.local", Some(1)));
+    assert!(
+        e.reason.contains("neither `url` nor `command`"),
+        "{}",
+        e.reason
+    );
+    let e = refuse(&stdio(
+        "url = \"http://127.0.0.1:1/mcp\"\ncommand = [\"x\"]",
+    ));
+    assert_eq!((e.key.as_str(), e.line), ("servers.local.command", Some(3)));
+}
+
+#[test]
+fn stdio_and_http_keys_do_not_mix() {
+    let e = refuse(&stdio("command = []"));
+    assert_eq!(e.key, "servers.local.command");
+    assert!(e.reason.contains("empty"), "{}", e.reason);
+    let e = refuse(&stdio(
+        "command = [\"x\"]\nheaders = { Authorization = \"Bearer t\" }",
+    ));
+    assert_eq!(e.key, "servers.local.headers.Authorization");
+    let e = refuse(&stdio("command = [\"x\"]\nconnect_timeout = \"1s\""));
+    assert_eq!(e.key, "servers.local.connect_timeout");
+    let e = refuse(&stdio(
+        "url = \"http://127.0.0.1:1/mcp\"\nenv = { A = \"b\" }",
+    ));
+    assert_eq!(e.key, "servers.local.env.A");
+    let e = refuse(&stdio("command = [\"x\"]\nenv = { \"A-B\" = \"b\" }"));
+    assert_eq!(e.key, "servers.local.env.A-B");
+    let e = refuse(&stdio("command = [\"x\"]\nenv = { A = \"${UNSET}\" }"));
+    assert!(e.reason.contains("UNSET is not set"), "{}", e.reason);
+    let e = refuse(&stdio("command = [\"x\"]\ncwd = \"/no/such/dir\""));
+    assert_eq!(e.key, "servers.local.cwd");
+}

@@ -178,7 +178,9 @@ pub(super) async fn end(
             continue;
         };
         let out = forwarded_headers(&part.headers(&request.headers, None), ACCEPT_BOTH);
-        let ended = part.server.upstream.send(Method::DELETE, out, None).await;
+        let upstream = &part.server.upstream;
+        let timeout = Some(upstream.settings.timeout);
+        let ended = upstream.exchange(Method::DELETE, out, None, timeout).await;
         if let Err(e) = ended {
             tracing::info!(server = part.name(), error = %e.reason, "ending a member session failed");
         }

@@ -1,0 +1,815 @@
+//! The stdio upstream: one child process per server, spoken to in
+//! newline-delimited JSON-RPC, shared by every HTTP client of that server.
+//!
+//! Place in the path: where the HTTP upstream sends a request over the pool,
+//! a stdio server's request is written to the child's stdin; the reply comes
+//! back as the same [`Reply`] the HTTP upstream produces (JSON, or an SSE
+//! stream when notifications for the request arrive before its response), so
+//! every stage after forwarding (sanitizer, rewrite of failures, pins, audit)
+//! applies unchanged. The process itself (spawn, handshake, stderr, restarts)
+//! is in [`child`].
+//!
+//! Invariants:
+//! - request ids are rewritten to gateway-unique ids on the way in and mapped
+//!   back on the way out, so clients whose ids collide never see each other's
+//!   answers; progress tokens are rewritten the same way, and a notification
+//!   reaches only the request it names;
+//! - the gateway does the `initialize` handshake with the child once per
+//!   process life and answers clients' `initialize` and `server/discover` from
+//!   it, with a session id of its own; clients' `notifications/initialized`
+//!   never reach the child;
+//! - the child never waits on the gateway: a request from the child (sampling,
+//!   elicitation, roots) gets a JSON-RPC error at once, a `ping` an empty result;
+//! - bounded: requests in flight ([`MAX_PENDING`]), notifications queued per
+//!   request, every wait (the server's `timeout`), each line from the child
+//!   (`max_response_bytes`);
+//! - a request whose client goes away is cancelled at the child
+//!   (`notifications/cancelled`); a request in flight when the child dies is
+//!   answered `upstream_unavailable`.
+
+mod child;
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::Stream;
+use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use serde_json::{Map, Value, json};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use super::upstream::{Reply, SseStream, UpstreamError, humanize};
+use crate::config::StdioCommand;
+use crate::error::UpstreamKind;
+use crate::mcp::META_PROTOCOL_VERSION;
+use crate::mcp::headers::MCP_SESSION_ID;
+use crate::mcp::sse::{SseEvent, SseItem};
+use crate::mcp::version::{LEGACY, MODERN};
+
+use child::Life;
+pub(crate) use child::Link;
+
+/// Most requests in flight to one child.
+pub(crate) const MAX_PENDING: usize = 4096;
+/// Most notifications queued for one request; later ones are dropped while it lags.
+const MAX_NOTES: usize = 256;
+/// Prefix of the progress tokens the gateway gives the child.
+const TOKEN_PREFIX: &str = "portcullis-progress-";
+const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// A stdio server: its supervisor task and the requests in flight.
+pub(crate) struct Stdio {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Stdio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stdio")
+            .field("server", &self.shared.name)
+            .finish()
+    }
+}
+
+/// What the supervisor, the reader of the child's stdout and the requests share.
+struct Shared {
+    name: String,
+    command: StdioCommand,
+    /// The server's `timeout`.
+    timeout: Duration,
+    /// Longest line read from the child.
+    max_line: usize,
+    next_id: AtomicU64,
+    pending: Mutex<HashMap<u64, Pending>>,
+    /// The child's state, as requests and `/readyz` see it.
+    link: watch::Sender<Link>,
+    restarts: AtomicU64,
+    /// Called when the child's tools may have changed (announced, or a new process).
+    tools_changed: Box<dyn Fn() + Send + Sync>,
+}
+
+/// A request written to the child and not answered yet.
+struct Pending {
+    /// The process life it was written to.
+    generation: u64,
+    /// The id the client gave it.
+    client_id: Value,
+    /// The progress token the client gave it, if any.
+    progress: Option<Value>,
+    /// The client's session, to map its `notifications/cancelled`.
+    session: Option<String>,
+    /// The method, when the client speaks 2026-07-28 (its result is completed for that era).
+    modern: Option<String>,
+    notes: mpsc::Sender<Value>,
+    done: Option<oneshot::Sender<Result<Value, UpstreamError>>>,
+}
+
+impl Stdio {
+    /// Starts supervising `command` (inside a Tokio runtime); the first process
+    /// is spawned at once.
+    pub(crate) fn start(
+        name: &str,
+        command: StdioCommand,
+        timeout: Duration,
+        max_line: usize,
+        tools_changed: Box<dyn Fn() + Send + Sync>,
+    ) -> Self {
+        let shared = Arc::new(Shared {
+            name: name.to_owned(),
+            command,
+            timeout,
+            max_line,
+            next_id: AtomicU64::new(1),
+            pending: Mutex::default(),
+            link: watch::Sender::new(Link::Starting),
+            restarts: AtomicU64::new(0),
+            tools_changed,
+        });
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(child::supervise(shared.clone(), stopped));
+        Self {
+            shared,
+            stop,
+            task: Mutex::new(Some(task)),
+        }
+    }
+
+    /// Stops the child (stdin closed, a short wait, then killed) and waits for it.
+    pub(crate) async fn stop(&self) {
+        let _ = self.stop.send(true);
+        let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+
+    /// The child's state for `/readyz`: `(running, details)`.
+    pub(crate) fn readiness(&self) -> (bool, Value) {
+        let restarts = self.shared.restarts.load(Ordering::Relaxed);
+        let link = self.shared.link.borrow().clone();
+        let (running, state, pid) = match &link {
+            Link::Starting => (false, "starting", None),
+            Link::Running(life) => (true, "running", life.pid),
+            Link::Restarting { .. } => (false, "restarting", None),
+            Link::Stopped => (false, "stopped", None),
+        };
+        let mut out = json!({"transport": "stdio", "state": state, "restarts": restarts});
+        if let Some(pid) = pid {
+            out["pid"] = pid.into();
+        }
+        if let Link::Restarting { at } = link {
+            out["next_start_ms"] =
+                (at.saturating_duration_since(Instant::now()).as_millis() as u64).into();
+        }
+        (running, out)
+    }
+
+    /// One HTTP exchange of a client, answered by the child.
+    pub(crate) async fn exchange(
+        &self,
+        method: &Method,
+        headers: &HeaderMap,
+        body: Option<Bytes>,
+        idle: Option<Duration>,
+    ) -> Result<Reply, UpstreamError> {
+        let deadline = Instant::now() + self.shared.timeout;
+        let session = headers
+            .get(MCP_SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        match *method {
+            // No standalone stream: notifications that concern no request are
+            // not delivered (see the capabilities answered to `initialize`).
+            Method::GET => {
+                let mut headers = HeaderMap::new();
+                headers.insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+                return Ok(Reply::Empty {
+                    status: StatusCode::METHOD_NOT_ALLOWED,
+                    headers,
+                });
+            }
+            // Ending a session: the child is shared, only the binding goes.
+            Method::DELETE => return Ok(empty(StatusCode::OK)),
+            _ => {}
+        }
+        let message: Value = body
+            .as_deref()
+            .and_then(|b| serde_json::from_slice(b).ok())
+            .ok_or_else(|| UpstreamError::new(UpstreamKind::Protocol, "the request is not JSON"))?;
+        let method_name = message
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        match (method_name.as_deref(), message.get("id")) {
+            (Some("initialize"), Some(id)) => {
+                let life = self.ready(deadline).await?;
+                Ok(json_reply(
+                    self.initialize_result(&life, &message, id),
+                    Some(mint_session()),
+                ))
+            }
+            (Some("server/discover"), Some(id)) => {
+                let life = self.ready(deadline).await?;
+                Ok(json_reply(discover_result(&life, id), None))
+            }
+            (Some(_), Some(_)) => self.request(message, session, deadline, idle).await,
+            (Some(name), None) => {
+                self.notify(name, message, session.as_deref()).await;
+                Ok(empty(StatusCode::ACCEPTED))
+            }
+            // A response to a request the gateway never relayed.
+            (None, _) => Ok(empty(StatusCode::ACCEPTED)),
+        }
+    }
+
+    /// Waits until a child is running, until `deadline` at most.
+    async fn ready(&self, deadline: Instant) -> Result<Arc<Life>, UpstreamError> {
+        let mut rx = self.shared.link.subscribe();
+        loop {
+            let link = rx.borrow_and_update().clone();
+            match link {
+                Link::Running(life) => return Ok(life),
+                Link::Stopped => return Err(not_run("the server process has been stopped")),
+                Link::Restarting { at } if at > deadline => {
+                    return Err(not_run(format!(
+                        "the server process exited and is restarted in {}",
+                        humanize(at.saturating_duration_since(Instant::now()))
+                    )));
+                }
+                Link::Starting | Link::Restarting { .. } => {}
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Err(not_run("the server process has been stopped")),
+                Err(_) => {
+                    return Err(not_run(format!(
+                        "the server process did not become ready within {}",
+                        humanize(self.shared.timeout)
+                    )));
+                }
+            }
+        }
+    }
+
+    /// The cached handshake, as this client's `initialize` result: the
+    /// version is the older of the client's and the child's, and only the
+    /// capabilities the gateway can deliver are announced.
+    fn initialize_result(&self, life: &Life, message: &Value, id: &Value) -> Value {
+        let mut result = life.init.clone();
+        let asked = message
+            .get("params")
+            .and_then(|p| p.get("protocolVersion"))
+            .and_then(Value::as_str)
+            .filter(|v| LEGACY.contains(v));
+        let version = match asked {
+            Some(v) if *v < *life.version => v.to_owned(),
+            _ => life.version.clone(),
+        };
+        result["protocolVersion"] = version.into();
+        result["capabilities"] = served_capabilities(&life.init);
+        json!({"jsonrpc": "2.0", "id": id, "result": result})
+    }
+
+    /// Writes a request to the child and waits for what it sends back for it.
+    async fn request(
+        &self,
+        mut message: Value,
+        session: Option<String>,
+        deadline: Instant,
+        idle: Option<Duration>,
+    ) -> Result<Reply, UpstreamError> {
+        let life = self.ready(deadline).await?;
+        let gid = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let client_id = std::mem::replace(&mut message["id"], gid.into());
+        let progress = message
+            .get_mut("params")
+            .and_then(|p| p.get_mut("_meta"))
+            .and_then(Value::as_object_mut)
+            .and_then(|meta| {
+                let token = meta.get_mut("progressToken")?;
+                Some(std::mem::replace(
+                    token,
+                    format!("{TOKEN_PREFIX}{gid}").into(),
+                ))
+            });
+        let modern = strip_envelope(&mut message).then(|| {
+            let method = message.get("method").and_then(Value::as_str);
+            method.unwrap_or_default().to_owned()
+        });
+        let (notes_tx, notes) = mpsc::channel(MAX_NOTES);
+        let (done_tx, done) = oneshot::channel();
+        {
+            let mut pending = self.shared.lock();
+            if pending.len() >= MAX_PENDING {
+                return Err(not_run(format!(
+                    "{MAX_PENDING} requests are already in flight to the server process"
+                )));
+            }
+            pending.insert(
+                gid,
+                Pending {
+                    generation: life.generation,
+                    client_id,
+                    progress,
+                    session,
+                    modern,
+                    notes: notes_tx,
+                    done: Some(done_tx),
+                },
+            );
+        }
+        let guard = InFlight {
+            shared: self.shared.clone(),
+            gid,
+            life: life.clone(),
+        };
+        // A life that ended meanwhile has failed its requests already: this one
+        // would wait for nothing.
+        let current = matches!(&*self.shared.link.borrow(),
+            Link::Running(now) if now.generation == life.generation);
+        if !current {
+            return Err(not_run("the server process exited"));
+        }
+        let line = line_of(&message);
+        match tokio::time::timeout_at(deadline, life.stdin.send(line)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(unavailable("the server process exited")),
+            Err(_) => return Err(timeout(self.shared.timeout)),
+        }
+        let mut wait = Wait {
+            notes,
+            done,
+            _in_flight: guard,
+            finished: false,
+        };
+        // JSON when the answer comes first; an event stream once a notification does.
+        match tokio::time::timeout_at(deadline, wait.next()).await {
+            Err(_) => Err(timeout(self.shared.timeout)),
+            Ok(Next::End(Ok(response))) => Ok(json_reply(response, None)),
+            Ok(Next::End(Err(e))) => Err(e),
+            Ok(Next::Note(first)) => Ok(Reply::Sse {
+                status: StatusCode::OK,
+                headers: HeaderMap::new(),
+                events: sse(first, wait, idle),
+            }),
+        }
+    }
+
+    /// Passes a client notification on: `initialized` belongs to the gateway's
+    /// own handshake, `cancelled` is mapped to the child's id of that client's request.
+    async fn notify(&self, name: &str, mut message: Value, session: Option<&str>) {
+        let Link::Running(life) = self.shared.link.borrow().clone() else {
+            return;
+        };
+        match name {
+            "notifications/initialized" => return,
+            "notifications/cancelled" => {
+                let asked = message.get("params").and_then(|p| p.get("requestId"));
+                let found = asked.and_then(|asked| {
+                    let pending = self.shared.lock();
+                    pending
+                        .iter()
+                        .find(|(_, p)| {
+                            p.client_id == *asked
+                                && session.is_some()
+                                && p.session.as_deref() == session
+                        })
+                        .map(|(gid, _)| *gid)
+                });
+                let Some(gid) = found else { return };
+                message["params"]["requestId"] = gid.into();
+            }
+            _ => {}
+        }
+        let _ = tokio::time::timeout(self.shared.timeout, life.stdin.send(line_of(&message))).await;
+    }
+}
+
+impl Drop for Stdio {
+    fn drop(&mut self) {
+        // The supervisor stops the child gracefully in the background (a reload
+        // that replaced this server, say); `stop` is the awaited form.
+        let _ = self.stop.send(true);
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Pending>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Routes one message the child wrote. Returns a line to write back, if any.
+    fn route(&self, mut message: Value) -> Option<Bytes> {
+        let method = message
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        match (method, message.get("id").cloned()) {
+            (Some(method), Some(id)) => Some(line_of(&answer_request(&method, id))),
+            (Some(method), None) => {
+                self.notification(&method, message);
+                None
+            }
+            (None, Some(id)) => {
+                let Some(gid) = id.as_u64() else {
+                    tracing::warn!(server = %self.name, "the server process answered an id the gateway never sent");
+                    return None;
+                };
+                let entry = self.lock().remove(&gid);
+                let Some(mut entry) = entry else {
+                    // Answered after its client gave up (or twice).
+                    return None;
+                };
+                message["id"] = entry.client_id.clone();
+                if let Some(method) = &entry.modern {
+                    modernize(&mut message, method);
+                }
+                if let Some(done) = entry.done.take() {
+                    let _ = done.send(Ok(message));
+                }
+                None
+            }
+            (None, None) => {
+                tracing::warn!(server = %self.name, "the server process wrote a message with neither method nor id");
+                None
+            }
+        }
+    }
+
+    fn notification(&self, method: &str, mut message: Value) {
+        match method {
+            "notifications/tools/list_changed" => (self.tools_changed)(),
+            "notifications/message" => {
+                let params = message.get("params").cloned().unwrap_or(Value::Null);
+                let level = params
+                    .get("level")
+                    .and_then(Value::as_str)
+                    .unwrap_or("info");
+                let data = clip(&params.get("data").map(Value::to_string).unwrap_or_default());
+                tracing::info!(server = %self.name, level, data = %data, "log message from the server process");
+                return;
+            }
+            _ => {}
+        }
+        let Some(params) = message.get_mut("params").and_then(Value::as_object_mut) else {
+            return;
+        };
+        // Progress names the request by the token the gateway gave it; a
+        // subscription's notifications name the listen request's id.
+        let by_token = params
+            .get("progressToken")
+            .and_then(Value::as_str)
+            .and_then(|t| t.strip_prefix(TOKEN_PREFIX))
+            .and_then(|n| n.parse::<u64>().ok());
+        let by_subscription = params
+            .get("_meta")
+            .and_then(|m| m.get(SUBSCRIPTION_ID))
+            .and_then(Value::as_u64);
+        let Some(gid) = by_token.or(by_subscription) else {
+            return;
+        };
+        let pending = self.lock();
+        let Some(entry) = pending.get(&gid) else {
+            return;
+        };
+        if by_token.is_some() {
+            match &entry.progress {
+                Some(token) => {
+                    params.insert("progressToken".into(), token.clone());
+                }
+                None => return,
+            }
+        } else if let Some(Value::Object(meta)) = params.get_mut("_meta") {
+            meta.insert(SUBSCRIPTION_ID.into(), entry.client_id.clone());
+        }
+        // A client that lags loses notifications, never the child's time.
+        let _ = entry.notes.try_send(message);
+    }
+
+    /// Answers every request in flight to process life `generation` as failed.
+    fn fail_generation(&self, generation: u64, reason: &str) {
+        let failed: Vec<Pending> = {
+            let mut pending = self.lock();
+            let gids: Vec<u64> = pending
+                .iter()
+                .filter(|(_, p)| p.generation == generation)
+                .map(|(g, _)| *g)
+                .collect();
+            gids.iter().filter_map(|g| pending.remove(g)).collect()
+        };
+        for mut entry in failed {
+            if let Some(done) = entry.done.take() {
+                let _ = done.send(Err(unavailable(reason)));
+            }
+        }
+    }
+
+    /// A line longer than the cap: the request it answers, when its id can be
+    /// read from the start, is failed rather than left to time out.
+    fn too_long(&self, head: &[u8], len: usize) {
+        tracing::warn!(server = %self.name, bytes = len, max = self.max_line, "the server process wrote a line longer than max_response_bytes; dropped");
+        let Some(gid) = leading_id(head) else { return };
+        let entry = self.lock().remove(&gid);
+        if let Some(mut entry) = entry
+            && let Some(done) = entry.done.take()
+        {
+            let e = UpstreamError::new(
+                UpstreamKind::Protocol,
+                format!("the reply is larger than {} bytes", self.max_line),
+            );
+            let _ = done.send(Err(e));
+        }
+    }
+}
+
+/// Removes the 2026-07-28 request envelope (`io.modelcontextprotocol/*` in
+/// `_meta`): the child is spoken to in the handshake era it was initialized
+/// in, and SDK servers refuse that envelope on such a connection. True when
+/// the request had one.
+fn strip_envelope(message: &mut Value) -> bool {
+    let Some(params) = message.get_mut("params").and_then(Value::as_object_mut) else {
+        return false;
+    };
+    let Some(Value::Object(meta)) = params.get_mut("_meta") else {
+        return false;
+    };
+    let modern = meta.contains_key(META_PROTOCOL_VERSION);
+    meta.retain(|k, _| !k.starts_with("io.modelcontextprotocol/") || k == SUBSCRIPTION_ID);
+    if meta.is_empty() {
+        params.remove("_meta");
+    }
+    modern
+}
+
+/// A handshake-era result made a 2026-07-28 one: `resultType`, and the cache
+/// fields lists and reads must carry (private: the gateway filters per client).
+fn modernize(message: &mut Value, method: &str) {
+    let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) else {
+        return;
+    };
+    result
+        .entry("resultType")
+        .or_insert_with(|| "complete".into());
+    let cached = matches!(
+        method,
+        "tools/list"
+            | "prompts/list"
+            | "resources/list"
+            | "resources/templates/list"
+            | "resources/read"
+    );
+    if cached {
+        result.entry("ttlMs").or_insert_with(|| 0.into());
+        result
+            .entry("cacheScope")
+            .or_insert_with(|| "private".into());
+    }
+}
+
+/// The answer to a request the child sends: the gateway relays none of them.
+fn answer_request(method: &str, id: Value) -> Value {
+    if method == "ping" {
+        return json!({"jsonrpc": "2.0", "id": id, "result": {}});
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601,
+        "message": format!("{method} is not available: the client is a gateway that relays no requests from the server")}})
+}
+
+/// Removes a request from the table when its waiter goes away; one still
+/// unanswered is cancelled at the child.
+struct InFlight {
+    shared: Arc<Shared>,
+    gid: u64,
+    life: Arc<Life>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let removed = self.shared.lock().remove(&self.gid);
+        if removed.is_some() {
+            let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": self.gid, "reason": "the client stopped waiting"}});
+            let _ = self.life.stdin.try_send(line_of(&cancel));
+        }
+    }
+}
+
+/// The messages for one request: notifications, then its response.
+struct Wait {
+    notes: mpsc::Receiver<Value>,
+    done: oneshot::Receiver<Result<Value, UpstreamError>>,
+    /// Dropped with the wait: the request leaves the table.
+    _in_flight: InFlight,
+    finished: bool,
+}
+
+enum Next {
+    Note(Value),
+    End(Result<Value, UpstreamError>),
+}
+
+impl Wait {
+    async fn next(&mut self) -> Next {
+        tokio::select! {
+            // Notifications queued before the response go first.
+            biased;
+            Some(note) = self.notes.recv() => Next::Note(note),
+            done = &mut self.done => {
+                self.finished = true;
+                Next::End(done.unwrap_or_else(|_| Err(unavailable("the server process exited"))))
+            }
+        }
+    }
+}
+
+/// The SSE stream of a request whose notifications came before its
+/// response; `idle` bounds the gap between two messages.
+fn sse(first: Value, wait: Wait, idle: Option<Duration>) -> SseStream {
+    struct State {
+        first: Option<Value>,
+        wait: Wait,
+        idle: Option<Duration>,
+    }
+    let state = State {
+        first: Some(first),
+        wait,
+        idle,
+    };
+    let stream = futures_util::stream::unfold(state, |mut st| async move {
+        if let Some(first) = st.first.take() {
+            return Some((Ok(event(&first)), st));
+        }
+        if st.wait.finished {
+            return None;
+        }
+        let next = match st.idle {
+            Some(idle) => match tokio::time::timeout(idle, st.wait.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    st.wait.finished = true;
+                    let e = UpstreamError::new(
+                        UpstreamKind::Timeout,
+                        format!("it sent nothing for {}", humanize(idle)),
+                    );
+                    return Some((Err(e), st));
+                }
+            },
+            None => st.wait.next().await,
+        };
+        match next {
+            Next::Note(note) => Some((Ok(event(&note)), st)),
+            Next::End(Ok(response)) => Some((Ok(event(&response)), st)),
+            Next::End(Err(e)) => Some((Err(e), st)),
+        }
+    });
+    let boxed: Pin<Box<dyn Stream<Item = Result<SseItem, UpstreamError>> + Send>> =
+        Box::pin(stream);
+    boxed
+}
+
+fn event(message: &Value) -> SseItem {
+    SseItem::Event(SseEvent {
+        data: message.to_string(),
+        ..SseEvent::default()
+    })
+}
+
+/// `server/discover` answered from the handshake: the gateway serves the
+/// 2026-07-28 era to clients whatever era the child speaks.
+fn discover_result(life: &Life, id: &Value) -> Value {
+    let mut result = Map::new();
+    result.insert("supportedVersions".into(), json!(MODERN));
+    result.insert("capabilities".into(), served_capabilities(&life.init));
+    if let Some(instructions) = life.init.get("instructions") {
+        result.insert("instructions".into(), instructions.clone());
+    }
+    result.insert("ttlMs".into(), 0.into());
+    result.insert("cacheScope".into(), "private".into());
+    result.insert("resultType".into(), "complete".into());
+    if let Some(info) = life.init.get("serverInfo") {
+        result.insert(
+            "_meta".into(),
+            json!({"io.modelcontextprotocol/serverInfo": info}),
+        );
+    }
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+/// The child's capabilities without those the gateway cannot deliver over
+/// HTTP: list-changed and resource-update notifications need a standalone
+/// stream, which a stdio server does not get.
+fn served_capabilities(init: &Value) -> Value {
+    let mut capabilities = init.get("capabilities").cloned().unwrap_or(json!({}));
+    if let Value::Object(caps) = &mut capabilities {
+        for key in ["tools", "prompts", "resources"] {
+            if let Some(Value::Object(cap)) = caps.get_mut(key) {
+                cap.remove("listChanged");
+                cap.remove("subscribe");
+            }
+        }
+    }
+    capabilities
+}
+
+fn json_reply(message: Value, session: Option<String>) -> Reply {
+    let mut headers = HeaderMap::new();
+    if let Some(session) = session.and_then(|s| HeaderValue::from_str(&s).ok()) {
+        headers.insert(MCP_SESSION_ID, session);
+    }
+    Reply::Json {
+        status: StatusCode::OK,
+        headers,
+        body: Bytes::from(serde_json::to_vec(&message).unwrap_or_default()),
+    }
+}
+
+fn empty(status: StatusCode) -> Reply {
+    Reply::Empty {
+        status,
+        headers: HeaderMap::new(),
+    }
+}
+
+/// A session id the gateway mints (bound to the client by the pipeline).
+fn mint_session() -> String {
+    hex::encode(rand::random::<[u8; 16]>())
+}
+
+/// One message as one line (JSON never has a raw newline).
+fn line_of(message: &Value) -> Bytes {
+    let mut line = serde_json::to_vec(message).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+/// The numeric `id` near the start of a line cut for length, if there is one.
+fn leading_id(head: &[u8]) -> Option<u64> {
+    let text = String::from_utf8_lossy(head);
+    let at = text.find("\"id\":")?;
+    let digits: String = text[at + 5..]
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// At most 1,000 characters, for a log line.
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(1000) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_owned(),
+    }
+}
+
+fn unavailable(reason: impl Into<String>) -> UpstreamError {
+    UpstreamError::new(UpstreamKind::Unavailable, reason)
+}
+
+fn not_run(reason: impl Into<String>) -> UpstreamError {
+    let mut e = unavailable(reason);
+    e.not_run = true;
+    e
+}
+
+fn timeout(limit: Duration) -> UpstreamError {
+    UpstreamError::new(
+        UpstreamKind::Timeout,
+        format!("no response within {}", humanize(limit)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_requests_are_answered_at_once() {
+        let sampling = answer_request("sampling/createMessage", json!(7));
+        assert_eq!(sampling["id"], 7);
+        assert_eq!(sampling["error"]["code"], -32601);
+        let ping = answer_request("ping", json!("a"));
+        assert_eq!(ping["result"], json!({}));
+    }
+
+    #[test]
+    fn the_id_of_a_cut_line_is_found_when_it_leads() {
+        assert_eq!(
+            leading_id(br#"{"jsonrpc":"2.0","id": 42,"result":{"#),
+            Some(42)
+        );
+        assert_eq!(leading_id(br#"{"jsonrpc":"2.0","result":{"x""#), None);
+    }
+
+    #[test]
+    fn lines_are_one_line() {
+        let line = line_of(&json!({"text": "a\nb"}));
+        assert_eq!(line.iter().filter(|b| **b == b'\n').count(), 1);
+        assert!(line.ends_with(b"\n"));
+    }
+}
