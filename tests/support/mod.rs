@@ -7,7 +7,9 @@
 
 #![allow(dead_code)]
 
+pub mod fuzz;
 pub mod misbehaving;
+pub mod process;
 pub mod redis;
 pub mod upstreams;
 
