@@ -185,7 +185,13 @@ async fn serve(
     ex.client = Some(client.clone());
     match parts.method {
         Method::POST => {
-            let body = read_body(&parts.headers, body, config.gateway.max_request_bytes).await?;
+            let body = read_body(
+                &parts.headers,
+                body,
+                config.gateway.max_request_bytes,
+                config.gateway.client_timeout,
+            )
+            .await?;
             post(state, live, ex, server, &client, &parts.headers, body).await
         }
         Method::GET | Method::DELETE => {
