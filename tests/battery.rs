@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use support::misbehaving::{CANARY_FRAGMENTS, CARD_PATTERN, HUGE, Misbehaving};
 use support::process::Observed;
 use support::{ALICE, Raw, borrow, clients, modern_call, modern_call_headers, raw_post};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// The reply cap of the battery's gateway.
@@ -32,7 +32,7 @@ const RSS_GROWTH_LIMIT_KIB: u64 = 96 * 1024;
 fn config(upstream: &str) -> String {
     format!(
         "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-         max_response_bytes = {MAX_RESPONSE}\n\
+         max_response_bytes = {MAX_RESPONSE}\nclient_timeout = \"1s\"\n\
          [servers.s]\nurl = \"{upstream}\"\ntimeout = \"2s\"\nconnect_timeout = \"1s\"\npinning = \"warn\"\n\
          {clients}\
          [[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"*\"]\naction = \"allow\"\n\
@@ -133,6 +133,10 @@ impl Bench {
             self.fds
         );
         let growth = self.gateway.peak_rss_kib().saturating_sub(self.rss_kib);
+        eprintln!(
+            "RSS {} KiB at baseline, peak growth {growth} KiB; descriptors {fds} (baseline {})",
+            self.rss_kib, self.fds
+        );
         assert!(
             growth < RSS_GROWTH_LIMIT_KIB,
             "peak RSS grew by {growth} KiB (limit {RSS_GROWTH_LIMIT_KIB} KiB)"
@@ -377,6 +381,7 @@ async fn huge(tool: &str) {
     // The gateway stopped reading soon after the cap: the upstream could
     // write only what socket buffers hold past it, nowhere near 1 GiB.
     let sent = bench.upstream.huge_sent();
+    eprintln!("{tool}: the upstream wrote {sent} bytes of its {HUGE}");
     assert!(
         sent < 64 * MAX_RESPONSE && sent < HUGE,
         "the upstream wrote {sent} bytes"
@@ -391,6 +396,8 @@ async fn upstream_notification_flood_still_ends_with_one_answer() {
     bench.allowed += 1;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(text(&response(&r.text)["result"]), "flooded", "{}", r.text);
+    let forwarded = r.text.matches("data:").count().saturating_sub(1);
+    eprintln!("flood: {forwarded} of 10000 notifications reached the client");
     bench.finish().await;
 }
 
@@ -622,13 +629,12 @@ async fn odd_but_valid_calls_run_once_as_policy_saw_them() {
     bench.finish().await;
 }
 
-/// Duplicate keys: the name policy reads is the name the upstream runs, and
-/// the other name never reaches the upstream, whose parser may keep the first
-/// key where the gateway's keeps the last (a parser differential).
+/// Duplicate keys: the body is forwarded as it came, and a server whose parser
+/// keeps the first key (the gateway's keeps the last) would run a tool the
+/// rules never saw. Such a body is refused, and neither name reaches the upstream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open finding (RELIABILITY.md): the original body, with both keys, is forwarded"]
 async fn duplicate_keys_never_smuggle_a_name_past_policy() {
-    let mut bench = Bench::start().await;
+    let bench = Bench::start().await;
     for (first, last) in [
         ("canary_forbidden", "python_opaque"),
         ("python_opaque", "canary_forbidden"),
@@ -639,16 +645,9 @@ async fn duplicate_keys_never_smuggle_a_name_past_policy() {
         );
         let headers = modern_call_headers(ALICE, last);
         let r = raw_post(&bench.gateway.url("s"), &borrow(&headers), body).await;
-        assert_one_answer(&r.text, &json!(8));
+        assert_eq!(r.status, 400, "{}", r.text);
+        assert_eq!(r.body["error"]["code"], -32600, "{}", r.text);
         assert_no_canary("client", &r.text);
-        let result = response(&r.text)["result"].clone();
-        assert_eq!(result["isError"], true, "{}", r.text);
-        if last == "python_opaque" {
-            bench.allowed += 1;
-            assert_eq!(code(&result), "upstream_tool_failed", "{}", r.text);
-        } else {
-            assert!(!code(&result).starts_with("upstream"), "{}", r.text);
-        }
     }
     assert!(
         !bench.upstream.received("canary_forbidden"),
@@ -704,7 +703,6 @@ async fn transport_mistakes_get_one_refusal() {
 // === Slow and stuck clients ===
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open finding (RELIABILITY.md): the listeners set no header-read timeout"]
 async fn slowloris_headers_are_cut_and_others_are_served() {
     let mut bench = Bench::start().await;
     let mut slow = TcpStream::connect(&bench.gateway.addr)
@@ -729,7 +727,6 @@ async fn slowloris_headers_are_cut_and_others_are_served() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open finding (RELIABILITY.md): the listeners set no write timeout"]
 async fn a_client_that_never_reads_is_cut_and_others_are_served() {
     let mut bench = Bench::start().await;
     // Pipelined tools/list requests on one connection whose replies are never
@@ -755,6 +752,53 @@ async fn a_client_that_never_reads_is_cut_and_others_are_served() {
     assert_eq!(text(&ok), "chunked ok");
     assert_connection_dropped(&bench, "never-reading client").await;
     drop(stuck);
+    bench.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_sent_one_byte_at_a_time_is_refused_and_others_are_served() {
+    let mut bench = Bench::start().await;
+    let mut slow = TcpStream::connect(&bench.gateway.addr)
+        .await
+        .expect("connect");
+    let body = r#"{"jsonrpc":"2.0","id":4,"method":"tools/list"}"#;
+    let head = format!(
+        "POST /mcp/s HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {ALICE}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         MCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    slow.write_all(head.as_bytes()).await.expect("head");
+    // Half the body, one byte at a time; a normal client meanwhile gets its answer.
+    for (k, byte) in body.as_bytes()[..body.len() / 2].iter().enumerate() {
+        if slow.write_all(&[*byte]).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if k == 3 {
+            let ok = bench.call("chunked_sse", json!({})).await;
+            assert_eq!(text(&ok), "chunked ok");
+        }
+    }
+    // The gateway gave up on the body: a 400 with the request's deadline.
+    let mut reply = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = slow.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            reply.extend_from_slice(&buf[..n]);
+            if String::from_utf8_lossy(&reply).contains("\r\n\r\n{") {
+                break;
+            }
+        }
+    })
+    .await;
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+    assert!(reply.contains("did not arrive within 1 s"), "{reply}");
+    drop(slow);
     bench.finish().await;
 }
 
