@@ -365,6 +365,21 @@ async fn upstream_result_and_log_with_secrets_are_redacted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_session_id_and_cookies_are_not_relayed() {
+    let mut bench = Bench::start().await;
+    bench.allowed += 1;
+    let r = bench.send("own_session", json!({})).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(text(&response(&r.text)["result"]), "with a session");
+    assert!(r.headers.get("set-cookie").is_none(), "{:?}", r.headers);
+    assert!(r.headers.get("mcp-session-id").is_none(), "{:?}", r.headers);
+    for (name, value) in &r.headers {
+        assert_no_canary(name.as_str(), value.to_str().unwrap_or_default());
+    }
+    bench.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_json_reply_of_one_gib_is_cut_at_the_cap() {
     huge("huge_json").await;
 }

@@ -1125,7 +1125,11 @@ impl Forward<'_> {
         let sent = Instant::now();
         let response = upstream.send(Method::POST, headers, Some(body)).await?;
         let idle = idle.then_some(upstream.settings.timeout);
-        let reply = upstream.read(response, idle).await?;
+        let mut reply = upstream.read(response, idle).await?;
+        if self.ex_era == Era::Modern {
+            // The 2026 era has no sessions: an upstream's session id is not relayed.
+            reply_headers_mut(&mut reply).remove(MCP_SESSION_ID);
+        }
         self.trail
             .upstream(reply_status(&reply).as_u16(), sent.elapsed());
         if let Some(session) = self.session
@@ -1287,6 +1291,16 @@ impl RetainParamFree for HeaderMap {
 }
 
 fn reply_headers(reply: &super::upstream::Reply) -> &HeaderMap {
+    use super::upstream::Reply;
+    match reply {
+        Reply::Json { headers, .. }
+        | Reply::Sse { headers, .. }
+        | Reply::Empty { headers, .. }
+        | Reply::Other { headers, .. } => headers,
+    }
+}
+
+fn reply_headers_mut(reply: &mut super::upstream::Reply) -> &mut HeaderMap {
     use super::upstream::Reply;
     match reply {
         Reply::Json { headers, .. }

@@ -98,6 +98,10 @@ pub const FAULTS: &[(&str, &str)] = &[
         "a tool no rule allows: it must never run",
     ),
     ("sse_bom", "a byte order mark, then a valid SSE reply"),
+    (
+        "own_session",
+        "a valid result with its own Mcp-Session-Id and a cookie",
+    ),
 ];
 
 /// Canary secrets of each kind the gateway must never let through: an AWS
@@ -656,6 +660,20 @@ async fn fault(stream: &mut TcpStream, name: &str, id: &Value, seen: &Seen) {
             let _ = stream
                 .write_all(format!("\u{feff}data: {done}\n\n").as_bytes())
                 .await;
+        }
+        "own_session" => {
+            let body = result(
+                id,
+                json!({"content": [{"type": "text", "text": "with a session"}]}),
+            );
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+                 mcp-session-id: upstream-minted-{CANARY_PASSWORD}\r\n\
+                 set-cookie: sid={CANARY_PASSWORD}; HttpOnly\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes()).await;
+            let _ = stream.write_all(&body).await;
         }
         "canary_forbidden" => {
             let body = result(
