@@ -817,6 +817,28 @@ async fn a_body_sent_one_byte_at_a_time_is_refused_and_others_are_served() {
     bench.finish().await;
 }
 
+/// Connections that never finish their greeting: part of the HTTP/2 preface
+/// (hyper waits for the rest to choose a protocol), or the whole preface and
+/// then silence (no SETTINGS, no answer to pings).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_http2_greeting_is_cut_and_others_are_served() {
+    let mut bench = Bench::start().await;
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let mut partial = TcpStream::connect(&bench.gateway.addr)
+        .await
+        .expect("connect");
+    partial.write_all(&preface[..10]).await.expect("write");
+    let mut whole = TcpStream::connect(&bench.gateway.addr)
+        .await
+        .expect("connect");
+    whole.write_all(preface).await.expect("write");
+    let ok = bench.call("chunked_sse", json!({})).await;
+    assert_eq!(text(&ok), "chunked ok");
+    assert_connection_dropped(&bench, "silent HTTP/2").await;
+    drop((partial, whole));
+    bench.finish().await;
+}
+
 /// While the test still holds its end open, the gateway closes its own:
 /// its descriptors come back to the baseline (bounded polling).
 async fn assert_connection_dropped(bench: &Bench, who: &str) {

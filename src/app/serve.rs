@@ -6,11 +6,14 @@
 //!
 //! Invariants: a client must send a request's headers within
 //! `client_timeout` (slowloris), and an idle keep-alive connection is closed
-//! after it; a write to a client that does not read for `client_timeout` fails
-//! and closes the connection, so a stalled reader cannot pin a task, a
-//! descriptor and a buffered response forever. Reads are never timed here:
-//! a client listening to a long event stream sends nothing, legitimately.
-//! On shutdown, accepting stops and open connections finish gracefully.
+//! after it; a new connection must send enough bytes to tell HTTP/1.1 from
+//! HTTP/2 within it too (hyper waits for them without a timer), and an HTTP/2
+//! peer that stops answering pings is closed; a write to a client that does not
+//! read for `client_timeout` fails and closes the connection, so a stalled
+//! reader cannot pin a task, a descriptor and a buffered response forever.
+//! Reads are not timed once a connection has spoken: a client listening to a
+//! long event stream sends nothing, legitimately. On shutdown, accepting stops
+//! and open connections finish gracefully.
 
 use std::future::Future;
 use std::io;
@@ -40,7 +43,11 @@ pub(crate) async fn serve(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(client_timeout);
-    builder.http2().timer(TokioTimer::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(client_timeout)
+        .keep_alive_timeout(client_timeout);
     let graceful = GracefulShutdown::new();
     tokio::pin!(stop);
     loop {
@@ -55,7 +62,7 @@ pub(crate) async fn serve(
             () = &mut stop => break,
         };
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(WriteDeadline::new(stream, client_timeout));
+        let io = TokioIo::new(Deadlines::new(stream, client_timeout));
         let service = TowerToHyperService::new(router.clone());
         let connection = builder
             .serve_connection_with_upgrades(io, service)
@@ -85,25 +92,34 @@ async fn accept_failed(e: io::Error) {
     tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
-/// A TCP stream whose writes fail once they have made no progress for `limit`.
+/// Bytes hyper reads before it picks HTTP/1.1 or HTTP/2 (the HTTP/2 preface).
+const GREETING_BYTES: usize = 24;
+
+/// A TCP stream whose writes fail once they have made no progress for
+/// `limit`, and whose first [`GREETING_BYTES`] must arrive within `limit`.
 #[derive(Debug)]
-struct WriteDeadline {
+struct Deadlines {
     stream: TcpStream,
     limit: Duration,
     /// Armed while a write is pending; disarmed by any progress.
     stalled: Option<Pin<Box<Sleep>>>,
+    /// Running until the greeting has arrived or a response has been written.
+    greeting: Option<Pin<Box<Sleep>>>,
+    read: usize,
 }
 
-impl WriteDeadline {
+impl Deadlines {
     fn new(stream: TcpStream, limit: Duration) -> Self {
         Self {
             stream,
             limit,
             stalled: None,
+            greeting: Some(Box::pin(tokio::time::sleep(limit))),
+            read: 0,
         }
     }
 
-    /// Passes `poll` through, timing how long it stays pending.
+    /// Passes a write `poll` through, timing how long it stays pending.
     fn timed<T>(
         &mut self,
         cx: &mut Context<'_>,
@@ -125,23 +141,50 @@ impl WriteDeadline {
     }
 }
 
-impl AsyncRead for WriteDeadline {
+impl Deadlines {
+    /// Bytes written mean a request was read: the greeting is over.
+    fn answered(&mut self, written: &io::Result<usize>) {
+        if matches!(written, Ok(n) if *n > 0) {
+            self.greeting = None;
+        }
+    }
+}
+
+impl AsyncRead for Deadlines {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        let before = buf.filled().len();
+        let this = &mut *self;
+        if let Poll::Ready(result) = Pin::new(&mut this.stream).poll_read(cx, buf) {
+            this.read += buf.filled().len() - before;
+            if this.read >= GREETING_BYTES {
+                this.greeting = None;
+            }
+            return Poll::Ready(result);
+        }
+        if let Some(greeting) = this.greeting.as_mut() {
+            ready!(greeting.as_mut().poll(cx));
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client did not start a request in time",
+            )));
+        }
+        Poll::Pending
     }
 }
 
-impl AsyncWrite for WriteDeadline {
+impl AsyncWrite for Deadlines {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.timed(cx, |s, cx| s.poll_write(cx, buf))
+        let written = ready!(self.timed(cx, |s, cx| s.poll_write(cx, buf)));
+        self.answered(&written);
+        Poll::Ready(written)
     }
 
     fn poll_write_vectored(
@@ -149,7 +192,9 @@ impl AsyncWrite for WriteDeadline {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.timed(cx, |s, cx| s.poll_write_vectored(cx, bufs))
+        let written = ready!(self.timed(cx, |s, cx| s.poll_write_vectored(cx, bufs)));
+        self.answered(&written);
+        Poll::Ready(written)
     }
 
     fn is_write_vectored(&self) -> bool {
