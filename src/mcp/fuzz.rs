@@ -379,7 +379,7 @@ fn fuzz_sse_decoder_whatever_the_chunking() {
         "sse",
         |bytes| {
             // Every split into two, plus the byte-by-byte split, under a small cap and a large one.
-            for max in [64, 1 << 20] {
+            for max in [32, 64, 1 << 20] {
                 for cut in 0..=bytes.len().min(512) {
                     sse_invariants(bytes, &[cut], max).expect("invariants hold");
                 }

@@ -112,7 +112,14 @@ impl SseDecoder {
             }
         }
         self.buffer.drain(..start);
-        if self.event_bytes + self.buffer.len() > self.max_event_bytes {
+        // A lone CR waiting for a possible LF ends a blank line: it adds nothing
+        // to the event, whatever the chunking.
+        let pending = if self.buffer == b"\r" {
+            0
+        } else {
+            self.buffer.len()
+        };
+        if self.event_bytes + pending > self.max_event_bytes {
             return Err(SseError::TooLarge(self.max_event_bytes));
         }
         Ok(items)
@@ -296,6 +303,36 @@ mod tests {
         let mut d = SseDecoder::new(64);
         let many = "data: xxxxxxxxxx\n".repeat(10);
         assert_eq!(d.push(many.as_bytes()), Err(SseError::TooLarge(64)));
+    }
+
+    #[test]
+    fn an_event_at_the_cap_passes_whatever_the_chunking() {
+        // A 31-byte line (32 with its terminator) fills a 32-byte cap; the CR
+        // that follows is a blank line, not one byte too many.
+        let stream = b"data: 0123456789abcdefghijklmno\n\rdata: x\n\n";
+        let whole = decode_in_chunks_max(stream, stream.len(), 32);
+        assert_eq!(whole.as_ref().map(Vec::len), Ok(2));
+        for size in 1..stream.len() {
+            assert_eq!(
+                decode_in_chunks_max(stream, size, 32),
+                whole,
+                "chunk size {size}"
+            );
+        }
+    }
+
+    fn decode_in_chunks_max(
+        stream: &[u8],
+        chunk: usize,
+        max: usize,
+    ) -> Result<Vec<SseItem>, SseError> {
+        let mut d = SseDecoder::new(max);
+        let mut items = Vec::new();
+        for part in stream.chunks(chunk.max(1)) {
+            items.extend(d.push(part)?);
+        }
+        items.extend(d.finish()?);
+        Ok(items)
     }
 
     #[test]
