@@ -32,7 +32,7 @@ const RSS_GROWTH_LIMIT_KIB: u64 = 96 * 1024;
 fn config(upstream: &str) -> String {
     format!(
         "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-         max_response_bytes = {MAX_RESPONSE}\nclient_timeout = \"1s\"\n\
+         max_response_bytes = {MAX_RESPONSE}\nclient_timeout = \"3s\"\n\
          [servers.s]\nurl = \"{upstream}\"\ntimeout = \"2s\"\nconnect_timeout = \"1s\"\npinning = \"warn\"\n\
          {clients}\
          [[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"*\"]\naction = \"allow\"\n\
@@ -126,7 +126,7 @@ impl Bench {
             !self.upstream.ran().iter().any(|t| t == "canary_forbidden"),
             "the forbidden canary tool ran"
         );
-        let fds = self.gateway.settle_fds(self.fds, 100).await;
+        let fds = self.gateway.settle_fds(self.fds, 200).await;
         assert!(
             fds <= self.fds,
             "open descriptors {fds}, baseline {}",
@@ -392,7 +392,12 @@ async fn upstream_sse_event_of_one_gib_is_cut_at_the_cap() {
 async fn huge(tool: &str) {
     let mut bench = Bench::start().await;
     let result = bench.call(tool, json!({})).await;
-    assert_eq!(code(&result), "upstream_protocol_error", "{result}");
+    // Over the cap; or, on a machine too loaded to move 1 MiB within the
+    // upstream's 2 s timeout, the deadline first. Either way one bounded answer.
+    assert!(
+        ["upstream_protocol_error", "upstream_timeout"].contains(&code(&result)),
+        "{result}"
+    );
     // The gateway stopped reading soon after the cap: the upstream could
     // write only what socket buffers hold past it, nowhere near 1 GiB.
     let sent = bench.upstream.huge_sent();
@@ -809,7 +814,7 @@ async fn a_body_sent_one_byte_at_a_time_is_refused_and_others_are_served() {
     .await;
     let reply = String::from_utf8_lossy(&reply);
     assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
-    assert!(reply.contains("did not arrive within 1 s"), "{reply}");
+    assert!(reply.contains("did not arrive within 3 s"), "{reply}");
     drop(slow);
     bench.finish().await;
 }
@@ -839,7 +844,7 @@ async fn a_silent_http2_greeting_is_cut_and_others_are_served() {
 /// While the test still holds its end open, the gateway closes its own:
 /// its descriptors come back to the baseline (bounded polling).
 async fn assert_connection_dropped(bench: &Bench, who: &str) {
-    let fds = bench.gateway.settle_fds(bench.fds, 100).await;
+    let fds = bench.gateway.settle_fds(bench.fds, 200).await;
     assert!(
         fds <= bench.fds,
         "the gateway still holds the {who} connection: {fds} descriptors, baseline {}",
