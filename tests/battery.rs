@@ -4,7 +4,7 @@
 //!
 //! - exactly one response per request id, never one for another id;
 //! - the upstream runs exactly the calls policy allowed (they are counted), and
-//!   the `canary_forbidden` tool never runs, nor does its name reach the server;
+//!   the `canary_forbidden` tool never runs;
 //! - no canary secret reaches a client byte or a line the process writes;
 //! - resident memory stays within a generous bound, open file descriptors come
 //!   back to their baseline, and the process is still alive.
@@ -227,7 +227,7 @@ async fn answers(tool: &str, expected: &str) {
     bench.finish().await;
 }
 
-// === Upstream faults (threats.md §3.3) ===
+// === Upstream faults ===
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_crash_in_the_middle_of_an_event() {
@@ -486,7 +486,7 @@ async fn client_disconnect_mid_call_releases_the_upstream_call() {
     bench.finish().await;
 }
 
-// === Client bad input (threats.md §3.1) not covered by tests/bad_input.rs ===
+// === Client bad input not covered by tests/bad_input.rs ===
 
 /// Each bad body: its expected HTTP status; none reaches the upstream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
