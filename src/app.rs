@@ -16,6 +16,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod serve;
+
 use axum::Router;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
@@ -139,13 +141,11 @@ impl Gateway {
         let wait = |mut rx: watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|stopped| *stopped).await;
         };
-        let mcp_server =
-            axum::serve(self.listener, mcp).with_graceful_shutdown(wait(stop_rx.clone()));
-        let admin_server =
-            axum::serve(self.admin, admin).with_graceful_shutdown(wait(stop_rx.clone()));
-        let servers = async {
-            tokio::try_join!(mcp_server.into_future(), admin_server.into_future()).map(|_| ())
-        };
+        // Connection deadlines are read at start; a reload does not change them.
+        let client_timeout = self.state.config().gateway.client_timeout;
+        let mcp_server = serve::serve(self.listener, mcp, client_timeout, wait(stop_rx.clone()));
+        let admin_server = serve::serve(self.admin, admin, client_timeout, wait(stop_rx.clone()));
+        let servers = async { tokio::try_join!(mcp_server, admin_server).map(|_| ()) };
         tokio::pin!(servers);
         let (pins, audit) = (self.state.pins.clone(), self.state.audit.clone());
         let state = self.state.clone();

@@ -77,6 +77,10 @@ pub struct GatewaySettings {
     pub mode: Mode,
     /// How long in-flight requests may finish after SIGTERM (default 10 s).
     pub shutdown_grace: Duration,
+    /// Longest a client may take to send a request's headers or body, or to
+    /// read what the gateway writes; also how long an idle connection stays
+    /// open (default 30 s).
+    pub client_timeout: Duration,
 }
 
 /// What the gateway does with its decisions.

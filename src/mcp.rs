@@ -11,6 +11,9 @@ pub(crate) mod jsonrpc;
 pub(crate) mod sse;
 pub(crate) mod version;
 
+#[cfg(test)]
+mod fuzz;
+
 /// `_meta` key of the protocol version on 2026-era requests.
 pub(crate) const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 /// `_meta` key under which the gateway explains its own results.

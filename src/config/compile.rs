@@ -437,6 +437,12 @@ impl Ctx<'_> {
                 Duration::from_secs(10),
                 Duration::from_secs(3600),
             )?,
+            client_timeout: self.duration(
+                raw.client_timeout.as_ref(),
+                "gateway.client_timeout",
+                Duration::from_secs(30),
+                Duration::from_secs(3600),
+            )?,
         })
     }
 

@@ -55,6 +55,7 @@ pub(crate) struct RawGateway {
     pub max_sessions: Option<Spanned<i64>>,
     pub mode: Option<Spanned<String>>,
     pub shutdown_grace: Option<Spanned<String>>,
+    pub client_timeout: Option<Spanned<String>>,
 }
 
 /// `[servers.NAME]`: one upstream MCP server.

@@ -3,8 +3,12 @@
 //!
 //! Invariants: classification reads the body once; nesting is bounded by a byte
 //! scan *before* the JSON parser runs, so a hostile body cannot drive a deep
-//! recursion; batches are recognised and refused (removed in 2025-06-18).
+//! recursion; batches are recognised and refused (removed in 2025-06-18); an
+//! object with a duplicate key is refused, because the body is forwarded as it
+//! came and a server whose parser keeps the first key would otherwise run what
+//! the rules never saw (this parser keeps the last).
 
+use serde::de::{Deserialize, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 /// Parse error (invalid JSON).
@@ -47,6 +51,8 @@ pub(crate) enum ClassifyError {
     TooDeep(usize),
     #[error("JSON-RPC batches are not supported: send one message per request")]
     Batch,
+    #[error("the body repeats the key {0:?} in one object; send each key once")]
+    DuplicateKey(String),
     #[error("{0}")]
     Invalid(&'static str),
 }
@@ -67,8 +73,7 @@ impl Message {
     /// Reads one message from `body`.
     pub(crate) fn classify(body: &[u8], max_depth: usize) -> Result<Self, ClassifyError> {
         check_depth(body, max_depth)?;
-        let value: Value =
-            serde_json::from_slice(body).map_err(|e| ClassifyError::Parse(e.to_string()))?;
+        let value = parse_unique(body)?;
         let mut object = match value {
             Value::Object(o) => o,
             Value::Array(_) => return Err(ClassifyError::Batch),
@@ -140,6 +145,92 @@ impl Message {
     /// `params._meta[key]` as a string.
     pub(crate) fn meta_str(&self, key: &str) -> Option<&str> {
         self.params()?.get("_meta")?.get(key)?.as_str()
+    }
+}
+
+/// Parses `body` as JSON, refusing any object that repeats a key.
+fn parse_unique(body: &[u8]) -> Result<Value, ClassifyError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let parsed = Unique::deserialize(&mut de).and_then(|u| de.end().map(|()| u.0));
+    parsed.map_err(|e| {
+        let text = e.to_string();
+        match text.strip_prefix(DUPLICATE) {
+            Some(rest) => {
+                let key = rest.rsplit_once(" at line ").map_or(rest, |(k, _)| k);
+                ClassifyError::DuplicateKey(key.to_owned())
+            }
+            None => ClassifyError::Parse(text),
+        }
+    })
+}
+
+/// Prefix of the parse error raised for a repeated key (followed by the key).
+const DUPLICATE: &str = "duplicate key: ";
+
+/// A JSON value whose objects have unique keys.
+struct Unique(Value);
+
+impl<'de> Deserialize<'de> for Unique {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UniqueVisitor).map(Unique)
+    }
+}
+
+struct UniqueVisitor;
+
+impl<'de> Visitor<'de> for UniqueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Unique(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(A::Error::custom(format!("{DUPLICATE}{key}")));
+            }
+            let Unique(value) = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
     }
 }
 
@@ -235,6 +326,37 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_repeated_key_is_refused_at_any_depth() {
+        for body in [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","name":"b"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":[{"k":1,"k":1}]}}"#,
+        ] {
+            let refused = classify(body);
+            assert!(
+                matches!(refused, Err(ClassifyError::DuplicateKey(_))),
+                "{body}: {refused:?}"
+            );
+            assert_eq!(refused.map_err(|e| e.code()), Err(INVALID_REQUEST));
+        }
+        assert_eq!(
+            classify(r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"name":"a","name":"b"}}"#),
+            Err(ClassifyError::DuplicateKey("name".into()))
+        );
+        // The same key in sibling objects is fine; values are parsed as before.
+        let m = classify(
+            r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"m","params":{"a":{"k":1.5e3},"b":{"k":[true,null,"\u00e9"]}}}"#,
+        )
+        .expect("valid");
+        assert_eq!(m.id(), Some(&json!(18446744073709551615u64)));
+        assert_eq!(
+            m.params().map(|p| Value::Object(p.clone())),
+            Some(json!({"a":{"k":1.5e3},"b":{"k":[true,null,"é"]}}))
+        );
+        assert!(matches!(classify("{} x"), Err(ClassifyError::Parse(_))));
     }
 
     #[test]

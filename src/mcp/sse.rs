@@ -8,7 +8,8 @@
 //! Invariants: chunk boundaries never change the result (a line or an event
 //! split across chunks decodes the same); an event larger than the cap is an
 //! error, never an unbounded buffer; priming events (an `id` with empty `data`)
-//! and comments survive a decode/encode round trip.
+//! and comments survive a decode/encode round trip; one leading byte order mark
+//! is dropped, as the SSE standard says.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -49,7 +50,12 @@ pub(crate) struct SseDecoder {
     /// Fields seen since the last dispatch (an event with none is not dispatched).
     fields: usize,
     event_bytes: usize,
+    /// Whether the stream's start has been checked for a byte order mark.
+    started: bool,
 }
+
+/// The UTF-8 byte order mark a stream may start with; the SSE standard drops it.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 // === impl SseDecoder ===
 
@@ -61,12 +67,23 @@ impl SseDecoder {
             event: SseEvent::default(),
             fields: 0,
             event_bytes: 0,
+            started: false,
         }
     }
 
     /// Feeds one chunk; returns the items completed by it.
     pub(crate) fn push(&mut self, chunk: &[u8]) -> Result<Vec<SseItem>, SseError> {
         self.buffer.extend_from_slice(chunk);
+        if !self.started {
+            // Wait until the first bytes show whether they are a BOM.
+            if self.buffer.len() < BOM.len() && BOM.starts_with(&self.buffer) {
+                return Ok(Vec::new());
+            }
+            if self.buffer.starts_with(BOM) {
+                self.buffer.drain(..BOM.len());
+            }
+            self.started = true;
+        }
         let mut items = Vec::new();
         let mut start = 0;
         let mut i = 0;
@@ -95,7 +112,14 @@ impl SseDecoder {
             }
         }
         self.buffer.drain(..start);
-        if self.event_bytes + self.buffer.len() > self.max_event_bytes {
+        // A lone CR waiting for a possible LF ends a blank line: it adds nothing
+        // to the event, whatever the chunking.
+        let pending = if self.buffer == b"\r" {
+            0
+        } else {
+            self.buffer.len()
+        };
+        if self.event_bytes + pending > self.max_event_bytes {
             return Err(SseError::TooLarge(self.max_event_bytes));
         }
         Ok(items)
@@ -103,6 +127,10 @@ impl SseDecoder {
 
     /// Ends the stream: a final event without its blank line is dispatched.
     pub(crate) fn finish(&mut self) -> Result<Option<SseItem>, SseError> {
+        if !self.started && BOM.starts_with(&self.buffer) {
+            // Nothing but (part of) a byte order mark.
+            self.buffer.clear();
+        }
         if !self.buffer.is_empty() {
             let rest = std::mem::take(&mut self.buffer);
             let line = String::from_utf8(rest).map_err(|_| SseError::NotUtf8)?;
@@ -275,6 +303,49 @@ mod tests {
         let mut d = SseDecoder::new(64);
         let many = "data: xxxxxxxxxx\n".repeat(10);
         assert_eq!(d.push(many.as_bytes()), Err(SseError::TooLarge(64)));
+    }
+
+    #[test]
+    fn an_event_at_the_cap_passes_whatever_the_chunking() {
+        // A 31-byte line (32 with its terminator) fills a 32-byte cap; the CR
+        // that follows is a blank line, not one byte too many.
+        let stream = b"data: 0123456789abcdefghijklmno\n\rdata: x\n\n";
+        let whole = decode_in_chunks_max(stream, stream.len(), 32);
+        assert_eq!(whole.as_ref().map(Vec::len), Ok(2));
+        for size in 1..stream.len() {
+            assert_eq!(
+                decode_in_chunks_max(stream, size, 32),
+                whole,
+                "chunk size {size}"
+            );
+        }
+    }
+
+    fn decode_in_chunks_max(
+        stream: &[u8],
+        chunk: usize,
+        max: usize,
+    ) -> Result<Vec<SseItem>, SseError> {
+        let mut d = SseDecoder::new(max);
+        let mut items = Vec::new();
+        for part in stream.chunks(chunk.max(1)) {
+            items.extend(d.push(part)?);
+        }
+        items.extend(d.finish()?);
+        Ok(items)
+    }
+
+    #[test]
+    fn a_leading_byte_order_mark_is_dropped_whatever_the_chunking() {
+        let stream = b"\xEF\xBB\xBFdata: x\n\n\xEF\xBB\xBFdata: y\n\n";
+        let whole = decode_in_chunks(stream, stream.len());
+        assert_eq!(whole[0], SseItem::Event(SseEvent::message("x".into())));
+        // Only the stream's first BOM is special; a later one is part of a field name.
+        assert_eq!(whole.len(), 1);
+        for size in 1..stream.len() {
+            assert_eq!(decode_in_chunks(stream, size), whole, "chunk size {size}");
+        }
+        assert!(decode_in_chunks(b"\xEF\xBB", 1).is_empty());
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! bounded before parsing; in the 2026 era the standard headers must match
 //! the body, and in either era present ones are checked.
 
+use std::time::Duration;
+
 use axum::body::Body;
 use bytes::Bytes;
 use http::{HeaderMap, header};
@@ -79,11 +81,13 @@ fn host_name(host: &str) -> &str {
     host.rsplit_once(':').map(|(h, _)| h).unwrap_or(host)
 }
 
-/// Reads the body, refusing it as soon as it is known to exceed `limit`.
+/// Reads the body, refusing it as soon as it is known to exceed `limit`, or
+/// when it has not all arrived within `deadline` (a slow-body client).
 pub(crate) async fn read_body(
     headers: &HeaderMap,
     body: Body,
     limit: usize,
+    deadline: Duration,
 ) -> Result<Bytes, Rejection> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -92,7 +96,13 @@ pub(crate) async fn read_body(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(Rejection::TooLarge(limit));
     }
-    match Limited::new(body, limit).collect().await {
+    let Ok(read) = tokio::time::timeout(deadline, Limited::new(body, limit).collect()).await else {
+        return Err(Rejection::InvalidParams(format!(
+            "the request body did not arrive within {} s",
+            deadline.as_secs_f64()
+        )));
+    };
+    match read {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Rejection::TooLarge(limit)),
         Err(_) => Err(Rejection::InvalidParams(

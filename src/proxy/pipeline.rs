@@ -199,14 +199,26 @@ async fn serve(
     ex.client = Some(client.clone());
     match (target, parts.method.clone()) {
         (Target::One(server), Method::POST) => {
-            let body = read_body(&parts.headers, body, config.gateway.max_request_bytes).await?;
+            let body = read_body(
+                &parts.headers,
+                body,
+                config.gateway.max_request_bytes,
+                config.gateway.client_timeout,
+            )
+            .await?;
             post(state, live, ex, server, &client, &parts.headers, body).await
         }
         (Target::One(server), Method::GET | Method::DELETE) => {
             stream_or_end(state, live, server, ex, &client, &parts).await
         }
         (Target::Merged, Method::POST) => {
-            let body = read_body(&parts.headers, body, config.gateway.max_request_bytes).await?;
+            let body = read_body(
+                &parts.headers,
+                body,
+                config.gateway.max_request_bytes,
+                config.gateway.client_timeout,
+            )
+            .await?;
             federate::post_merged(state, live, ex, &client, &parts.headers, body).await
         }
         (Target::Merged, Method::DELETE) => federate::end(state, live, ex, &client, &parts).await,
@@ -1226,9 +1238,13 @@ impl Forward<'_> {
         let upstream = &self.server.upstream;
         let sent = Instant::now();
         let idle = idle.then_some(upstream.settings.timeout);
-        let reply = upstream
+        let mut reply = upstream
             .exchange(Method::POST, headers, Some(body), idle)
             .await?;
+        if self.ex_era == Era::Modern {
+            // The 2026 era has no sessions: an upstream's session id is not relayed.
+            reply_headers_mut(&mut reply).remove(MCP_SESSION_ID);
+        }
         self.trail
             .upstream(reply_status(&reply).as_u16(), sent.elapsed());
         if let Some(session) = self.session
@@ -1390,6 +1406,16 @@ impl RetainParamFree for HeaderMap {
 }
 
 fn reply_headers(reply: &super::upstream::Reply) -> &HeaderMap {
+    use super::upstream::Reply;
+    match reply {
+        Reply::Json { headers, .. }
+        | Reply::Sse { headers, .. }
+        | Reply::Empty { headers, .. }
+        | Reply::Other { headers, .. } => headers,
+    }
+}
+
+fn reply_headers_mut(reply: &mut super::upstream::Reply) -> &mut HeaderMap {
     use super::upstream::Reply;
     match reply {
         Reply::Json { headers, .. }

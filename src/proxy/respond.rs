@@ -250,8 +250,17 @@ impl Recipient {
             return Err(self.failure_with(e, report));
         }
         let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) else {
-            return Ok(());
+            // Not a tool result: forwarding it would hand the client a reply it cannot read.
+            let e = UpstreamError::new(UpstreamKind::Protocol, "its result is not a JSON object");
+            return Err(self.failure_with(e, report));
         };
+        if let Some(field) = misshapen_field(result) {
+            let e = UpstreamError::new(
+                UpstreamKind::Protocol,
+                format!("its result's {field} has the wrong type"),
+            );
+            return Err(self.failure_with(e, report));
+        }
         let sanitizer = self.sanitizer();
         if result.get("isError").and_then(Value::as_bool) == Some(true) {
             let text = content_text(result);
@@ -318,6 +327,21 @@ impl Recipient {
     }
 }
 
+/// The first field of a tool result whose JSON type breaks the MCP schema
+/// (`isError` a boolean, `content` an array, `structuredContent` an object).
+fn misshapen_field(result: &serde_json::Map<String, Value>) -> Option<&'static str> {
+    let wrong = |key: &str, ok: fn(&Value) -> bool| result.get(key).is_some_and(|v| !ok(v));
+    if wrong("isError", Value::is_boolean) {
+        Some("isError")
+    } else if wrong("content", Value::is_array) {
+        Some("content")
+    } else if wrong("structuredContent", Value::is_object) {
+        Some("structuredContent")
+    } else {
+        None
+    }
+}
+
 /// An error object's words: its message, and its data when that is text.
 fn error_text(error: &Value) -> String {
     let message = error
@@ -378,6 +402,17 @@ fn is_response(message: &Value) -> bool {
 /// Relays a reply to the client.
 pub(crate) fn relay(reply: Reply, to: Recipient) -> Response {
     match reply {
+        // A tools/call is owed exactly one answer, even when the upstream sends none.
+        Reply::Empty { status, .. } if to.tool.is_some() => {
+            let e = UpstreamError::new(
+                UpstreamKind::Protocol,
+                format!(
+                    "it answered HTTP {} without a response",
+                    status_words(status)
+                ),
+            );
+            to.render(to.failure(e))
+        }
         Reply::Empty { status, headers } => {
             with_headers(Response::new(Body::empty()), status, headers)
         }

@@ -5,8 +5,8 @@
 //! `tools/call` with the fault its tool is named after — down to resetting the
 //! connection in the middle of a stream, which an HTTP framework would not do.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -55,15 +55,108 @@ pub const FAULTS: &[(&str, &str)] = &[
         "split_escape",
         "an OSC 8 link split across two SSE log events, then a result",
     ),
+    ("hang", "accepts the call and never answers"),
+    (
+        "crash_mid_event",
+        "a progress event, half of the result event, then a TCP reset",
+    ),
+    (
+        "huge_json",
+        "a 1 GiB JSON reply, streamed until the reader stops",
+    ),
+    (
+        "huge_sse_event",
+        "one SSE event of 1 GiB, streamed until the reader stops",
+    ),
+    (
+        "flood",
+        "10,000 progress and log notifications, then the result",
+    ),
+    (
+        "chunked_sse",
+        "a valid SSE reply written in odd chunks: CRLF and LF, comments, BOM, unknown fields",
+    ),
+    ("both_result_error", "a response with both result and error"),
+    ("no_id", "a response without an id"),
+    ("result_not_object", "a response whose result is a number"),
+    ("is_error_not_bool", "a result whose isError is a string"),
+    ("text_plain", "the right answer, as text/plain"),
+    (
+        "leaky",
+        "a log notification and a result carrying every canary secret",
+    ),
+    (
+        "leaky_error",
+        "a JSON-RPC error carrying every canary secret",
+    ),
+    (
+        "html_401",
+        "HTTP 401 with an HTML page carrying canary secrets",
+    ),
+    (
+        "canary_forbidden",
+        "a tool no rule allows: it must never run",
+    ),
+    ("sse_bom", "a byte order mark, then a valid SSE reply"),
+    (
+        "own_session",
+        "a valid result with its own Mcp-Session-Id and a cookie",
+    ),
 ];
+
+/// Canary secrets of each kind the gateway must never let through: an AWS
+/// key, a GitHub token, a PEM private key, a JWT, and a card number that
+/// passes Luhn (caught by an operator pattern, see [`CARD_PATTERN`]).
+pub const CANARIES: &[&str] = &[
+    "AKIAZ7QWERTYUIOPCANA",
+    "ghp_C4n4ryT0k3nXq9Wv2Lm8Rt5Yp1Zs7Kd3Hf6J",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAc4n4ryK3yQmV9zX2pL7wR5tY8uN3bH6jD1fG4kS0aE\n-----END RSA PRIVATE KEY-----",
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJjYW5hcnktdXNlciIsImlhdCI6MTcwMDAwMDAwMH0.c4n4rySigN4tur3Qx7Wv2Lm8Rt5Yp1Zs",
+    "4539578763621486",
+];
+
+/// The `[[sanitize.patterns]]` regex that catches the card canary.
+pub const CARD_PATTERN: &str = r"\b4539[0-9]{12}\b";
+
+/// Distinctive fragments of [`CANARIES`]: none may appear in any byte a
+/// client or a log receives (the PEM body and the JWT signature are checked
+/// apart from their well-known prefixes).
+pub const CANARY_FRAGMENTS: &[&str] = &[
+    "AKIAZ7QWERTYUIOPCANA",
+    "C4n4ryT0k3n",
+    "c4n4ryK3y",
+    "c4n4rySigN4tur3",
+    "eyJzdWIiOiJjYW5hcnktdXNlciIs",
+    "4539578763621486",
+    CANARY_PASSWORD,
+];
+
+/// Size of the replies of `huge_json` and `huge_sse_event`.
+pub const HUGE: u64 = 1 << 30;
 
 /// The misbehaving server, serving on a free loopback port until dropped.
 #[derive(Debug)]
 pub struct Misbehaving {
     /// `http://127.0.0.1:P/mcp`.
     pub url: String,
-    calls: Arc<AtomicUsize>,
+    seen: Arc<Seen>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// What reached the server.
+#[derive(Debug, Default)]
+struct Seen {
+    calls: AtomicUsize,
+    /// Tool names called, in order.
+    ran: Mutex<Vec<String>>,
+    /// Every method received (requests and notifications).
+    methods: Mutex<Vec<String>>,
+    /// Raw request bodies.
+    bodies: Mutex<Vec<Vec<u8>>>,
+    /// `hang` connections the other side closed.
+    hangs_closed: AtomicUsize,
+    /// Body bytes written by `huge_json` and `huge_sse_event`.
+    huge_sent: AtomicU64,
 }
 
 impl Drop for Misbehaving {
@@ -76,11 +169,11 @@ impl Misbehaving {
     pub async fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let calls = Arc::new(AtomicUsize::new(0));
-        let seen = calls.clone();
+        let seen = Arc::new(Seen::default());
+        let shared = seen.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let seen = seen.clone();
+                let seen = shared.clone();
                 tokio::spawn(async move {
                     let _ = serve(stream, seen).await;
                 });
@@ -88,14 +181,44 @@ impl Misbehaving {
         });
         Self {
             url: format!("http://{addr}/mcp"),
-            calls,
+            seen,
             task,
         }
     }
 
     /// How many `tools/call` requests reached it.
     pub fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
+        self.seen.calls.load(Ordering::SeqCst)
+    }
+
+    /// Names of the tools called, in order.
+    pub fn ran(&self) -> Vec<String> {
+        self.seen.ran.lock().expect("lock").clone()
+    }
+
+    /// Every method received, requests and notifications, in order.
+    pub fn methods(&self) -> Vec<String> {
+        self.seen.methods.lock().expect("lock").clone()
+    }
+
+    /// Whether any request body that reached the server contains `needle`.
+    pub fn received(&self, needle: &str) -> bool {
+        self.seen
+            .bodies
+            .lock()
+            .expect("lock")
+            .iter()
+            .any(|b| String::from_utf8_lossy(b).contains(needle))
+    }
+
+    /// How many `hang` calls the gateway has given up on (closed the connection).
+    pub fn hangs_closed(&self) -> usize {
+        self.seen.hangs_closed.load(Ordering::SeqCst)
+    }
+
+    /// Body bytes the huge replies managed to write before the reader stopped.
+    pub fn huge_sent(&self) -> u64 {
+        self.seen.huge_sent.load(Ordering::SeqCst)
     }
 }
 
@@ -124,7 +247,7 @@ fn tools() -> Value {
     Value::Array(tools)
 }
 
-async fn read_request(stream: &mut TcpStream) -> Option<Value> {
+async fn read_request(stream: &mut TcpStream, seen: &Seen) -> Option<Value> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let head_end = loop {
@@ -150,7 +273,9 @@ async fn read_request(stream: &mut TcpStream) -> Option<Value> {
         }
         buf.extend_from_slice(&chunk[..n]);
     }
-    serde_json::from_slice(&buf[head_end..head_end + length]).ok()
+    let body = &buf[head_end..head_end + length];
+    seen.bodies.lock().expect("lock").push(body.to_vec());
+    serde_json::from_slice(body).ok()
 }
 
 async fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &[u8]) {
@@ -186,10 +311,14 @@ fn progress() -> String {
     format!("data: {p}\n\n")
 }
 
-async fn serve(mut stream: TcpStream, calls: Arc<AtomicUsize>) -> std::io::Result<()> {
-    let Some(request) = read_request(&mut stream).await else {
+async fn serve(mut stream: TcpStream, seen: Arc<Seen>) -> std::io::Result<()> {
+    let Some(request) = read_request(&mut stream, &seen).await else {
         return Ok(());
     };
+    seen.methods
+        .lock()
+        .expect("lock")
+        .push(request["method"].as_str().unwrap_or_default().to_owned());
     let id = request.get("id").cloned().unwrap_or(Value::Null);
     let json_ct = "application/json";
     match request["method"].as_str().unwrap_or_default() {
@@ -211,9 +340,10 @@ async fn serve(mut stream: TcpStream, calls: Arc<AtomicUsize>) -> std::io::Resul
             .await;
         }
         "tools/call" => {
-            calls.fetch_add(1, Ordering::SeqCst);
+            seen.calls.fetch_add(1, Ordering::SeqCst);
             let name = request["params"]["name"].as_str().unwrap_or_default();
-            fault(&mut stream, name, &id).await;
+            seen.ran.lock().expect("lock").push(name.to_owned());
+            fault(&mut stream, name, &id, &seen).await;
         }
         _ if request.get("id").is_none() => {
             respond(&mut stream, "202 Accepted", json_ct, b"").await;
@@ -231,7 +361,7 @@ async fn serve(mut stream: TcpStream, calls: Arc<AtomicUsize>) -> std::io::Resul
     Ok(())
 }
 
-async fn fault(stream: &mut TcpStream, name: &str, id: &Value) {
+async fn fault(stream: &mut TcpStream, name: &str, id: &Value, seen: &Seen) {
     let json_ct = "application/json";
     match name {
         "wrong_id" => {
@@ -375,6 +505,183 @@ async fn fault(stream: &mut TcpStream, name: &str, id: &Value) {
             );
             respond(stream, "200 OK", json_ct, &body).await;
         }
+        "hang" => {
+            // Read until the gateway gives up on the call and closes the connection.
+            let mut buf = [0u8; 256];
+            while let Ok(n) = stream.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+            }
+            seen.hangs_closed.fetch_add(1, Ordering::SeqCst);
+        }
+        "crash_mid_event" => {
+            sse_head(stream).await;
+            let half = format!(
+                "data: {{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\"ha"
+            );
+            let _ = stream
+                .write_all(format!("{}{half}", progress()).as_bytes())
+                .await;
+            let _ = stream.flush().await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            #[allow(deprecated)]
+            let _ = stream.set_linger(Some(Duration::ZERO));
+        }
+        "huge_json" => {
+            let prefix = format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\""
+            );
+            let suffix = "\"}]}}";
+            let length = prefix.len() as u64 + HUGE + suffix.len() as u64;
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {length}\r\nconnection: close\r\n\r\n"
+            );
+            let _ = stream.write_all(head.as_bytes()).await;
+            let _ = stream.write_all(prefix.as_bytes()).await;
+            if stream_filler(stream, seen).await {
+                let _ = stream.write_all(suffix.as_bytes()).await;
+            }
+        }
+        "huge_sse_event" => {
+            sse_head(stream).await;
+            let prefix = format!(
+                "data: {{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\""
+            );
+            let _ = stream.write_all(prefix.as_bytes()).await;
+            if stream_filler(stream, seen).await {
+                let _ = stream.write_all(b"\"}]}}\n\n").await;
+            }
+        }
+        "flood" => {
+            sse_head(stream).await;
+            let mut batch = String::new();
+            for i in 0..10_000u32 {
+                let m = if i % 2 == 0 {
+                    json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                           "params": {"progressToken": "t", "progress": i, "message": "step"}})
+                } else {
+                    json!({"jsonrpc": "2.0", "method": "notifications/message",
+                           "params": {"level": "info", "data": format!("line {i} password={CANARY_PASSWORD}")}})
+                };
+                batch.push_str(&format!("data: {m}\n\n"));
+                if batch.len() > 64 * 1024 {
+                    if stream.write_all(batch.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    batch.clear();
+                }
+            }
+            let done = json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "flooded"}]}});
+            batch.push_str(&format!("data: {done}\n\n"));
+            let _ = stream.write_all(batch.as_bytes()).await;
+        }
+        "chunked_sse" => {
+            sse_head(stream).await;
+            let _ = stream.set_nodelay(true);
+            let response = json!({"jsonrpc": "2.0", "id": id,
+                                  "result": {"content": [{"type": "text", "text": "chunked ok"}]}})
+            .to_string();
+            // Split the response between two `data:` lines at a comma: the
+            // joined data (with its `\n`) is still the same JSON.
+            let comma = response.find(",").expect("a comma");
+            let (head, tail) = response.split_at(comma + 1);
+            let p = progress();
+            let p = p.trim_end();
+            let body = format!(
+                ": keep-alive\r\n\r\nevent: something-new\r\nid: 1\r\n{p}\r\n\r\nretry: 100\n\
+                 : comment between fields\nunknown-field: x\n{p}\r\rdata: {head}\r\ndata: {tail}\n\n"
+            );
+            // Odd chunk sizes, each its own TCP segment.
+            let sizes = [1usize, 2, 3, 5, 8, 13, 21, 34, 55, 7, 1, 1, 4];
+            let mut rest = body.as_bytes();
+            let mut k = 0;
+            while !rest.is_empty() {
+                let n = sizes[k % sizes.len()].min(rest.len());
+                if stream.write_all(&rest[..n]).await.is_err() {
+                    return;
+                }
+                let _ = stream.flush().await;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                rest = &rest[n..];
+                k += 1;
+            }
+        }
+        "both_result_error" => {
+            let body = json!({"jsonrpc": "2.0", "id": id,
+                              "result": {"content": [{"type": "text", "text": "which one?"}]},
+                              "error": {"code": -32000, "message": "both"}});
+            respond(stream, "200 OK", json_ct, body.to_string().as_bytes()).await;
+        }
+        "no_id" => {
+            let body = json!({"jsonrpc": "2.0", "result": {"content": [{"type": "text", "text": "whose?"}]}});
+            respond(stream, "200 OK", json_ct, body.to_string().as_bytes()).await;
+        }
+        "result_not_object" => {
+            respond(stream, "200 OK", json_ct, &result(id, json!(5))).await;
+        }
+        "is_error_not_bool" => {
+            let body = result(
+                id,
+                json!({"content": [{"type": "text", "text": "maybe"}], "isError": "yes"}),
+            );
+            respond(stream, "200 OK", json_ct, &body).await;
+        }
+        "text_plain" => {
+            let body = result(id, json!({"content": [{"type": "text", "text": "plain"}]}));
+            respond(stream, "200 OK", "text/plain", &body).await;
+        }
+        "leaky" => {
+            sse_head(stream).await;
+            let all = CANARIES.join(" ");
+            let log = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                             "params": {"level": "error", "data": format!("connecting with {all}")}});
+            let done = json!({"jsonrpc": "2.0", "id": id, "result": {
+                "content": [{"type": "text", "text": format!("config dump: {all} password={CANARY_PASSWORD}")}],
+                "structuredContent": {"keys": CANARIES}}});
+            let _ = stream
+                .write_all(format!("data: {log}\n\ndata: {done}\n\n").as_bytes())
+                .await;
+        }
+        "leaky_error" => {
+            let text = format!("failed to connect with {}", CANARIES.join(" "));
+            respond(stream, "200 OK", json_ct, &rpc_error(id, -32603, &text)).await;
+        }
+        "html_401" => {
+            let page = format!(
+                "<html><body><h1>401</h1><pre>{} password={CANARY_PASSWORD}</pre></body></html>",
+                CANARIES.join(" ")
+            );
+            respond(stream, "401 Unauthorized", "text/html", page.as_bytes()).await;
+        }
+        "sse_bom" => {
+            sse_head(stream).await;
+            let done = json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "bom ok"}]}});
+            let _ = stream
+                .write_all(format!("\u{feff}data: {done}\n\n").as_bytes())
+                .await;
+        }
+        "own_session" => {
+            let body = result(
+                id,
+                json!({"content": [{"type": "text", "text": "with a session"}]}),
+            );
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+                 mcp-session-id: upstream-minted-{CANARY_PASSWORD}\r\n\
+                 set-cookie: sid={CANARY_PASSWORD}; HttpOnly\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes()).await;
+            let _ = stream.write_all(&body).await;
+        }
+        "canary_forbidden" => {
+            let body = result(
+                id,
+                json!({"content": [{"type": "text", "text": "the forbidden tool ran"}]}),
+            );
+            respond(stream, "200 OK", json_ct, &body).await;
+        }
         _ => {
             respond(
                 stream,
@@ -385,4 +692,21 @@ async fn fault(stream: &mut TcpStream, name: &str, id: &Value) {
             .await;
         }
     }
+}
+
+/// Writes [`HUGE`] filler bytes in 64 KiB writes, counting what went out,
+/// until done (true) or the reader stops (false). Nothing is allocated past
+/// the one chunk.
+async fn stream_filler(stream: &mut TcpStream, seen: &Seen) -> bool {
+    let chunk = vec![b'x'; 64 * 1024];
+    let mut left = HUGE;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        if stream.write_all(&chunk[..n]).await.is_err() {
+            return false;
+        }
+        seen.huge_sent.fetch_add(n as u64, Ordering::SeqCst);
+        left -= n as u64;
+    }
+    true
 }

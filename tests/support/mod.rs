@@ -7,8 +7,10 @@
 
 #![allow(dead_code)]
 
+pub mod fuzz;
 pub mod jwt;
 pub mod misbehaving;
+pub mod process;
 pub mod redis;
 pub mod upstreams;
 

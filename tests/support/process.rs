@@ -1,0 +1,175 @@
+//! The real `portcullis` binary as a process under observation: every byte it
+//! writes to stdout and stderr is kept for scanning, and its resident memory
+//! and open file descriptors are read from `/proc/<pid>`.
+//!
+//! Resource checks poll a bounded number of times for the process to come back
+//! to its baseline; they never assert how long that takes.
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+
+/// A running gateway process, killed when dropped.
+#[derive(Debug)]
+pub struct Observed {
+    child: Child,
+    pid: u32,
+    /// `http://127.0.0.1:P` of the MCP listener.
+    pub base: String,
+    /// `127.0.0.1:P` of the MCP listener.
+    pub addr: String,
+    output: Arc<Mutex<Vec<String>>>,
+    _config: tempfile::NamedTempFile,
+}
+
+impl Observed {
+    /// Writes `config` to a file and runs `portcullis run --config <file>`.
+    pub async fn start(config: &str) -> Self {
+        let file = tempfile::Builder::new()
+            .suffix(".toml")
+            .tempfile()
+            .expect("temp config");
+        std::fs::write(file.path(), config).expect("write config");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+            .arg("run")
+            .arg("--config")
+            .arg(file.path())
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the binary starts");
+        let pid = child.id().expect("pid");
+        let output = Arc::new(Mutex::new(Vec::new()));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        keep(child.stdout.take().expect("stdout"), output.clone(), None);
+        keep(
+            child.stderr.take().expect("stderr"),
+            output.clone(),
+            Some(tx),
+        );
+        let addr = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| {
+                panic!(
+                    "the binary logs its listening address; output: {:?}",
+                    output.lock().expect("lock")
+                )
+            });
+        Self {
+            child,
+            pid,
+            base: format!("http://{addr}"),
+            addr,
+            output,
+            _config: file,
+        }
+    }
+
+    /// `http://127.0.0.1:P/mcp/<server>`.
+    pub fn url(&self, server: &str) -> String {
+        format!("{}/mcp/{server}", self.base)
+    }
+
+    /// Everything the process wrote so far, one line per entry.
+    pub fn output(&self) -> Vec<String> {
+        self.output.lock().expect("lock").clone()
+    }
+
+    /// Resident memory (`VmRSS`), KiB.
+    pub fn rss_kib(&self) -> u64 {
+        self.status_field("VmRSS:")
+    }
+
+    /// Peak resident memory (`VmHWM`), KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        self.status_field("VmHWM:")
+    }
+
+    fn status_field(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
+            .expect("the process is alive");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{field} in /proc/{}/status", self.pid))
+    }
+
+    /// Open file descriptors.
+    pub fn fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid))
+            .expect("the process is alive")
+            .count()
+    }
+
+    /// Threads of the process (the runtime's workers and blocking pool).
+    pub fn threads(&self) -> u64 {
+        self.status_field("Threads:")
+    }
+
+    /// Whether the process is still running (no panic with `abort`, no exit).
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The lowest count of open descriptors over `samples` looks, 50 ms apart:
+    /// a baseline that connections closing on their own time do not inflate.
+    pub async fn quiet_fds(&self, samples: usize) -> usize {
+        let mut low = self.fds();
+        for _ in 0..samples {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            low = low.min(self.fds());
+        }
+        low
+    }
+
+    /// Polls (at most `tries` times, 100 ms apart) until the open descriptors
+    /// are back to at most `baseline`; returns the last count.
+    pub async fn settle_fds(&self, baseline: usize, tries: usize) -> usize {
+        let mut now = self.fds();
+        for _ in 0..tries {
+            if now <= baseline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            now = self.fds();
+        }
+        now
+    }
+
+    /// Stops the process by its PID and waits for it.
+    pub async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// Keeps every line of `pipe`; sends the MCP address of the `listening` line on `tx`.
+fn keep(
+    pipe: impl AsyncRead + Unpin + Send + 'static,
+    output: Arc<Mutex<Vec<String>>>,
+    mut tx: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+) {
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(pipe).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(sender) = &tx
+                && let Ok(v) = serde_json::from_str::<Value>(&line)
+                && v["message"] == "listening"
+            {
+                let _ = sender.send(v["mcp"].as_str().unwrap_or_default().to_owned());
+                tx = None;
+            }
+            output.lock().expect("lock").push(line);
+        }
+    });
+}
