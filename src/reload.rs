@@ -139,6 +139,7 @@ fn record(state: &AppState, trigger: &'static str, result: &Result<(), String>) 
         .reload_status
         .lock()
         .unwrap_or_else(|e| e.into_inner());
+    state.metrics.reloaded(result.is_ok());
     status.ok = Some(result.is_ok());
     status.at_ms = Some(at_ms);
     status.trigger = Some(trigger);
@@ -251,7 +252,15 @@ mod tests {
         let pins = Pins::open(None, "t.toml").expect("pins");
         let first = config("5s");
         let audit = crate::audit::Audit::open(&first.audit).expect("audit");
-        let state = AppState::new(Arc::new(first), pins, audit, true, None).expect("state");
+        let state = AppState::new(
+            Arc::new(first),
+            pins,
+            audit,
+            Arc::new(crate::telemetry::Traces::off()),
+            true,
+            None,
+        )
+        .expect("state");
         let before = state.live.load_full();
         apply(&state, config("7s")).expect("applied");
         let after = state.live.load_full();
@@ -266,7 +275,15 @@ mod tests {
         let pins = Pins::open(None, "t.toml").expect("pins");
         let first = config("5s");
         let audit = crate::audit::Audit::open(&first.audit).expect("audit");
-        let state = AppState::new(Arc::new(first), pins, audit, true, None).expect("state");
+        let state = AppState::new(
+            Arc::new(first),
+            pins,
+            audit,
+            Arc::new(crate::telemetry::Traces::off()),
+            true,
+            None,
+        )
+        .expect("state");
         let before = state.live.load_full();
         let mut moved = config("7s");
         moved.gateway.admin_listen = "127.0.0.1:9999".parse().expect("addr");

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod misbehaving;
+pub mod otlp;
 pub mod redis;
 pub mod upstreams;
 
