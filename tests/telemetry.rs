@@ -3,7 +3,8 @@
 //! stage, the MCP/GenAI and HTTP attributes (and never arguments or results),
 //! refusals marked as errors, the client's trace context from the
 //! `traceparent` header or from `params._meta` (which wins), the upstream
-//! receiving a `traceparent` that names the forward stage, the audit row
+//! receiving a `traceparent` that names the forward stage (in the header, and
+//! in `params._meta` when the client put one there), the audit row
 //! carrying the exported trace id, and the real binary sending its last spans
 //! when SIGTERM stops it. JSON logs never carry arguments or results.
 
@@ -323,6 +324,14 @@ async fn a_meta_traceparent_wins_over_the_header_and_reaches_the_upstream() {
         .find(|c| last.contains(&c.span_id))
         .expect("the upstream's parent is a stage of the request");
     assert_eq!(forward.name, "forward");
+    // The body's _meta names the same stage; the rest of the body is as the client sent it.
+    let sent: Value =
+        serde_json::from_slice(upstream.bodies().last().expect("a body")).expect("JSON");
+    assert_eq!(sent["params"]["_meta"]["traceparent"], last);
+    assert_eq!(sent["params"]["_meta"]["tracestate"], "congo=t61rcWkgMzE");
+    let mut unchanged = sent.clone();
+    unchanged["params"]["_meta"]["traceparent"] = traceparent(meta_trace, meta_span).into();
+    assert_eq!(unchanged, body);
     let rows = audit_rows(&db);
     assert_eq!(rows.last().and_then(|r| r.0.as_deref()), Some(meta_trace));
 }

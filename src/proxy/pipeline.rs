@@ -1078,7 +1078,7 @@ async fn stream_or_end(
     let mut out = forwarded_headers(&parts.headers, accept);
     ex.trail
         .trace()
-        .forward(&mut out, &server.upstream.settings.url);
+        .forward(&mut out, None, &server.upstream.settings.url);
     let name = server.upstream.settings.name.clone();
     let sent = Instant::now();
     let response = server
@@ -1138,11 +1138,9 @@ impl Forward<'_> {
         idle: bool,
     ) -> Result<super::upstream::Reply, UpstreamError> {
         let upstream = &self.server.upstream;
-        self.trail
-            .trace()
-            .forward(&mut headers, &upstream.settings.url);
+        let body = (self.trail.trace()).forward(&mut headers, Some(body), &upstream.settings.url);
         let sent = Instant::now();
-        let response = upstream.send(Method::POST, headers, Some(body)).await?;
+        let response = upstream.send(Method::POST, headers, body).await?;
         let idle = idle.then_some(upstream.settings.timeout);
         let reply = upstream.read(response, idle).await?;
         self.trail

@@ -18,6 +18,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
+use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Version};
 use opentelemetry::KeyValue;
 use opentelemetry::trace::{SpanId, SpanKind, TraceId};
@@ -50,6 +51,8 @@ struct State {
     /// The client's context: `params._meta` over the `traceparent` header.
     parent: Option<TraceParent>,
     tracestate: Option<String>,
+    /// The `params._meta.traceparent` text as the client sent it.
+    meta_traceparent: Option<String>,
     /// The parent's trace id, or a new one (only when tracing is on).
     trace_id: Option<TraceId>,
     span_id: SpanId,
@@ -99,6 +102,7 @@ impl RequestTrace {
         let mut state = State {
             parent,
             tracestate: parent.and(text("tracestate")).map(str::to_owned),
+            meta_traceparent: None,
             trace_id: parent.map(|p| p.trace_id),
             span_id: SpanId::INVALID,
             started,
@@ -153,13 +157,15 @@ impl RequestTrace {
     /// and the trace context of `params._meta`, which takes the place of the
     /// header's (it names the MCP request, not the HTTP exchange).
     pub(crate) fn classified(&self, message: &Message) {
-        let meta_parent = message.meta_str("traceparent").and_then(TraceParent::parse);
+        let meta_text = message.meta_str("traceparent");
+        let meta_parent = meta_text.and_then(TraceParent::parse);
         let on = self.exporter.is_some();
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(parent) = meta_parent {
             state.parent = Some(parent);
             state.tracestate = message.meta_str("tracestate").map(str::to_owned);
             state.trace_id = Some(parent.trace_id);
+            state.meta_traceparent = meta_text.map(str::to_owned);
         }
         if !on {
             return;
@@ -181,9 +187,16 @@ impl RequestTrace {
     }
 
     /// Opens the forward stage to `url`, and gives the upstream a
-    /// `traceparent` naming it. With tracing off the client's trace context
-    /// crosses unchanged.
-    pub(crate) fn forward(&self, headers: &mut HeaderMap, url: &reqwest::Url) {
+    /// `traceparent` naming it, in the header and — when the client put one
+    /// there — in the body's `params._meta` (see [`swap_traceparent`]). With
+    /// tracing off the client's trace context crosses unchanged.
+    pub(crate) fn forward(
+        &self,
+        headers: &mut HeaderMap,
+        body: Option<Bytes>,
+        url: &reqwest::Url,
+    ) -> Option<Bytes> {
+        let mut body = body;
         self.with(|s| {
             let mut open = Open::new(FORWARD, Instant::now());
             open.upstream = url
@@ -194,11 +207,16 @@ impl RequestTrace {
                 span_id: open.span_id,
                 sampled: s.sampled(),
             };
-            if let Ok(value) = HeaderValue::from_str(&context.header()) {
+            let text = context.header();
+            if let (Some(old), Some(b)) = (&s.meta_traceparent, &body) {
+                body = Some(swap_traceparent(b, old, &text));
+            }
+            if let Ok(value) = HeaderValue::from_str(&text) {
                 headers.insert("traceparent", value);
             }
             s.open_stage(open);
         });
+        body
     }
 
     /// The upstream replied with `status`: the forward stage ends and the
@@ -330,6 +348,37 @@ impl Open {
     }
 }
 
+/// `body` with the client's `_meta` `traceparent` text replaced by `new`, in
+/// place: the body is not re-serialized, so everything the gateway checked
+/// (and every header mirroring the body) stays as it was. Done only when the
+/// old text appears exactly once, as a JSON string, with the same length.
+fn swap_traceparent(body: &Bytes, old: &str, new: &str) -> Bytes {
+    let quoted = |t: &str| format!("\"{t}\"");
+    let (old, new) = (quoted(old), quoted(new));
+    if old.len() != new.len() {
+        return body.clone();
+    }
+    match places(body, old.as_bytes()).as_slice() {
+        [at] => {
+            let mut out = body.to_vec();
+            out[*at..*at + new.len()].copy_from_slice(new.as_bytes());
+            Bytes::from(out)
+        }
+        _ => body.clone(),
+    }
+}
+
+/// Where `needle` starts in `haystack`: at most two places (more is as ambiguous as two).
+fn places(haystack: &[u8], needle: &[u8]) -> Vec<usize> {
+    haystack
+        .windows(needle.len())
+        .enumerate()
+        .filter(|(_, w)| *w == needle)
+        .map(|(i, _)| i)
+        .take(2)
+        .collect()
+}
+
 fn request_attributes(facts: &Facts, event: &Event, error: Option<&str>) -> Vec<KeyValue> {
     let mut a = Vec::with_capacity(20);
     let mut text = |key: &'static str, value: Option<&str>| {
@@ -391,4 +440,40 @@ fn new_span_id() -> SpanId {
     let mut bytes = rand::random::<[u8; 8]>();
     bytes[7] |= u8::from(bytes == [0; 8]);
     SpanId::from_bytes(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OLD: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    const NEW: &str = "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01";
+
+    #[test]
+    fn swaps_the_meta_traceparent_in_place() {
+        let body =
+            format!(r#"{{"params":{{"_meta":{{"traceparent":"{OLD}"}},"arguments":{{}}}}}}"#);
+        let out = swap_traceparent(&Bytes::from(body.clone()), OLD, NEW);
+        assert_eq!(out.len(), body.len());
+        assert_eq!(String::from_utf8_lossy(&out), body.replace(OLD, NEW));
+    }
+
+    #[test]
+    fn leaves_the_body_alone_when_the_text_is_ambiguous() {
+        let body = format!(
+            r#"{{"params":{{"_meta":{{"traceparent":"{OLD}"}},"arguments":{{"x":"{OLD}"}}}}}}"#
+        );
+        let body = Bytes::from(body);
+        assert_eq!(swap_traceparent(&body, OLD, NEW), body);
+        let escaped = Bytes::from(format!(r#"{{"traceparent":"\u0030{}"}}"#, &OLD[1..]));
+        assert_eq!(swap_traceparent(&escaped, OLD, NEW), escaped);
+    }
+
+    #[test]
+    fn hashes_session_ids() {
+        let h = hash("a-session");
+        assert_eq!(h.len(), 32);
+        assert_ne!(h, hash("another-session"));
+        assert!(!h.contains("a-session"));
+    }
 }
