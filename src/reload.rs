@@ -120,6 +120,13 @@ fn fixed(old: &Config, new: &Config) -> Result<(), String> {
             new.source
         ));
     }
+    if old.telemetry.otlp_endpoint != new.telemetry.otlp_endpoint {
+        return Err(format!(
+            "{}: `telemetry.otlp_endpoint` changed; the span exporter is set up at start and cannot \
+             change on reload (restart the gateway); the running configuration stays in force",
+            new.source
+        ));
+    }
     if old.pins.database != new.pins.database {
         return Err(format!(
             "{}: `pins.database` changed; the pin store is opened at start and cannot change on reload \
@@ -267,6 +274,16 @@ mod tests {
         assert!(Arc::ptr_eq(&before.servers["a"], &after.servers["a"]));
         assert!(!Arc::ptr_eq(&before.servers["b"], &after.servers["b"]));
         assert!(!Arc::ptr_eq(&before.config, &after.config));
+    }
+
+    #[test]
+    fn a_moved_span_exporter_is_refused() {
+        let old = config("5s");
+        let mut new = config("5s");
+        new.telemetry.otlp_endpoint = reqwest::Url::parse("http://127.0.0.1:4318").ok();
+        let refused = fixed(&old, &new).expect_err("refused");
+        assert!(refused.contains("telemetry.otlp_endpoint"), "{refused}");
+        assert!(fixed(&old, &config("9s")).is_ok());
     }
 
     #[test]

@@ -11,6 +11,8 @@
 
 pub mod context;
 pub mod export;
+#[doc(hidden)]
+pub mod probe;
 pub(crate) mod span;
 
 pub use export::{ExportCounters, Traces};

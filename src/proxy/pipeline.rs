@@ -17,7 +17,9 @@
 //! force once ([`Live`]) and is decided under it to the end. In observe mode
 //! (`mode = "observe"`, per gateway or server) a policy, rate-limit or
 //! validation refusal is recorded as `would_refuse` instead of stopping the
-//! exchange; transport refusals stop it in every mode.
+//! exchange; transport refusals stop it in every mode. Each step announces
+//! itself on the request's trail (`ex.trail.stage(..)`), which makes it a
+//! child span of the request when traces are exported.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
