@@ -19,6 +19,9 @@ pub struct Probe {
     body: Bytes,
     message: Message,
     uri: Uri,
+    upstream: reqwest::Url,
+    /// The audit event the pipeline would have filled in by the end.
+    event: Event,
 }
 
 impl Probe {
@@ -30,6 +33,19 @@ impl Probe {
             body: Bytes::from(body.to_owned()),
             message,
             uri: Uri::from_static("/mcp/demo"),
+            upstream: reqwest::Url::parse("http://127.0.0.1:8080/mcp")
+                .map_err(|e| e.to_string())?,
+            event: Event {
+                client: Some("alice".into()),
+                server: Some("demo".into()),
+                method: "tools/call".into(),
+                tool: Some("echo".into()),
+                decision: "forwarded".into(),
+                stage: "forwarded".into(),
+                http_status: Some(200),
+                era: "2026-07-28".into(),
+                ..Event::default()
+            },
         })
     }
 
@@ -54,23 +70,11 @@ impl Probe {
         trace.stage("rate_limit");
         trace.stage("validate");
         let mut out = HeaderMap::new();
-        let url = reqwest::Url::parse("http://127.0.0.1:8080/mcp").ok()?;
-        let body = trace.forward(&mut out, Some(self.body.clone()), &url);
-        std::hint::black_box(body);
+        let body = trace.forward(&mut out, Some(self.body.clone()), &self.upstream);
+        std::hint::black_box((body, out));
         trace.replied(200);
-        let event = Event {
-            client: Some("alice".into()),
-            server: Some("demo".into()),
-            method: "tools/call".into(),
-            tool: Some("echo".into()),
-            decision: "forwarded".into(),
-            stage: "forwarded".into(),
-            http_status: Some(200),
-            era: "2026".into(),
-            ..Event::default()
-        };
         let id = trace.trace_id();
-        trace.finish(&event);
+        trace.finish(&self.event);
         id
     }
 }

@@ -115,14 +115,18 @@ impl RequestTrace {
             state.trace_id = state.trace_id.or_else(|| Some(new_trace_id()));
             state.span_id = new_span_id();
             state.open = Some(Open::new("admit", started));
-            let host = uri.host().map(str::to_owned).or_else(|| {
-                text("host").map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name).to_owned())
+            // HTTP/2 names the authority in the URI, HTTP/1.1 in `Host`.
+            let authority = uri
+                .authority()
+                .cloned()
+                .or_else(|| text("host").and_then(|h| h.parse::<http::uri::Authority>().ok()));
+            let host = authority.as_ref().map(|a| {
+                a.host()
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_owned()
             });
-            let port = uri.port_u16().or_else(|| {
-                text("host")
-                    .and_then(|h| h.rsplit_once(':'))
-                    .and_then(|(_, p)| p.parse().ok())
-            });
+            let port = authority.as_ref().and_then(|a| a.port_u16());
             state.facts = Facts {
                 http_method: method.to_string(),
                 http_version: match version {
