@@ -1,7 +1,7 @@
 //! OpenTelemetry traces, checked at a real OTLP/HTTP receiver that decodes the
 //! protobuf the gateway sends: a request span with one child per pipeline
 //! stage, the MCP/GenAI and HTTP attributes (and never arguments or results),
-//! refusals marked as errors, the client's trace context from the
+//! refusals and upstream failures marked as errors, the client's trace context from the
 //! `traceparent` header or from `params._meta` (which wins), the upstream
 //! receiving a `traceparent` that names the forward stage (in the header, and
 //! in `params._meta` when the client put one there), the audit row
@@ -408,4 +408,46 @@ async fn sigterm_sends_the_last_spans_and_json_logs_hold_no_arguments_or_results
             root.trace_id
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_failure_is_an_error_on_the_forward_stage() {
+    let receiver = Receiver::start().await;
+    let gw = TestGateway::start(
+        &[("dead", "http://127.0.0.1:9/mcp")],
+        &format!(
+            "{}{}\n[telemetry]\notlp_endpoint = \"{}\"\n",
+            clients(),
+            allow_all(),
+            receiver.endpoint
+        ),
+    )
+    .await;
+    call(&gw.url("dead"), ALICE, "anything", json!({}), &[]).await;
+    gw.stop().await;
+
+    let spans = receiver.spans();
+    let root = spans
+        .iter()
+        .find(|s| s.kind == SERVER)
+        .expect("the request's span");
+    assert_eq!(
+        root.attr("portcullis.decision"),
+        Some("upstream_unavailable")
+    );
+    assert_eq!(root.attr("error.type"), Some("upstream_unavailable"));
+    assert_eq!(root.status_code, 2);
+    let forward = spans
+        .iter()
+        .filter(|s| s.parent_span_id == root.span_id && s.name == "forward")
+        .last()
+        .expect("a forward stage");
+    assert_eq!(forward.kind, CLIENT);
+    assert_eq!(forward.status_code, 2, "{forward:#?}");
+    assert_eq!(forward.attr("error.type"), Some("upstream_unavailable"));
+    assert_eq!(
+        forward.attr("http.response.status_code"),
+        None,
+        "no reply came"
+    );
 }
