@@ -439,8 +439,8 @@ async fn an_upstream_failure_is_an_error_on_the_forward_stage() {
     assert_eq!(root.status_code, 2);
     let forward = spans
         .iter()
-        .filter(|s| s.parent_span_id == root.span_id && s.name == "forward")
-        .last()
+        .rev()
+        .find(|s| s.parent_span_id == root.span_id && s.name == "forward")
         .expect("a forward stage");
     assert_eq!(forward.kind, CLIENT);
     assert_eq!(forward.status_code, 2, "{forward:#?}");
