@@ -6,9 +6,10 @@
 //! Invariants: both listeners are bound before anything is served (so a port
 //! clash fails start-up, not the first request); shutdown stops accepting at
 //! once and gives in-flight requests at most `shutdown_grace` to finish; pins
-//! and audit events still queued are written, and stdio servers' processes
-//! stopped, before `run` returns; a gateway started from a file watches that
-//! file and reloads it (see [`crate::reload`]).
+//! and audit events still queued are written, spans still queued are
+//! exported, and stdio servers' processes stopped, before `run` returns; a
+//! gateway started from a file watches that file and reloads it (see
+//! [`crate::reload`]).
 
 use std::future::Future;
 use std::io;
@@ -29,6 +30,7 @@ use crate::pins::Pins;
 use crate::proxy::{self, AppState};
 use crate::ratelimit;
 use crate::reload;
+use crate::telemetry::Traces;
 use crate::{admin, dashboard};
 
 /// A gateway with its sockets bound, ready to serve.
@@ -87,7 +89,15 @@ impl Gateway {
             .await
             .map_err(io::Error::other)?
             .map_err(io::Error::other)?;
-        let state = AppState::new(Arc::new(config), pins, audit, loopback, path)?;
+        let traces = Traces::start(&config.telemetry).map_err(io::Error::other)?;
+        let state = AppState::new(
+            Arc::new(config),
+            pins,
+            audit,
+            Arc::new(traces),
+            loopback,
+            path,
+        )?;
         Ok(Self {
             state: Arc::new(state),
             watch: true,
@@ -149,13 +159,16 @@ impl Gateway {
         tokio::pin!(servers);
         let (pins, audit) = (self.state.pins.clone(), self.state.audit.clone());
         let state = self.state.clone();
+        let traces = self.state.traces.clone();
         let flush = || async move {
             // Stdio servers' processes end with the gateway.
             state.stop_upstreams().await;
-            // Pins and audit events not yet on disk are written before the process ends.
+            // Pins and audit events not yet on disk are written, and spans not
+            // yet exported are sent, before the process ends.
             let _ = tokio::task::spawn_blocking(move || {
                 pins.flush();
                 audit.flush();
+                traces.flush();
             })
             .await;
         };

@@ -33,6 +33,7 @@ use crate::dashboard::Recent;
 use crate::metrics::Metrics;
 use crate::pins::store;
 use crate::sanitize::{Report, Sanitizer, Skip};
+use crate::telemetry::span::RequestTrace;
 
 /// Events the queue holds before new ones are dropped.
 pub const QUEUE: usize = 65_536;
@@ -72,7 +73,9 @@ const MIGRATIONS: &[&str] = &[
 pub struct Event {
     /// When the request arrived, in milliseconds since the Unix epoch.
     pub time_ms: i64,
-    /// The W3C trace id the client sent (`traceparent`), if any.
+    /// The W3C trace id of the request's spans: the client's (`traceparent`
+    /// in `params._meta` or the header), or one of the gateway's own when
+    /// traces are exported.
     pub trace_id: Option<String>,
     pub client: Option<String>,
     /// The client is a JWT subject not named in `[clients]` (counted as
@@ -271,6 +274,8 @@ pub(crate) struct Trail {
     recent: Arc<Recent>,
     started: Instant,
     event: Mutex<Event>,
+    /// The request's spans: they end with the event and share its trace id.
+    trace: RequestTrace,
 }
 
 impl Trail {
@@ -280,6 +285,7 @@ impl Trail {
         recent: Arc<Recent>,
         started: Instant,
         event: Event,
+        trace: RequestTrace,
     ) -> Arc<Self> {
         Arc::new(Self {
             audit,
@@ -287,7 +293,18 @@ impl Trail {
             recent,
             started,
             event: Mutex::new(event),
+            trace,
         })
+    }
+
+    /// The request's spans (stages, trace context).
+    pub(crate) fn trace(&self) -> &RequestTrace {
+        &self.trace
+    }
+
+    /// The pipeline enters stage `name` (a child span of the request's).
+    pub(crate) fn stage(&self, name: &'static str) {
+        self.trace.stage(name);
     }
 
     /// Changes the event.
@@ -308,6 +325,7 @@ impl Trail {
 
     /// The upstream's reply status and how long it took to come.
     pub(crate) fn upstream(&self, status: u16, took: Duration) {
+        self.trace.replied(status);
         self.note(|e| {
             e.upstream_status = Some(status);
             let us = took.as_micros() as u64;
@@ -329,19 +347,12 @@ impl Drop for Trail {
     fn drop(&mut self) {
         let mut event = std::mem::take(self.event.get_mut().unwrap_or_else(|p| p.into_inner()));
         event.latency_us = self.started.elapsed().as_micros() as u64;
+        event.trace_id = self.trace.trace_id();
+        self.trace.finish(&event);
         self.metrics.observe(&event);
         self.recent.push(&event);
         self.audit.record(event);
     }
-}
-
-/// The trace id of a W3C `traceparent` header value.
-pub(crate) fn trace_id(traceparent: &str) -> Option<String> {
-    let mut parts = traceparent.split('-');
-    let _version = parts.next()?;
-    let id = parts.next()?;
-    (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) && id != "0".repeat(32))
-        .then(|| id.to_ascii_lowercase())
 }
 
 // === writer thread ===
@@ -446,19 +457,6 @@ mod tests {
         assert_eq!(
             shape(&v),
             serde_json::json!({"q": "string", "n": "number", "tags": ["string"], "o": {"x": "boolean"}})
-        );
-    }
-
-    #[test]
-    fn trace_id_of_traceparent() {
-        assert_eq!(
-            trace_id("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").as_deref(),
-            Some("4bf92f3577b34da6a3ce929d0e0e4736")
-        );
-        assert_eq!(trace_id("garbage"), None);
-        assert_eq!(
-            trace_id("00-00000000000000000000000000000000-00f067aa0ba902b7-01"),
-            None
         );
     }
 }

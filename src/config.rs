@@ -131,6 +131,16 @@ pub enum Transport {
     Stdio(StdioCommand),
 }
 
+impl ServerSettings {
+    /// The server's address, when it is reached over HTTP.
+    pub fn url(&self) -> Option<&reqwest::Url> {
+        match &self.transport {
+            Transport::Http(url) => Some(url),
+            Transport::Stdio(_) => None,
+        }
+    }
+}
+
 /// `command`, `env` and `cwd` of a stdio server.
 #[derive(Clone, PartialEq)]
 pub struct StdioCommand {

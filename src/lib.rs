@@ -21,7 +21,9 @@
 //!
 //! Each request leaves one audit event (`audit`): a `Trail` travels with it
 //! and is handed, when the reply has been sent, to a writer thread that
-//! batches events into SQLite.
+//! batches events into SQLite. The trail also carries the request's spans
+//! (`telemetry`): each stage the pipeline enters is a child of the request
+//! span, exported over OTLP/HTTP with the event's trace id.
 //!
 //! Every refusal is an [`error::Rejection`], rendered to HTTP, JSON-RPC or an
 //! `isError` tool result in exactly one place.

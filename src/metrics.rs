@@ -3,7 +3,8 @@
 //! Place in the path: beside it, fed from the same place as the audit trail:
 //! when a request's [`Trail`](crate::audit::Trail) is let go, its event is
 //! counted here ([`Metrics::observe`]) and then queued for the audit store.
-//! The audit queue's own figures are read at scrape time.
+//! Reloads are counted where they are applied or refused. The audit queue's
+//! and the span exporter's own figures are read at scrape time.
 //!
 //! Invariants: every label value comes from a bounded set — configured server
 //! and client names (a JWT subject not named in `[clients]` is `other`), result codes, sanitizer kinds, and tool names only for
@@ -24,6 +25,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 use crate::audit::{Counters, Event};
+use crate::telemetry::ExportCounters;
 
 /// Label of a tool the server never listed.
 pub const OTHER: &str = "other";
@@ -53,6 +55,11 @@ struct KindLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamErrorLabels {
     server: String,
     kind: String,
@@ -73,11 +80,14 @@ pub struct Metrics {
     validation_failures: Family<ToolLabels, Counter>,
     sanitizer_actions: Family<KindLabels, Counter>,
     upstream_errors: Family<UpstreamErrorLabels, Counter>,
+    rate_limited: Family<ServerLabels, Counter>,
+    reloads: Family<ResultLabels, Counter>,
 }
 
 impl Metrics {
-    /// A registry with every metric, reading the audit queue's `counters`.
-    pub fn new(audit: Arc<Counters>) -> Self {
+    /// A registry with every metric, reading the audit queue's `counters`
+    /// and the span exporter's `traces`.
+    pub fn new(audit: Arc<Counters>, traces: Arc<ExportCounters>) -> Self {
         let mut registry = Registry::with_prefix("portcullis");
         let calls = Family::<CallLabels, Counter>::default();
         registry.register(
@@ -115,12 +125,29 @@ impl Metrics {
             "Requests that failed because of the upstream, by result code",
             upstream_errors.clone(),
         );
+        let rate_limited = Family::<ServerLabels, Counter>::default();
+        registry.register(
+            "rate_limit_refusals",
+            "Requests refused because a rate limit was reached (enforced, not observed)",
+            rate_limited.clone(),
+        );
+        let reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Configuration reloads, by result (applied, refused)",
+            reloads.clone(),
+        );
+        // Both results are listed from the start, so a scrape shows zero rather than nothing.
+        for result in ["applied", "refused"] {
+            drop(reloads.get_or_create(&ResultLabels { result }));
+        }
         registry.register(
             "build",
             "The running build",
             Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
         );
         registry.register_collector(Box::new(AuditQueue(audit)));
+        registry.register_collector(Box::new(SpanExport(traces)));
         Self {
             registry,
             calls,
@@ -129,7 +156,15 @@ impl Metrics {
             validation_failures,
             sanitizer_actions,
             upstream_errors,
+            rate_limited,
+            reloads,
         }
+    }
+
+    /// Counts one configuration reload.
+    pub fn reloaded(&self, applied: bool) {
+        let result = if applied { "applied" } else { "refused" };
+        self.reloads.get_or_create(&ResultLabels { result }).inc();
     }
 
     /// Counts one finished request.
@@ -167,6 +202,13 @@ impl Metrics {
                 .get_or_create(&ToolLabels {
                     server: server.clone(),
                     tool,
+                })
+                .inc();
+        }
+        if e.decision == "rate_limited" {
+            self.rate_limited
+                .get_or_create(&ServerLabels {
+                    server: server.clone(),
                 })
                 .inc();
         }
@@ -219,6 +261,42 @@ impl Collector for AuditQueue {
             (
                 "audit_failed",
                 "Audit events lost to a write error",
+                &c.failed,
+            ),
+        ] {
+            let counter = ConstCounter::new(value.load(Ordering::Relaxed));
+            counter.encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                counter.metric_type(),
+            )?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The span exporter's figures, read at scrape time.
+#[derive(Debug)]
+struct SpanExport(Arc<ExportCounters>);
+
+impl Collector for SpanExport {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let c = &self.0;
+        for (name, help, value) in [
+            (
+                "otel_spans_dropped",
+                "Spans dropped because the export queue was full",
+                &c.dropped,
+            ),
+            (
+                "otel_spans_exported",
+                "Spans the OTLP collector accepted",
+                &c.exported,
+            ),
+            (
+                "otel_spans_failed",
+                "Spans lost to a failed OTLP export",
                 &c.failed,
             ),
         ] {

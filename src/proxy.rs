@@ -37,6 +37,7 @@ use crate::dashboard::Recent;
 use crate::metrics::Metrics;
 use crate::pins::Pins;
 use crate::ratelimit::{RateLimiter, RatePlan};
+use crate::telemetry::Traces;
 use catalog::Catalog;
 use respond::OutputSchemas;
 use session::SessionTable;
@@ -68,6 +69,8 @@ pub(crate) struct AppState {
     pub audit: Arc<Audit>,
     /// Where it is counted.
     pub metrics: Arc<Metrics>,
+    /// Where its spans are exported (when `[telemetry] otlp_endpoint` is set).
+    pub traces: Arc<Traces>,
     /// Where the dashboard finds it.
     pub recent: Arc<Recent>,
 }
@@ -101,6 +104,7 @@ impl AppState {
         config: Arc<Config>,
         pins: Arc<Pins>,
         audit: Arc<Audit>,
+        traces: Arc<Traces>,
         loopback: bool,
         config_path: Option<PathBuf>,
     ) -> io::Result<Self> {
@@ -111,7 +115,8 @@ impl AppState {
             limiter,
             sessions: SessionTable::new(config.gateway.max_sessions),
             pins,
-            metrics: Arc::new(Metrics::new(audit.shared_counters())),
+            metrics: Arc::new(Metrics::new(audit.shared_counters(), traces.counters())),
+            traces,
             recent: Arc::default(),
             audit,
             loopback,

@@ -120,6 +120,13 @@ fn fixed(old: &Config, new: &Config) -> Result<(), String> {
             new.source
         ));
     }
+    if old.telemetry.otlp_endpoint != new.telemetry.otlp_endpoint {
+        return Err(format!(
+            "{}: `telemetry.otlp_endpoint` changed; the span exporter is set up at start and cannot \
+             change on reload (restart the gateway); the running configuration stays in force",
+            new.source
+        ));
+    }
     if old.pins.database != new.pins.database {
         return Err(format!(
             "{}: `pins.database` changed; the pin store is opened at start and cannot change on reload \
@@ -139,6 +146,7 @@ fn record(state: &AppState, trigger: &'static str, result: &Result<(), String>) 
         .reload_status
         .lock()
         .unwrap_or_else(|e| e.into_inner());
+    state.metrics.reloaded(result.is_ok());
     status.ok = Some(result.is_ok());
     status.at_ms = Some(at_ms);
     status.trigger = Some(trigger);
@@ -251,7 +259,15 @@ mod tests {
         let pins = Pins::open(None, "t.toml").expect("pins");
         let first = config("5s");
         let audit = crate::audit::Audit::open(&first.audit).expect("audit");
-        let state = AppState::new(Arc::new(first), pins, audit, true, None).expect("state");
+        let state = AppState::new(
+            Arc::new(first),
+            pins,
+            audit,
+            Arc::new(crate::telemetry::Traces::off()),
+            true,
+            None,
+        )
+        .expect("state");
         let before = state.live.load_full();
         apply(&state, config("7s")).expect("applied");
         let after = state.live.load_full();
@@ -261,12 +277,30 @@ mod tests {
     }
 
     #[test]
+    fn a_moved_span_exporter_is_refused() {
+        let old = config("5s");
+        let mut new = config("5s");
+        new.telemetry.otlp_endpoint = reqwest::Url::parse("http://127.0.0.1:4318").ok();
+        let refused = fixed(&old, &new).expect_err("refused");
+        assert!(refused.contains("telemetry.otlp_endpoint"), "{refused}");
+        assert!(fixed(&old, &config("9s")).is_ok());
+    }
+
+    #[test]
     fn a_moved_listener_is_refused_and_nothing_changes() {
         crate::app::install_crypto_provider();
         let pins = Pins::open(None, "t.toml").expect("pins");
         let first = config("5s");
         let audit = crate::audit::Audit::open(&first.audit).expect("audit");
-        let state = AppState::new(Arc::new(first), pins, audit, true, None).expect("state");
+        let state = AppState::new(
+            Arc::new(first),
+            pins,
+            audit,
+            Arc::new(crate::telemetry::Traces::off()),
+            true,
+            None,
+        )
+        .expect("state");
         let before = state.live.load_full();
         let mut moved = config("7s");
         moved.gateway.admin_listen = "127.0.0.1:9999".parse().expect("addr");

@@ -1,8 +1,21 @@
-//! Logs: one line per request (client, server, method, tool, outcome, latency),
-//! as JSON or human-readable.
+//! Telemetry: logs and OpenTelemetry traces.
 //!
-//! Invariants: installed once per process; tool arguments and results are never
-//! logged, only names, codes and sizes.
+//! Logs: one line per request (client, server, method, tool, outcome, latency),
+//! as JSON or human-readable. Traces: one span per request with a child per
+//! pipeline stage ([`span`]), exported over OTLP/HTTP when
+//! `[telemetry] otlp_endpoint` is set ([`export`]); the trace context comes from
+//! the client ([`context`]) and goes on to the upstream.
+//!
+//! Invariants: the subscriber is installed once per process; tool arguments and
+//! results are never logged nor put on a span, only names, codes and sizes.
+
+pub mod context;
+pub mod export;
+#[doc(hidden)]
+pub mod probe;
+pub(crate) mod span;
+
+pub use export::{ExportCounters, Traces};
 
 use tracing_subscriber::EnvFilter;
 

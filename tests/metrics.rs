@@ -1,7 +1,8 @@
 //! `/metrics` on the admin listener: the text parses as Prometheus/OpenMetrics
 //! exposition and counts what happened — calls by server, tool, client and
 //! decision (unlisted tool names as `other`), validation failures, sanitizer
-//! actions, upstream errors, latency histograms, the audit queue, build info.
+//! actions, upstream errors, latency histograms, the audit queue, build info,
+//! rate-limit refusals, configuration reloads and the span exporter.
 
 mod support;
 
@@ -91,6 +92,8 @@ async fn scrape(admin: &str) -> Vec<Sample> {
         .build()
         .expect("client")
         .get(format!("{admin}/metrics"))
+        // Needed once a gateway has an admin token; ignored otherwise.
+        .bearer_auth(ADMIN_TOKEN)
         .send()
         .await
         .expect("scrape");
@@ -240,15 +243,16 @@ async fn metrics_parse_and_count_what_happened() {
     drop(upstream);
 }
 
+const ADMIN_TOKEN: &str = "metrics-admin-token";
+
 /// Once an admin token is configured, `/metrics` needs it (its labels name clients and tools).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_need_the_admin_token_once_one_is_configured() {
-    const TOKEN: &str = "metrics-admin-token";
     let upstream = InProcess::demo().await;
     let gateway = TestGateway::start_raw(&format!(
         "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{}\"\n\
          [servers.demo]\nurl = \"{}\"\n{}{}",
-        hex::encode(portcullis::auth::hash_key(TOKEN)),
+        hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN)),
         upstream.url,
         clients(),
         allow_all()
@@ -271,7 +275,7 @@ async fn metrics_need_the_admin_token_once_one_is_configured() {
     assert_eq!(status(wrong), 401);
     let with = client
         .get(&url)
-        .bearer_auth(TOKEN)
+        .bearer_auth(ADMIN_TOKEN)
         .send()
         .await
         .expect("scrape");
@@ -280,4 +284,142 @@ async fn metrics_need_the_admin_token_once_one_is_configured() {
     assert!(!parse(&text).is_empty());
     gateway.stop().await;
     drop(upstream);
+}
+
+/// A configuration file's text: one server, `lookup_order` allowed once per
+/// 100 s per client, traces exported to `otlp`.
+fn limited(url: &str, otlp: &str) -> String {
+    format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{}\"\n\
+         [servers.demo]\nurl = \"{url}\"\ntimeout = \"20s\"\npinning = \"off\"\n{}\
+         [[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"lookup_order\"]\naction = \"allow\"\n\
+         rate = {{ burst = 1, per_second = 0.01, key = \"client+tool\" }}\n\
+         [pins]\ndatabase = \":memory:\"\n[audit]\ndatabase = \":memory:\"\n\
+         [telemetry]\notlp_endpoint = \"{otlp}\"\n",
+        hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN)),
+        clients(),
+    )
+}
+
+async fn reload(admin: &str) -> u16 {
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client")
+        .post(format!("{admin}/api/reload"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("reload request")
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_rate_limit_refusals_reloads_and_span_export() {
+    support::init();
+    let upstream = InProcess::demo().await;
+    let receiver = support::otlp::Receiver::start().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("portcullis.toml");
+    std::fs::write(&path, limited(&upstream.url, &receiver.endpoint)).expect("write");
+    // Reloads come from the API only, so each one is counted exactly once.
+    let gateway = portcullis::Gateway::bind_file(&path)
+        .await
+        .expect("binds")
+        .watch_file(false);
+    let (mcp, admin) = (
+        gateway.local_addr().expect("addr"),
+        gateway.admin_addr().expect("addr"),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(gateway.run(async {
+        let _ = stopped.await;
+    }));
+    let (url, admin) = (format!("http://{mcp}/mcp/demo"), format!("http://{admin}"));
+
+    let before = scrape(&admin).await;
+    // (Refusals are counted per server from the first one on.)
+    for name in [
+        "portcullis_config_reloads_total",
+        "portcullis_otel_spans_dropped_total",
+        "portcullis_otel_spans_exported_total",
+        "portcullis_otel_spans_failed_total",
+        "portcullis_audit_queue_depth",
+        "portcullis_audit_dropped_total",
+        "portcullis_build_info",
+    ] {
+        assert!(
+            before.iter().any(|(n, _, _)| n == name),
+            "{name} is listed from the start"
+        );
+    }
+    assert_eq!(
+        value(
+            &before,
+            "portcullis_config_reloads_total",
+            &[("result", "applied")]
+        ),
+        0.0
+    );
+
+    for _ in 0..3 {
+        call(
+            &url,
+            ALICE,
+            "lookup_order",
+            json!({"order_id": "ORD-004211"}),
+        )
+        .await;
+    }
+    assert_eq!(reload(&admin).await, 200);
+    std::fs::write(&path, "[gateway\nnot toml").expect("write");
+    assert_ne!(reload(&admin).await, 200);
+
+    // The request metrics count once a response is sent; spans go out in batches.
+    let mut samples = scrape(&admin).await;
+    for _ in 0..400 {
+        if value(&samples, "portcullis_otel_spans_exported_total", &[]) > 0.0
+            && value(&samples, "portcullis_rate_limit_refusals_total", &[]) >= 2.0
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        samples = scrape(&admin).await;
+    }
+    assert_eq!(
+        value(
+            &samples,
+            "portcullis_rate_limit_refusals_total",
+            &[("server", "demo")]
+        ),
+        2.0
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "portcullis_config_reloads_total",
+            &[("result", "applied")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "portcullis_config_reloads_total",
+            &[("result", "refused")]
+        ),
+        1.0
+    );
+    assert!(value(&samples, "portcullis_otel_spans_exported_total", &[]) > 0.0);
+    assert_eq!(
+        value(&samples, "portcullis_otel_spans_dropped_total", &[]),
+        0.0
+    );
+    assert_eq!(
+        value(&samples, "portcullis_otel_spans_failed_total", &[]),
+        0.0
+    );
+    let _ = stop.send(());
+    served.await.expect("task").expect("clean shutdown");
 }

@@ -17,7 +17,9 @@
 //! force once ([`Live`]) and is decided under it to the end. In observe mode
 //! (`mode = "observe"`, per gateway or server) a policy, rate-limit or
 //! validation refusal is recorded as `would_refuse` instead of stopping the
-//! exchange; transport refusals stop it in every mode.
+//! exchange; transport refusals stop it in every mode. Each step announces
+//! itself on the request's trail (`ex.trail.stage(..)`), which makes it a
+//! child span of the request when traces are exported.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -54,6 +56,7 @@ use crate::pins::{self, Cause, Hold, Key as PinKey, scan};
 use crate::policy::{Decision, Subject, closest};
 use crate::ratelimit::Verdict;
 use crate::sanitize::{Report, Sanitizer, Skip};
+use crate::telemetry::span::RequestTrace;
 use crate::validate::Violation;
 
 /// Accept header sent upstream on POST (MCP requires both).
@@ -100,14 +103,15 @@ pub(crate) async fn handle(
     body: Body,
 ) -> Response {
     let started = Instant::now();
-    let trace_id = parts
-        .headers
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .and_then(audit::trace_id);
+    let trace = RequestTrace::begin(
+        state.traces.exporter(),
+        &parts.method,
+        parts.version,
+        &parts.uri,
+        &parts.headers,
+    );
     let event = audit::Event {
         time_ms: crate::pins::now_ms(),
-        trace_id,
         ..Default::default()
     };
     let mut ex = Exchange {
@@ -117,6 +121,7 @@ pub(crate) async fn handle(
             state.recent.clone(),
             started,
             event,
+            trace,
         ),
         started,
         client: None,
@@ -166,6 +171,7 @@ pub(crate) async fn handle(
         source = source.map(|s| s.as_str()),
         status = response.status().as_u16(),
         latency_us = ex.started.elapsed().as_micros() as u64,
+        trace_id = ex.trail.trace().trace_id(),
         "request"
     );
     response
@@ -181,6 +187,7 @@ async fn serve(
 ) -> Result<Response, Rejection> {
     let config = &*live.config;
     admit(&parts.headers, &config.gateway, state.loopback)?;
+    ex.trail.stage("authenticate");
     let target = route(live, server)?;
     // The merged view names no one server: only audiences not bound to a
     // single server admit a token there.
@@ -199,6 +206,7 @@ async fn serve(
     ex.client = Some(client.clone());
     match (target, parts.method.clone()) {
         (Target::One(server), Method::POST) => {
+            ex.trail.stage("read_body");
             let body = read_body(
                 &parts.headers,
                 body,
@@ -275,10 +283,13 @@ async fn post(
     body: Bytes,
 ) -> Result<Response, Rejection> {
     let config = &*live.config;
+    ex.trail.stage("classify");
     let message =
         Message::classify(&body, config.gateway.max_json_depth).map_err(Rejection::Malformed)?;
+    ex.trail.trace().classified(&message);
     ex.id = message.id().cloned();
     ex.method = message.method().unwrap_or("(response)").to_owned();
+    ex.trail.stage("negotiate");
     let (era, _version) = negotiate(headers, &message)?;
     ex.era = era;
     let session = session(state, server, client, headers, era)?;
@@ -307,12 +318,14 @@ async fn post(
         Some(method @ ("resources/read" | "resources/subscribe" | "resources/unsubscribe")) => {
             let uri = param_str(&message, "uri")?;
             let subject = Subject::Resource(uri);
+            ex.trail.stage("authorize");
             let decided = authorize_or_hide(config, client, server, subject, || {
                 format!("Resource not found: {uri}")
             });
             if let Some(decision) = observe_or_enforce(ex, decided)?
                 && method == "resources/read"
             {
+                ex.trail.stage("rate_limit");
                 let limited = rate_limit(state, live, client, server, subject, &decision).await;
                 observe_or_enforce(ex, limited)?;
             }
@@ -323,10 +336,12 @@ async fn post(
         Some("prompts/get") => {
             let name = param_str(&message, "name")?;
             let subject = Subject::Prompt(name);
+            ex.trail.stage("authorize");
             let decided = authorize_or_hide(config, client, server, subject, || {
                 format!("Unknown prompt: {name}")
             });
             if let Some(decision) = observe_or_enforce(ex, decided)? {
+                ex.trail.stage("rate_limit");
                 let limited = rate_limit(state, live, client, server, subject, &decision).await;
                 observe_or_enforce(ex, limited)?;
             }
@@ -335,6 +350,7 @@ async fn post(
                 .await
         }
         Some("completion/complete") => {
+            ex.trail.stage("authorize");
             let decided = authorize_completion(config, client, server, &message);
             observe_or_enforce(ex, decided)?;
             forward
@@ -401,6 +417,7 @@ async fn call_tool(
     let server = forward.server;
     let server_name = server.upstream.settings.name.as_str();
     let sanitize = &forward.live.sanitize;
+    ex.trail.stage("catalog");
     let tools = forward
         .tool_set(headers, message, ex.id.as_ref())
         .await
@@ -470,9 +487,11 @@ async fn check_call(
     let sanitize = &config.sanitize;
     let listed = tools.tools.contains_key(name);
     ex.trail.note(|e| e.tool_listed = listed);
+    ex.trail.stage("authorize");
     let decision = config
         .policy
         .decide(client, server_name, Subject::Tool(name));
+    ex.trail.trace().rule(decision.rule);
     let entry = tools.tools.get(name).filter(|_| decision.allowed);
     let Some(entry) = entry else {
         return Err(unknown_tool(
@@ -514,7 +533,9 @@ async fn check_call(
         .policy
         .check_arguments(&decision, &arguments)
         .map_err(|(rule, v)| argument_not_permitted(name, rule, &v))?;
+    ex.trail.stage("rate_limit");
     rate_limit(state, live, client, server, Subject::Tool(name), &decision).await?;
+    ex.trail.stage("validate");
     let schema = entry.schema.as_ref().map_err(|e| quarantined(name, e))?;
     let input_schema = entry.definition.get("inputSchema").unwrap_or(&Value::Null);
     if let Value::Object(args) = &arguments {
@@ -1181,7 +1202,10 @@ async fn stream_or_end(
     } else {
         ACCEPT_BOTH
     };
-    let out = forwarded_headers(&parts.headers, accept);
+    let mut out = forwarded_headers(&parts.headers, accept);
+    ex.trail
+        .trace()
+        .forward(&mut out, None, server.upstream.settings.url());
     let name = server.upstream.settings.name.clone();
     let sent = Instant::now();
     // A GET stream lives as long as the session: no idle limit.
@@ -1231,16 +1255,16 @@ impl Forward<'_> {
 
     async fn send(
         &self,
-        headers: HeaderMap,
+        mut headers: HeaderMap,
         body: Bytes,
         idle: bool,
     ) -> Result<super::upstream::Reply, UpstreamError> {
         let upstream = &self.server.upstream;
+        let url = upstream.settings.url();
+        let body = (self.trail.trace()).forward(&mut headers, Some(body), url);
         let sent = Instant::now();
         let idle = idle.then_some(upstream.settings.timeout);
-        let mut reply = upstream
-            .exchange(Method::POST, headers, Some(body), idle)
-            .await?;
+        let mut reply = upstream.exchange(Method::POST, headers, body, idle).await?;
         if self.ex_era == Era::Modern {
             // The 2026 era has no sessions: an upstream's session id is not relayed.
             reply_headers_mut(&mut reply).remove(MCP_SESSION_ID);

@@ -10,6 +10,7 @@
 pub mod fuzz;
 pub mod jwt;
 pub mod misbehaving;
+pub mod otlp;
 pub mod process;
 pub mod redis;
 pub mod upstreams;

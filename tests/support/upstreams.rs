@@ -24,6 +24,7 @@ pub struct InProcess {
     pub url: String,
     hits: Arc<AtomicUsize>,
     headers: Arc<Mutex<Vec<HeaderMap>>>,
+    bodies: Arc<Mutex<Vec<Bytes>>>,
     calls: Arc<Mutex<Vec<(String, Value)>>>,
     demo: Option<DemoUpstream>,
     task: tokio::task::JoinHandle<()>,
@@ -39,6 +40,7 @@ impl Drop for InProcess {
 struct Seen {
     hits: Arc<AtomicUsize>,
     headers: Arc<Mutex<Vec<HeaderMap>>>,
+    bodies: Arc<Mutex<Vec<Bytes>>>,
 }
 
 async fn count(State(seen): State<Seen>, request: Request, next: Next) -> Response {
@@ -47,7 +49,13 @@ async fn count(State(seen): State<Seen>, request: Request, next: Next) -> Respon
         .lock()
         .expect("lock")
         .push(request.headers().clone());
-    next.run(request).await
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, 16 << 20)
+        .await
+        .unwrap_or_default();
+    seen.bodies.lock().expect("lock").push(bytes.clone());
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await
 }
 
 impl InProcess {
@@ -58,9 +66,11 @@ impl InProcess {
     ) -> Self {
         let hits = Arc::new(AtomicUsize::new(0));
         let headers = Arc::new(Mutex::new(Vec::new()));
+        let bodies = Arc::new(Mutex::new(Vec::new()));
         let seen = Seen {
             hits: hits.clone(),
             headers: headers.clone(),
+            bodies: bodies.clone(),
         };
         let router = router.layer(middleware::from_fn_with_state(seen, count));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -72,6 +82,7 @@ impl InProcess {
             url: format!("http://{addr}/mcp"),
             hits,
             headers,
+            bodies,
             calls,
             demo,
             task,
@@ -114,6 +125,11 @@ impl InProcess {
     /// Headers of every request that reached the upstream.
     pub fn headers(&self) -> Vec<HeaderMap> {
         self.headers.lock().expect("lock").clone()
+    }
+
+    /// Bodies of every request that reached the upstream, as they arrived.
+    pub fn bodies(&self) -> Vec<Bytes> {
+        self.bodies.lock().expect("lock").clone()
     }
 
     /// Tools the upstream ran: (name, arguments).
