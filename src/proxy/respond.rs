@@ -10,10 +10,7 @@
 //!
 //! Invariants: a `tools/call` gets exactly one response with its own id — the
 //! upstream's (sanitized), or a gateway-made `isError` result when the upstream
-//! failed, answered another id, or ended the stream without answering — unless
-//! it gave its events ids and ended the stream cleanly, which is SSE polling
-//! (2025-11-25): the client resumes with `Last-Event-ID` and the answer comes
-//! on that stream; upstream
+//! failed, answered another id, or ended the stream without answering; upstream
 //! bodies that are not JSON-RPC are never shown to the client, at most a
 //! sanitized, capped snippet of their text is quoted; a message the sanitizer
 //! did not change is passed on byte for byte.
@@ -524,9 +521,6 @@ fn sse_relay(
         answered: bool,
         /// A response to another id went by (the reason, if none comes for ours).
         other_id: bool,
-        /// The upstream gave its events ids, so a closed stream can be resumed
-        /// (2025-11-25 SSE polling): the client reconnects with `Last-Event-ID`.
-        resumable: bool,
         done: bool,
     }
     let state = State {
@@ -534,7 +528,6 @@ fn sse_relay(
         to,
         answered: false,
         other_id: false,
-        resumable: false,
         done: false,
     };
     futures_util::stream::unfold(state, |mut st| async move {
@@ -546,9 +539,7 @@ fn sse_relay(
                 Some(item) => item,
                 None => {
                     st.done = true;
-                    // A clean end of a resumable stream is the server asking the client to
-                    // poll: it resumes through the gateway's GET and gets the answer there.
-                    if st.to.tool.is_some() && !st.answered && !st.resumable {
+                    if st.to.tool.is_some() && !st.answered {
                         let reason = if st.other_id {
                             "its event stream answered another request id and ended without answering this one"
                         } else {
@@ -560,9 +551,6 @@ fn sse_relay(
                     return None;
                 }
             };
-            if let Ok(SseItem::Event(event)) = &item {
-                st.resumable |= event.id.as_deref().is_some_and(|id| !id.is_empty());
-            }
             match item {
                 Ok(SseItem::Comment(c)) => return Some((Ok(SseItem::Comment(c).encode()), st)),
                 Ok(SseItem::Event(event)) if event.data.is_empty() => {
