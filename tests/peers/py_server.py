@@ -7,12 +7,16 @@ sanitizer: leaky_text (terminal escapes, OSC 8, tag characters, bidi, zero-width
 in text and in an embedded resource), leaky_structured (the same in structuredContent), hang
 (sleeps `seconds`), huge (returns `bytes` bytes of text).
 
-    $PEERS/venv/bin/python py_server.py --port 0 [--record FILE] [--stateless] [--json]
+    $PEERS/venv/bin/python py_server.py --port 0 [--record FILE] [--stateless] [--json] [--fixtures]
     $PEERS/venv/bin/python py_server.py --stdio [--record FILE]
 
 --record FILE appends {"tool": name, "arguments": {...}} to FILE each time a tool body runs.
 --stdio serves the same tools on stdin/stdout (newline-delimited JSON-RPC) instead of HTTP, and
 says `py-peer stdio pid=<pid>` on stderr once.
+--fixtures adds the tools, resources, prompts and completions the official conformance suite's
+server scenarios ask for (test_simple_text, test://static-text, test_simple_prompt, ...), written
+from the scenarios' published descriptions, and keeps SSE events in memory so a closed stream can
+be resumed with Last-Event-ID (test_reconnection closes its stream mid-call).
 """
 
 import argparse
@@ -26,8 +30,21 @@ import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
-from mcp.types import EmbeddedResource, TextContent, TextResourceContents
-from pydantic import ConfigDict
+from mcp.server.mcpserver.prompts.base import UserMessage
+from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
+from mcp.types import (
+    AudioContent,
+    Completion,
+    EmbeddedResource,
+    EmptyResult,
+    ImageContent,
+    JSONRPCMessage,
+    SamplingMessage,
+    SetLevelRequestParams,
+    TextContent,
+    TextResourceContents,
+)
+from pydantic import BaseModel, ConfigDict
 
 # Canary secrets: any of these in a byte the gateway's client receives is a leak.
 CANARY_AWS = "AKIA2CANARY7QWERTYZX"
@@ -153,6 +170,166 @@ def build(record: str | None) -> MCPServer:
     return mcp
 
 
+# A 1x1 red PNG and a 1-sample silent WAV, for the suite's image and audio scenarios.
+PIXEL_PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+)
+SILENT_WAV = "UklGRiYAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQIAAAAAAA=="
+
+
+class MemoryEventStore(EventStore):
+    """Keeps every SSE event, so a client can resume a closed stream with Last-Event-ID."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, JSONRPCMessage | None]] = []
+
+    async def store_event(self, stream_id: str, message: JSONRPCMessage | None) -> str:
+        event_id = str(len(self.events) + 1)
+        self.events.append((event_id, stream_id, message))
+        return event_id
+
+    async def replay_events_after(self, last_event_id: str, send_callback: EventCallback) -> str | None:
+        stream = next((sid for eid, sid, _ in self.events if eid == last_event_id), None)
+        if stream is None:
+            return None
+        after = int(last_event_id)
+        for eid, sid, message in self.events:
+            if sid == stream and int(eid) > after and message is not None:
+                await send_callback(EventMessage(message, eid))
+        return stream
+
+
+class Contact(BaseModel):
+    username: str
+    email: str
+
+
+def add_fixtures(mcp: MCPServer) -> None:
+    """What the conformance suite's server scenarios expect a server to offer."""
+
+    @mcp.tool(description="Return a simple text.", structured_output=False)
+    def test_simple_text() -> str:
+        return "This is a simple text response for testing."
+
+    @mcp.tool(description="Return an image.", structured_output=False)
+    def test_image_content() -> list[ImageContent]:
+        return [ImageContent(type="image", data=PIXEL_PNG, mimeType="image/png")]
+
+    @mcp.tool(description="Return an audio clip.", structured_output=False)
+    def test_audio_content() -> list[AudioContent]:
+        return [AudioContent(type="audio", data=SILENT_WAV, mimeType="audio/wav")]
+
+    @mcp.tool(description="Return an embedded resource.", structured_output=False)
+    def test_embedded_resource() -> list[EmbeddedResource]:
+        resource = TextResourceContents(
+            uri="test://embedded-resource", mimeType="text/plain", text="This is an embedded resource content."
+        )
+        return [EmbeddedResource(type="resource", resource=resource)]
+
+    @mcp.tool(description="Return text, an image and a resource.", structured_output=False)
+    def test_multiple_content_types() -> list[TextContent | ImageContent | EmbeddedResource]:
+        resource = TextResourceContents(
+            uri="test://mixed-content-resource",
+            mimeType="application/json",
+            text=json.dumps({"test": "data", "value": 123}, separators=(",", ":")),
+        )
+        return [
+            TextContent(type="text", text="Multiple content types test:"),
+            ImageContent(type="image", data=PIXEL_PNG, mimeType="image/png"),
+            EmbeddedResource(type="resource", resource=resource),
+        ]
+
+    @mcp.tool(description="Always fails.", structured_output=False)
+    def test_error_handling() -> str:
+        raise RuntimeError("This tool intentionally returns an error for testing")
+
+    @mcp.tool(description="Report progress 0, 50, 100 of 100.", structured_output=False)
+    async def test_tool_with_progress(ctx: Context) -> str:
+        for step in (0, 50, 100):
+            await ctx.report_progress(step, 100)
+            if step < 100:
+                await anyio.sleep(0.05)
+        return "progress reported"
+
+    @mcp.tool(description="Log three info messages while running.", structured_output=False)
+    async def test_tool_with_logging(ctx: Context) -> str:
+        await ctx.info("Tool execution started")
+        await anyio.sleep(0.05)
+        await ctx.info("Tool processing data")
+        await anyio.sleep(0.05)
+        await ctx.info("Tool execution completed")
+        return "logging done"
+
+    @mcp.tool(description="Ask the client's LLM to answer `prompt`.", structured_output=False)
+    async def test_sampling(prompt: str, ctx: Context) -> str:
+        message = SamplingMessage(role="user", content=TextContent(type="text", text=prompt))
+        answer = await ctx.session.create_message([message], max_tokens=100)
+        content = answer.content
+        return "LLM response: " + (content.text if isinstance(content, TextContent) else str(content))
+
+    @mcp.tool(description="Ask the user for a username and an email.", structured_output=False)
+    async def test_elicitation(message: str, ctx: Context) -> str:
+        answer = await ctx.elicit(message, schema=Contact)
+        data = answer.data.model_dump() if getattr(answer, "data", None) is not None else None
+        return f"User response: action={answer.action}, content={json.dumps(data)}"
+
+    @mcp.tool(description="Close the SSE stream mid-call, then answer.", structured_output=False)
+    async def test_reconnection(ctx: Context) -> str:
+        await ctx.close_sse_stream()
+        await anyio.sleep(0.2)
+        return "reconnected"
+
+    @mcp.resource("test://static-text", description="A static text.", mime_type="text/plain")
+    def static_text() -> str:
+        return "This is the content of the static text resource."
+
+    @mcp.resource("test://static-binary", description="A static image.", mime_type="image/png")
+    def static_binary() -> bytes:
+        import base64
+
+        return base64.b64decode(PIXEL_PNG)
+
+    @mcp.resource("test://template/{id}/data", description="Data for an id.", mime_type="application/json")
+    def template_data(id: str) -> str:
+        return json.dumps({"id": id, "templateTest": True, "data": f"Data for ID: {id}"}, separators=(",", ":"))
+
+    @mcp.prompt(description="A simple prompt.")
+    def test_simple_prompt() -> list[UserMessage]:
+        return [UserMessage("This is a simple prompt for testing.")]
+
+    @mcp.prompt(description="A prompt with two arguments.")
+    def test_prompt_with_arguments(arg1: str, arg2: str) -> list[UserMessage]:
+        return [UserMessage(f"Prompt with arguments: arg1='{arg1}', arg2='{arg2}'")]
+
+    @mcp.prompt(description="A prompt embedding a resource.")
+    def test_prompt_with_embedded_resource(resourceUri: str) -> list[UserMessage]:  # noqa: N803
+        resource = TextResourceContents(
+            uri=resourceUri, mimeType="text/plain", text="Embedded resource content for testing."
+        )
+        return [
+            UserMessage(EmbeddedResource(type="resource", resource=resource)),
+            UserMessage("Please process the embedded resource above."),
+        ]
+
+    @mcp.prompt(description="A prompt with an image.")
+    def test_prompt_with_image() -> list[UserMessage]:
+        return [
+            UserMessage(ImageContent(type="image", data=PIXEL_PNG, mimeType="image/png")),
+            UserMessage("Please analyze the image above."),
+        ]
+
+    async def set_level(ctx: Any, params: SetLevelRequestParams) -> EmptyResult:
+        return EmptyResult()
+
+    # The 2025 era's logging/setLevel (gone at 2026-07-28); every level is sent either way.
+    mcp._lowlevel_server.add_request_handler("logging/setLevel", SetLevelRequestParams, set_level)
+
+    @mcp.completion()
+    async def complete(ref: Any, argument: Any, context: Any) -> Completion:
+        words = ["paris", "park", "party"]
+        return Completion(values=[w for w in words if w.startswith(argument.value)], total=None, hasMore=False)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=0)
@@ -160,6 +337,7 @@ def main() -> None:
     ap.add_argument("--stateless", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--stdio", action="store_true")
+    ap.add_argument("--fixtures", action="store_true")
     opts = ap.parse_args()
 
     if opts.stdio:
@@ -167,7 +345,14 @@ def main() -> None:
         build(opts.record).run("stdio")
         return
 
-    app = build(opts.record).streamable_http_app(stateless_http=opts.stateless, json_response=opts.json)
+    mcp = build(opts.record)
+    if opts.fixtures:
+        add_fixtures(mcp)
+    # The fixtures' test_reconnection needs resumable streams.
+    store = MemoryEventStore() if opts.fixtures else None
+    app = mcp.streamable_http_app(
+        stateless_http=opts.stateless, json_response=opts.json, event_store=store, retry_interval=500 if store else None
+    )
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", opts.port))

@@ -227,6 +227,8 @@ pub enum Peer {
     Python,
     /// Python SDK, stateless.
     PythonStateless,
+    /// Python SDK with the conformance suite's fixtures (`--fixtures`).
+    PythonFixtures,
     /// TypeScript SDK v2 (`createMcpHandler`).
     TypeScript,
     /// FastMCP 4.2.3 (its own venv).
@@ -242,7 +244,7 @@ impl PeerServer {
         let record = tempfile::NamedTempFile::new().expect("temp file");
         let record_path = record.path().to_string_lossy().into_owned();
         let mut cmd = match peer {
-            Peer::Python | Peer::PythonStateless => {
+            Peer::Python | Peer::PythonStateless | Peer::PythonFixtures => {
                 let mut c = Command::new(require(
                     peers.join("venv/bin/python"),
                     "the Python SDK venv",
@@ -255,6 +257,9 @@ impl PeerServer {
                 ]);
                 if peer == Peer::PythonStateless {
                     c.arg("--stateless");
+                }
+                if peer == Peer::PythonFixtures {
+                    c.arg("--fixtures");
                 }
                 c
             }
