@@ -1390,9 +1390,16 @@ impl Forward<'_> {
             let body = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
             let reply = self.send(headers.clone(), body, true).await?;
             let reply_headers = reply_headers(&reply).clone();
-            let response = respond::collect(reply, &id, &self.server.catalog).await?;
-            let Some(Value::Object(mut result)) = response.get("result").cloned() else {
-                return Ok(Pages::Refused(response, reply_headers));
+            let mut response = respond::collect(reply, &id, &self.server.catalog).await?;
+            // Taken, not cloned: a list can be large.
+            let mut result = match response.get_mut("result").map(Value::take) {
+                Some(Value::Object(result)) => result,
+                taken => {
+                    if let Some(other) = taken {
+                        response["result"] = other;
+                    }
+                    return Ok(Pages::Refused(response, reply_headers));
+                }
             };
             if let Some(Value::Array(page_items)) = result.remove(key) {
                 items.extend(page_items);
