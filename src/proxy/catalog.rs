@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::auth::ClientId;
@@ -52,6 +52,9 @@ pub(crate) struct ToolSet {
     listed: OnceLock<Vec<Value>>,
     /// What one client is shown of `listed` under one configuration, as JSON text.
     rendered: Mutex<HashMap<(u64, ClientId), Arc<str>>>,
+    /// The raw `result` of the one-page reply this set was made from, and that
+    /// result without its tools: an identical reply is recognised without parsing.
+    source: OnceLock<(Box<str>, Map<String, Value>)>,
 }
 
 /// One tool.
@@ -146,7 +149,35 @@ impl Catalog {
     }
 }
 
+/// The id and the raw text of `result` of a JSON-RPC response, read without
+/// building a tree of the result.
+fn raw_result(body: &[u8]) -> Option<(Value, &str)> {
+    #[derive(serde::Deserialize)]
+    struct Envelope<'a> {
+        id: Value,
+        #[serde(borrow)]
+        result: Option<&'a serde_json::value::RawValue>,
+    }
+    let envelope: Envelope<'_> = serde_json::from_slice(body).ok()?;
+    Some((envelope.id, envelope.result?.get()))
+}
+
 impl ToolSet {
+    /// Remembers the reply `body` this set was made from (one JSON page).
+    pub(crate) fn remember_source(&self, body: &[u8], rest: &Map<String, Value>) {
+        if let Some(raw) = raw_result(body) {
+            let _ = self.source.set((raw.1.into(), rest.clone()));
+        }
+    }
+
+    /// When `body` answers `id` with exactly the result this set was made
+    /// from: that result without its tools.
+    pub(crate) fn same_source(&self, body: &[u8], id: &Value) -> Option<Map<String, Value>> {
+        let (known, rest) = self.source.get()?;
+        let (answered, raw) = raw_result(body)?;
+        (answered == *id && **known == *raw).then(|| rest.clone())
+    }
+
     /// True when `tools` is exactly the list this set was made from.
     fn is(&self, tools: &[Value]) -> bool {
         tools.len() == self.order.len()
@@ -217,5 +248,36 @@ impl ToolSet {
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn reply(id: u64, tools: &Value) -> Vec<u8> {
+        serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "id": id, "result": {"tools": tools, "ttlMs": 0}}),
+        )
+        .expect("json")
+    }
+
+    #[test]
+    fn an_identical_reply_is_recognised_by_its_bytes_and_only_then() {
+        let pins = Pins::open(None, "test.toml").expect("pins");
+        let catalog = Catalog::new("s", Pinning::Off, pins);
+        let tools = json!([{"name": "echo", "inputSchema": {"type": "object"}}]);
+        let set = catalog.store(tools.as_array().expect("array"));
+        let rest: Map<String, Value> = [("ttlMs".to_owned(), json!(0))].into_iter().collect();
+        set.remember_source(&reply(1, &tools), &rest);
+
+        assert_eq!(set.same_source(&reply(7, &tools), &json!(7)), Some(rest));
+        // Another id than the one asked for, or another list: not the same.
+        assert_eq!(set.same_source(&reply(7, &tools), &json!(8)), None);
+        let changed = json!([{"name": "echo", "inputSchema": {"type": "object"}, "title": "x"}]);
+        assert_eq!(set.same_source(&reply(7, &changed), &json!(7)), None);
+        assert_eq!(set.same_source(b"not json", &json!(7)), None);
     }
 }

@@ -1025,8 +1025,19 @@ async fn list_items(
         .all_pages(headers, request, kind.key())
         .await
         .map_err(|e| upstream(sanitize, name, None, e))?;
-    let (items, result) = match pages {
-        Pages::Complete(items, result) => (items, result),
+    let (items, result, known) = match pages {
+        Pages::Complete(items, result, source) => {
+            // A tool list from one JSON page is remembered by its bytes.
+            let known = (kind == ListKind::Tools).then(|| {
+                let set = server.catalog.store(&items);
+                if let Some(body) = source {
+                    set.remember_source(&body, &result);
+                }
+                set
+            });
+            (items, result, known)
+        }
+        Pages::Unchanged(set, result) => (Vec::new(), result, Some(set)),
         // The upstream refused the list: its error goes back, sanitized.
         Pages::Refused(mut error, reply_headers) => {
             sanitizer.message(&mut error, &mut report);
@@ -1048,7 +1059,7 @@ async fn list_items(
     let visible: Vec<Value> = if kind == ListKind::Tools {
         // Held tools are listed as pinned (or not at all when never approved);
         // the sanitized view is worked out once per distinct list.
-        let set = server.catalog.store(&items);
+        let set = known.unwrap_or_else(|| server.catalog.store(&items));
         let listed = set.listed(|definitions| {
             definitions
                 .into_iter()
@@ -1128,7 +1139,11 @@ enum Listed {
 
 /// Outcome of collecting a paginated list.
 enum Pages {
-    Complete(Vec<Value>, Map<String, Value>),
+    /// Every item, the last page's result without them, and the reply's body
+    /// when the list came as one JSON page (to recognise it next time).
+    Complete(Vec<Value>, Map<String, Value>, Option<Bytes>),
+    /// A tool list byte for byte the one the current snapshot was made from.
+    Unchanged(Arc<ToolSet>, Map<String, Value>),
     Refused(Value, HeaderMap),
 }
 
@@ -1349,7 +1364,14 @@ impl Forward<'_> {
         }
         let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params});
         match self.all_pages(headers, request, "tools").await? {
-            Pages::Complete(items, _) => Ok(self.server.catalog.store(&items)),
+            Pages::Complete(items, result, source) => {
+                let set = self.server.catalog.store(&items);
+                if let Some(body) = source {
+                    set.remember_source(&body, &result);
+                }
+                Ok(set)
+            }
+            Pages::Unchanged(set, _) => Ok(set),
             Pages::Refused(..) => Err(UpstreamError::new(
                 crate::error::UpstreamKind::Protocol,
                 "it refused to list its tools",
@@ -1390,6 +1412,17 @@ impl Forward<'_> {
             let body = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
             let reply = self.send(headers.clone(), body, true).await?;
             let reply_headers = reply_headers(&reply).clone();
+            // The same tool list as last time, byte for byte: nothing to parse.
+            let source = match &reply {
+                Reply::Json { body, .. } if page == 0 && key == "tools" => Some(body.clone()),
+                _ => None,
+            };
+            if let Some(body) = &source
+                && let Some(set) = self.server.catalog.get()
+                && let Some(rest) = set.same_source(body, &id)
+            {
+                return Ok(Pages::Unchanged(set, rest));
+            }
             let mut response = respond::collect(reply, &id, &self.server.catalog).await?;
             // Taken, not cloned: a list can be large.
             let mut result = match response.get_mut("result").map(Value::take) {
@@ -1408,7 +1441,10 @@ impl Forward<'_> {
                 Some(cursor @ Value::String(_)) => {
                     request["params"]["cursor"] = cursor;
                 }
-                _ => return Ok(Pages::Complete(items, result)),
+                _ => {
+                    let source = source.filter(|_| page == 0);
+                    return Ok(Pages::Complete(items, result, source));
+                }
             }
         }
         Err(UpstreamError::new(
