@@ -39,7 +39,6 @@ use crate::pins::Pins;
 use crate::ratelimit::{RateLimiter, RatePlan};
 use crate::telemetry::Traces;
 use catalog::Catalog;
-use respond::OutputSchemas;
 use session::SessionTable;
 use upstream::Upstream;
 
@@ -93,8 +92,6 @@ pub(crate) struct Live {
 pub(crate) struct ServerState {
     pub upstream: Arc<Upstream>,
     pub catalog: Arc<Catalog>,
-    /// Compiled `outputSchema`s of its tools.
-    pub output_schemas: OutputSchemas,
 }
 
 impl AppState {
@@ -183,7 +180,6 @@ impl Live {
                     Arc::new(ServerState {
                         upstream: Arc::new(upstream),
                         catalog,
-                        output_schemas: OutputSchemas::default(),
                     })
                 }
             };

@@ -6,7 +6,7 @@
 //! `tools/call`; emptied by `notifications/tools/list_changed`, and stale once
 //! a pin is approved (the next call fetches the list again).
 //!
-//! Invariants: a schema is compiled once per distinct definition (keyed by its
+//! Invariants: a schema (input or output) is compiled once per distinct definition (keyed by its
 //! SHA-256), also across refreshes; the compiled-schema cache is bounded; what a
 //! client is shown is rendered once per snapshot, client and configuration (a
 //! reload or a pin approval makes a new snapshot key or a new snapshot); a
@@ -64,6 +64,8 @@ pub(crate) struct ToolEntry {
     pub definition: Value,
     /// Its compiled `inputSchema`, or why it cannot be enforced.
     pub schema: Result<CompiledSchema, SchemaError>,
+    /// Its compiled `outputSchema`, when it has one the gateway can enforce.
+    pub output_schema: Option<CompiledSchema>,
     /// What its pin says.
     pub pin: Verdict,
 }
@@ -111,9 +113,20 @@ impl Catalog {
                 continue;
             };
             let schema = tool.get("inputSchema").cloned().unwrap_or(Value::Null);
+            let output_schema = tool
+                .get("outputSchema")
+                .filter(|s| !s.is_null())
+                .and_then(|s| match self.compile(s) {
+                    Ok(compiled) => Some(compiled),
+                    Err(e) => {
+                        tracing::warn!(server = %self.server, tool = name, error = %e, "outputSchema not enforced");
+                        None
+                    }
+                });
             let entry = ToolEntry {
                 definition: tool.clone(),
                 schema: self.compile(&schema),
+                output_schema,
                 pin,
             };
             if set.tools.insert(name.to_owned(), entry).is_none() {

@@ -454,13 +454,7 @@ async fn call_tool(
     }
     let skip = sanitize.skip_for(server_name, &name);
     let facts = match tools.tools.get(&name) {
-        Some(entry) => CallFacts::of(
-            &entry.definition,
-            skip,
-            &server.output_schemas,
-            server_name,
-            &name,
-        ),
+        Some(entry) => CallFacts::of(entry, skip),
         None => CallFacts::default(),
     };
     let mut to = recipient(forward.live, ex, server, Some(name));

@@ -15,8 +15,7 @@
 //! sanitized, capped snippet of their text is quoted; a message the sanitizer
 //! did not change is passed on byte for byte.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::response::Response;
@@ -24,9 +23,8 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
-use super::catalog::Catalog;
+use super::catalog::{Catalog, ToolEntry};
 use super::upstream::{Reply, SseStream, UpstreamError};
 use crate::audit::Trail;
 use crate::config::SanitizeSettings;
@@ -37,10 +35,7 @@ use crate::error::{
 use crate::mcp::sse::{SseEvent, SseItem};
 use crate::mcp::version::Era;
 use crate::sanitize::{Report, Sanitizer, Skip};
-use crate::validate::{CompiledSchema, SchemaLimits};
-
-/// Most distinct output schemas kept compiled per server.
-const MAX_OUTPUT_SCHEMAS: usize = 1024;
+use crate::validate::CompiledSchema;
 
 /// Who the reply is for, and what the gateway must guarantee about it.
 #[derive(Debug, Clone)]
@@ -73,61 +68,24 @@ pub(crate) struct CallFacts {
 }
 
 impl CallFacts {
-    /// Facts from a tool's definition as listed.
-    pub(crate) fn of(
-        definition: &Value,
-        skip: Skip,
-        schemas: &OutputSchemas,
-        server: &str,
-        tool: &str,
-    ) -> Self {
+    /// Facts from a tool as the catalog knows it.
+    pub(crate) fn of(entry: &ToolEntry, skip: Skip) -> Self {
         let hint = |k: &str| {
-            definition
+            entry
+                .definition
                 .get("annotations")
                 .and_then(|a| a.get(k))
                 .and_then(Value::as_bool)
                 == Some(true)
         };
-        let output_schema = definition
-            .get("outputSchema")
-            .filter(|s| !s.is_null())
-            .and_then(|s| match schemas.get(s) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    tracing::warn!(server, tool, error = %e, "outputSchema not enforced");
-                    None
-                }
-            });
         Self {
             hints: ToolHints {
                 read_only: hint("readOnlyHint"),
                 idempotent: hint("idempotentHint"),
             },
-            output_schema,
+            output_schema: entry.output_schema.clone(),
             skip,
         }
-    }
-}
-
-/// Compiled output schemas of one server, by the SHA-256 of their JSON.
-#[derive(Debug, Default)]
-pub(crate) struct OutputSchemas {
-    compiled: Mutex<HashMap<[u8; 32], Result<CompiledSchema, crate::validate::SchemaError>>>,
-}
-
-impl OutputSchemas {
-    fn get(&self, schema: &Value) -> Result<CompiledSchema, crate::validate::SchemaError> {
-        let key: [u8; 32] = Sha256::digest(serde_json::to_vec(schema).unwrap_or_default()).into();
-        let mut cache = self.compiled.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(hit) = cache.get(&key) {
-            return hit.clone();
-        }
-        let compiled = CompiledSchema::compile(schema, SchemaLimits::default());
-        if cache.len() >= MAX_OUTPUT_SCHEMAS {
-            cache.clear();
-        }
-        cache.insert(key, compiled.clone());
-        compiled
     }
 }
 
