@@ -555,18 +555,7 @@ async fn by_uri(
     let Some(part) = owner_of(view, ex, message, uri).await else {
         return Err(Rejection::NotFound(format!("Resource not found: {uri}")));
     };
-    enter(ex, view.live, part.server);
-    let headers = part.headers(view.headers, Some(uri));
-    post(
-        view.state,
-        view.live,
-        ex,
-        part.server,
-        view.client,
-        &headers,
-        body,
-    )
-    .await
+    send_to(view, ex, part, Some(uri), body).await
 }
 
 async fn completion(
@@ -611,10 +600,22 @@ async fn route_to(
     message: Value,
     target: Option<&str>,
 ) -> Result<Response, Rejection> {
-    enter(ex, view.live, part.server);
     ex.prefix = format!("{}{SEPARATOR}", part.name());
-    let headers = part.headers(view.headers, target);
     let body = Bytes::from(serde_json::to_vec(&message).unwrap_or_default());
+    send_to(view, ex, part, target, body).await
+}
+
+/// `body` through the per-server pipeline of `part`, with its session and
+/// version, and `Mcp-Name` naming `target` as the server knows it.
+async fn send_to(
+    view: &View<'_>,
+    ex: &mut Exchange,
+    part: &Part<'_>,
+    target: Option<&str>,
+    body: Bytes,
+) -> Result<Response, Rejection> {
+    enter(ex, view.live, part.server);
+    let headers = part.headers(view.headers, target);
     post(
         view.state,
         view.live,
@@ -798,18 +799,7 @@ async fn listen(view: &View<'_>, ex: &mut Exchange, body: Bytes) -> Result<Respo
 /// Sends the client's message to every member, answers ignored.
 async fn broadcast(view: &View<'_>, ex: &mut Exchange, body: Bytes) {
     for part in &view.parts {
-        enter(ex, view.live, part.server);
-        let headers = part.headers(view.headers, None);
-        let sent = post(
-            view.state,
-            view.live,
-            ex,
-            part.server,
-            view.client,
-            &headers,
-            body.clone(),
-        )
-        .await;
+        let sent = send_to(view, ex, part, None, body.clone()).await;
         if let Err(rejection) = sent {
             tracing::info!(server = part.name(), method = %ex.method, error = rejection.code(), "not delivered to a member server");
         }
