@@ -3,14 +3,16 @@
 //! Place in the path: beside the MCP data path, never on it. `GET /api/pins`
 //! lists every pin with its status, scan findings and diff;
 //! `POST /api/pins/approve` approves what a server serves now; `GET /metrics`
-//! is the Prometheus scrape (open, like `/healthz`: counts only, no secrets);
+//! is the Prometheus scrape (a read like the others: client and tool names);
 //! `GET /readyz` says whether each server can take requests.
 //!
-//! Invariants: an admin action needs `Authorization: Bearer <admin token>`,
+//! Invariants: every request to the admin listener passes [`guard`] first
+//! (the Origin/Host rules of the MCP listener); an admin action needs `Authorization: Bearer <admin token>`,
 //! checked against `[gateway] admin_token_sha256` in constant time (401
 //! without it or with a wrong one; 403 when no admin token is configured, so
-//! nothing can be approved by whoever reaches the port); reading pins needs
-//! the token too once one is configured; nothing here can add an upstream or
+//! nothing can be approved by whoever reaches the port); every read but
+//! `/healthz`, `/readyz` and the page itself needs the token too once one is
+//! configured, and always off loopback; nothing here can add an upstream or
 //! read a secret.
 
 use std::collections::BTreeMap;
@@ -25,9 +27,9 @@ use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 
 use crate::auth::hash_key;
-use crate::error::json_response;
+use crate::error::{Rejection, json_response};
 use crate::pins::{ApproveOutcome, Key};
-use crate::proxy::AppState;
+use crate::proxy::{AppState, admit};
 
 /// `GET /metrics`: OpenMetrics text.
 pub(crate) async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
@@ -56,14 +58,36 @@ pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     json_response(status, &body)
 }
 
-/// A read endpoint: open without an admin token configured, else it needs it.
+/// A read endpoint: it needs the admin token once one is configured, and
+/// always off loopback (where a missing token refuses every read); open only
+/// on a loopback listener without a token, behind [`guard`]'s Host check.
 #[allow(clippy::result_large_err)]
 pub(crate) fn reader(state: &AppState, headers: &HeaderMap) -> Result<(), Response> {
-    if state.config().gateway.admin_token_sha256.is_some() {
+    if state.config().gateway.admin_token_sha256.is_some() || !state.admin_loopback {
         admin(state, headers)
     } else {
         Ok(())
     }
+}
+
+/// Before every endpoint of the admin listener: the MCP listener's DNS
+/// rebinding defences, with the same settings — a present `Origin` must be
+/// allowed (or local, on a loopback listener), and on a loopback listener
+/// `Host` must name loopback or an `allowed_hosts` entry (403 otherwise).
+pub(crate) async fn guard(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let config = state.config();
+    if let Err(refusal) = admit(request.headers(), &config.gateway, state.admin_loopback) {
+        let why = match refusal {
+            Rejection::Forbidden(why) => why,
+            other => other.code().to_owned(),
+        };
+        return problem(StatusCode::FORBIDDEN, why);
+    }
+    next.run(request).await
 }
 
 /// `GET /api/pins`.

@@ -78,6 +78,7 @@ impl Gateway {
         let listener = TcpListener::bind(config.gateway.listen).await?;
         let admin = TcpListener::bind(config.gateway.admin_listen).await?;
         let loopback = listener.local_addr()?.ip().is_loopback();
+        let admin_loopback = admin.local_addr()?.ip().is_loopback();
         // Opening and loading the store reads the disk: off the async threads.
         let (database, source) = (config.pins.database.clone(), config.source.clone());
         let pins = tokio::task::spawn_blocking(move || Pins::open(database.as_deref(), &source))
@@ -90,7 +91,7 @@ impl Gateway {
             .map_err(io::Error::other)?
             .map_err(io::Error::other)?;
         let traces = Traces::start(&config.telemetry).map_err(io::Error::other)?;
-        let state = AppState::new(
+        let mut state = AppState::new(
             Arc::new(config),
             pins,
             audit,
@@ -98,6 +99,7 @@ impl Gateway {
             loopback,
             path,
         )?;
+        state.admin_loopback = admin_loopback;
         Ok(Self {
             state: Arc::new(state),
             watch: true,
@@ -267,6 +269,12 @@ fn admin_router(state: Arc<AppState>) -> Router {
         .route("/api/pins", get(admin::pins))
         .route("/api/pins/approve", post(admin::approve))
         .route("/api/reload", get(reload::get).post(reload::post))
+        // Every endpoint, and the 404 of any other path, passes the Origin/Host checks.
+        .fallback(|| async { http::StatusCode::NOT_FOUND })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            admin::guard,
+        ))
         .with_state(state)
 }
 

@@ -113,6 +113,37 @@ pub struct Event {
     pub arguments: Option<Value>,
 }
 
+/// Most violation lines kept per event, and most bytes of each.
+const MAX_VIOLATIONS: usize = 50;
+const MAX_VIOLATION_LINE: usize = 512;
+
+impl Event {
+    /// Bounds what the event keeps of client-chosen text (method, tool,
+    /// client, violation lines): whatever stage noted it, the store, the
+    /// dashboard ring, the metrics and the spans get at most
+    /// [`MAX_KEPT`](crate::mcp::limits::MAX_KEPT) bytes of each identifier.
+    pub(crate) fn bound(&mut self) {
+        use crate::mcp::limits::{self, clip_opt};
+        if self.method.len() > limits::MAX_KEPT {
+            self.method = limits::clip(&self.method);
+        }
+        clip_opt(&mut self.tool);
+        clip_opt(&mut self.client);
+        clip_opt(&mut self.server);
+        clip_opt(&mut self.trace_id);
+        if self.violations.len() > MAX_VIOLATIONS {
+            let more = self.violations.len() - MAX_VIOLATIONS + 1;
+            self.violations.truncate(MAX_VIOLATIONS - 1);
+            self.violations.push(format!("… and {more} more"));
+        }
+        for line in &mut self.violations {
+            if line.len() > MAX_VIOLATION_LINE {
+                *line = limits::clip_to(line, MAX_VIOLATION_LINE);
+            }
+        }
+    }
+}
+
 /// What the audit trail has done so far.
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -348,6 +379,7 @@ impl Drop for Trail {
         let mut event = std::mem::take(self.event.get_mut().unwrap_or_else(|p| p.into_inner()));
         event.latency_us = self.started.elapsed().as_micros() as u64;
         event.trace_id = self.trace.trace_id();
+        event.bound();
         self.trace.finish(&event);
         self.metrics.observe(&event);
         self.recent.push(&event);

@@ -42,6 +42,14 @@ pub struct ClientTable {
     jwt: Option<Arc<JwtVerifier>>,
 }
 
+/// What a client authenticates with (see [`ClientTable::still_admits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Credential {
+    Key([u8; 32]),
+    Token,
+    Anonymous,
+}
+
 #[derive(Debug)]
 struct KeyedClient {
     id: ClientId,
@@ -161,6 +169,31 @@ impl ClientTable {
             ids.push(ClientId::anonymous());
         }
         ids
+    }
+
+    /// Whether a client authenticated under `before` is still admitted, and in
+    /// the same way, by this table: a reload that removes a client, changes its
+    /// key, or takes `[auth.jwt]` or `[clients.anonymous]` away revokes it.
+    pub(crate) fn still_admits(&self, before: &ClientTable, client: &ClientId) -> bool {
+        let now = self.credential(client);
+        now.is_some() && now == before.credential(client)
+    }
+
+    /// How `client` proves who it is under this table, if it still can.
+    fn credential(&self, client: &ClientId) -> Option<Credential> {
+        if client.is_anonymous() {
+            return self.anonymous.then_some(Credential::Anonymous);
+        }
+        if let Some(keyed) = self.keyed.iter().find(|k| k.id == *client) {
+            return Some(Credential::Key(keyed.key_sha256));
+        }
+        // A token never takes on the name of a keyed client.
+        let keyed_name = self.keyed.iter().any(|k| k.id.name() == client.name());
+        if keyed_name || self.jwt.is_none() {
+            return None;
+        }
+        let named = self.token_named.iter().any(|t| t.name() == client.name());
+        (named != client.is_unlisted()).then_some(Credential::Token)
     }
 
     /// Names the client of a request to `server` (at the request path `path`:

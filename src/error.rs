@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use crate::auth::{AuthError, AuthRefusal};
 use crate::mcp::META_GATEWAY_ERROR;
 use crate::mcp::jsonrpc::{self, ClassifyError};
+use crate::mcp::limits::Overlong;
 use crate::mcp::version::{self, Era};
 use crate::policy::{Rate, RateKey};
 use crate::ratelimit::{ceil_millis, ceil_secs};
@@ -96,6 +97,8 @@ pub(crate) enum Rejection {
     Upstream(UpstreamFailure),
     /// A `tools/call` result the gateway will not pass on (isError result).
     Output(OutputRefusal),
+    /// An identifier longer than its cap (400, -32602); the value is never echoed.
+    TooLong(Overlong),
 }
 
 /// A tool call the gateway answers itself.
@@ -279,6 +282,7 @@ impl Rejection {
             | Rejection::UnsupportedVersion { .. }
             | Rejection::InvalidParams(_)
             | Rejection::MethodNotFound(_)
+            | Rejection::TooLong(_)
             | Rejection::SessionNotFound => Source::Client,
             Rejection::NotFound(_) | Rejection::Tool(_) | Rejection::RateLimited(_) => {
                 Source::Policy
@@ -312,6 +316,7 @@ impl Rejection {
             Rejection::RateLimited(_) => RATE_LIMITED,
             Rejection::Upstream(u) => u.kind.code(),
             Rejection::Output(o) => o.kind.code(),
+            Rejection::TooLong(_) => "identifier_too_long",
         }
     }
 
@@ -457,6 +462,17 @@ impl Rejection {
                 response
             }
             Rejection::Output(o) => tool_result(cx, o.kind.code(), o.text(), o.detail()),
+            Rejection::TooLong(o) => error_response(
+                StatusCode::BAD_REQUEST,
+                id,
+                jsonrpc::INVALID_PARAMS,
+                &format!(
+                    "`{}` is {} bytes long; this gateway accepts at most {} bytes there, so nothing was \
+                     forwarded. Send the exact, shorter identifier the server lists.",
+                    o.field, o.length, o.limit
+                ),
+                Some(json!({"code": "identifier_too_long", "field": o.field, "limit": o.limit})),
+            ),
             Rejection::Upstream(u) => match &u.tool {
                 Some(_) => tool_result(cx, u.kind.code(), u.text(), u.detail()),
                 None => {

@@ -126,6 +126,29 @@ impl Policy {
         }
     }
 
+    /// Whether `client` may use anything at all on `server`: some allow rule
+    /// names them both, and no deny rule takes every tool, resource and prompt
+    /// there away. A reload after which this is false ends the client's open
+    /// streams and sessions on the server.
+    pub(crate) fn reaches(&self, client: &ClientId, server: &str) -> bool {
+        let applies = |r: &&Rule| {
+            r.servers.iter().any(|g| g.matches(server))
+                && r.clients.iter().any(|g| client_matches(g, client))
+        };
+        let everything = |globs: &[Glob]| globs.iter().any(|g| g.as_str() == "*");
+        let denied_all = self.rules.iter().filter(applies).any(|r| {
+            r.action == Action::Deny
+                && everything(&r.tools)
+                && everything(&r.resources)
+                && everything(&r.prompts)
+        });
+        let allowed = self.rules.iter().filter(applies).any(|r| {
+            r.action == Action::Allow
+                && !(r.tools.is_empty() && r.resources.is_empty() && r.prompts.is_empty())
+        });
+        allowed && !denied_all
+    }
+
     /// Checks `arguments` against the `arguments` constraint of every allow rule
     /// in `decision`; the first rule that refuses is returned with its violations.
     pub fn check_arguments(
@@ -351,13 +374,42 @@ fn trim_float(v: f64) -> String {
     s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
+/// Longest name (in characters) worth an edit-distance suggestion; longer
+/// wanted names and candidates get none, so one suggestion costs at most
+/// `SUGGEST_CHARS²` steps per candidate, whatever a client sends.
+const SUGGEST_CHARS: usize = 128;
+/// Most candidates compared for one suggestion.
+const SUGGEST_CANDIDATES: usize = 2000;
+
 /// Names in `candidates` closest to `wanted` (edit distance), best first.
+///
+/// The work is bounded before it starts: a `wanted` name longer than
+/// [`SUGGEST_CHARS`] gets no suggestion, a candidate whose length alone puts
+/// it beyond the distance allowed is not compared, and at most
+/// [`SUGGEST_CANDIDATES`] candidates are looked at.
 pub(crate) fn closest<'a>(wanted: &str, candidates: &[&'a str], max: usize) -> Vec<&'a str> {
-    let limit = (wanted.chars().count() / 3).max(2);
+    if wanted.len() > SUGGEST_CHARS * 4 {
+        return Vec::new();
+    }
+    let wanted_chars = wanted.chars().count();
+    if wanted_chars > SUGGEST_CHARS {
+        return Vec::new();
+    }
+    let limit = (wanted_chars / 3).max(2);
     let mut scored: Vec<(usize, &str)> = candidates
         .iter()
-        .map(|c| (distance(wanted, c), *c))
-        .filter(|(d, c)| *d <= limit || c.contains(wanted) || wanted.contains(c))
+        .take(SUGGEST_CANDIDATES)
+        .filter(|c| c.len() <= SUGGEST_CHARS * 4)
+        .filter_map(|c| {
+            let contained = !wanted.is_empty() && (c.contains(wanted) || wanted.contains(*c));
+            let chars = c.chars().count();
+            // The distance is at least the difference in length.
+            if chars > SUGGEST_CHARS || chars.abs_diff(wanted_chars) > limit {
+                return contained.then_some((limit + chars.abs_diff(wanted_chars), *c));
+            }
+            let d = distance(wanted, c);
+            (d <= limit || contained).then_some((d, *c))
+        })
         .collect();
     scored.sort();
     scored.into_iter().take(max).map(|(_, c)| c).collect()

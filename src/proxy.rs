@@ -11,9 +11,11 @@ mod pipeline;
 mod respond;
 mod session;
 mod stdio;
+mod streams;
 mod upstream;
 mod well_known;
 
+pub(crate) use ingress::admit;
 pub(crate) use upstream::humanize;
 
 use std::collections::BTreeMap;
@@ -49,10 +51,15 @@ pub(crate) struct AppState {
     /// swapped whole on reload; a request loads it once and keeps it.
     pub live: ArcSwap<Live>,
     pub sessions: SessionTable,
+    /// Open GET and `subscriptions/listen` streams, by client and server.
+    pub streams: Arc<streams::Streams>,
     /// Pinned tool definitions and server instructions.
     pub pins: Arc<Pins>,
     /// The MCP listener is on a loopback address (Host checks apply).
     pub loopback: bool,
+    /// The admin listener is on a loopback address (Host checks apply; off
+    /// it, every read needs the admin token).
+    pub admin_loopback: bool,
     /// Ids of requests the gateway sends on its own.
     pub next_id: AtomicU64,
     /// The file the configuration is reloaded from (none when started from text).
@@ -111,12 +118,14 @@ impl AppState {
             live: ArcSwap::from_pointee(live),
             limiter,
             sessions: SessionTable::new(config.gateway.max_sessions),
+            streams: Arc::default(),
             pins,
             metrics: Arc::new(Metrics::new(audit.shared_counters(), traces.counters())),
             traces,
             recent: Arc::default(),
             audit,
             loopback,
+            admin_loopback: loopback,
             next_id: AtomicU64::new(1),
             config_path,
             reloads: tokio::sync::Mutex::new(()),

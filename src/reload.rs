@@ -11,7 +11,8 @@
 //! and kept as the last result (`GET /api/reload`). The state of a server
 //! whose settings did not change (its HTTP client, tool catalog, compiled
 //! schemas) is carried over; a changed server starts afresh. Reloads run one
-//! at a time.
+//! at a time. What a reload revokes (a client, its key, its rights on a
+//! server, a server) ends at once on open streams and sessions too.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -92,8 +93,32 @@ fn apply(state: &AppState, config: Config) -> Result<(), String> {
         unchanged = kept,
         "configuration reloaded"
     );
+    let new = live.config.clone();
     state.live.store(Arc::new(live));
+    revoke(state, &current.config, &new);
     Ok(())
+}
+
+/// Ends what the new configuration no longer grants: the open streams and the
+/// sessions of every client that was removed, lost its credential (a new key,
+/// no more `[auth.jwt]`), or can use nothing on a server any more (or whose
+/// server is gone). Requests in flight finish under the configuration they
+/// started with; streams are not requests in flight, they are ended now.
+fn revoke(state: &AppState, old: &Config, new: &Config) {
+    let revoked = |client: &crate::auth::ClientId, server: &str| {
+        !new.servers.contains_key(server)
+            || !new.clients.still_admits(&old.clients, client)
+            || !new.policy.reaches(client, server)
+    };
+    let streams = state.streams.revoke(revoked);
+    let sessions = state.sessions.end_where(revoked);
+    if streams + sessions > 0 {
+        tracing::info!(
+            streams,
+            sessions,
+            "the new configuration revokes access: streams and sessions of revoked clients ended"
+        );
+    }
 }
 
 /// What a running gateway cannot change without a restart.
@@ -214,9 +239,7 @@ pub(crate) async fn post(State(state): State<Arc<AppState>>, headers: HeaderMap)
 
 /// `GET /api/reload`: the last reload's outcome (admin token once one is configured).
 pub(crate) async fn get(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if state.config().gateway.admin_token_sha256.is_some()
-        && let Err(refusal) = admin::admin(&state, &headers)
-    {
+    if let Err(refusal) = admin::reader(&state, &headers) {
         return refusal;
     }
     json_response(StatusCode::OK, &report(&state))

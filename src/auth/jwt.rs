@@ -82,8 +82,10 @@ pub struct JwtSettings {
 pub struct Audience {
     /// As configured.
     pub value: String,
-    /// Set when the audience is one server's URL (`…/mcp/<server>`): it admits
-    /// tokens at that server only.
+    /// Set when the audience is one server's URL (`…/mcp/<server>`, a
+    /// configured server): it admits tokens at that server only. `None` is the
+    /// whole gateway (`…/mcp` or the origin alone); the configuration refuses
+    /// every other audience, so a token is never admitted wider than written.
     pub server: Option<String>,
 }
 

@@ -188,6 +188,24 @@ fn closest_names_are_suggested() {
 }
 
 #[test]
+fn suggestions_are_bounded_work_whatever_the_name() {
+    // A name past the suggestion cap is not compared at all (it was 2.6 s at 1 MB).
+    let huge = "search_flights".repeat(80_000);
+    let names = ["search_flights", "book_flight"];
+    assert!(closest(&huge, &names, 3).is_empty());
+    // Up to the cap, near names are still found, and long candidates are skipped.
+    let long = format!("{}x", "a".repeat(120));
+    let near = "a".repeat(120);
+    let far = "b".repeat(100_000);
+    let many: Vec<&str> = std::iter::repeat_n(far.as_str(), 5000)
+        .chain([near.as_str()])
+        .collect();
+    assert_eq!(closest(&long, &[near.as_str(), &far], 3), vec![near.as_str()]);
+    // Only the first candidates are looked at: the bound is on the work, not the answer.
+    assert!(closest(&long, &many, 3).is_empty());
+}
+
+#[test]
 fn rates_describe_themselves() {
     let rate = Rate {
         burst: NonZeroU32::MIN.saturating_add(2),

@@ -50,6 +50,7 @@ use crate::mcp::headers::{
     self, MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
 use crate::mcp::jsonrpc::Message;
+use crate::mcp::limits;
 use crate::mcp::sse::SseItem;
 use crate::mcp::version::Era;
 use crate::pins::{self, Cause, Hold, Key as PinKey, scan};
@@ -126,7 +127,7 @@ pub(crate) async fn handle(
         started,
         client: None,
         server: None,
-        method: parts.method.to_string(),
+        method: limits::clip(parts.method.as_str()),
         id: None,
         era: Era::Legacy,
         tool: None,
@@ -214,10 +215,14 @@ async fn serve(
                 config.gateway.client_timeout,
             )
             .await?;
-            post(state, live, ex, server, &client, &parts.headers, body).await
+            let response = post(state, live, ex, server, &client, &parts.headers, body).await?;
+            let name = [server.upstream.settings.name.as_str()];
+            Ok(held(state, ex, &client, name, response))
         }
         (Target::One(server), Method::GET | Method::DELETE) => {
-            stream_or_end(state, live, server, ex, &client, &parts).await
+            let response = stream_or_end(state, live, server, ex, &client, &parts).await?;
+            let name = [server.upstream.settings.name.as_str()];
+            Ok(held(state, ex, &client, name, response))
         }
         (Target::Merged, Method::POST) => {
             let body = read_body(
@@ -227,7 +232,11 @@ async fn serve(
                 config.gateway.client_timeout,
             )
             .await?;
-            federate::post_merged(state, live, ex, &client, &parts.headers, body).await
+            let response =
+                federate::post_merged(state, live, ex, &client, &parts.headers, body).await?;
+            // A merged stream carries every server's notifications: losing any ends it.
+            let names = live.servers.keys().map(String::as_str);
+            Ok(held(state, ex, &client, names, response))
         }
         (Target::Merged, Method::DELETE) => federate::end(state, live, ex, &client, &parts).await,
         // The merged view offers no GET stream (the spec's 405); 2026-era
@@ -235,6 +244,25 @@ async fn serve(
         (Target::Merged, _) => Err(Rejection::MethodNotAllowed("POST, DELETE")),
         _ => Err(Rejection::MethodNotAllowed("GET, POST, DELETE")),
     }
+}
+
+/// A stream (a GET stream, `subscriptions/listen`) is held for `client` on
+/// each of `servers`, so that a reload revoking its access ends it; any other
+/// response is returned as it is.
+fn held<'a>(
+    state: &AppState,
+    ex: &Exchange,
+    client: &ClientId,
+    servers: impl IntoIterator<Item = &'a str>,
+    mut response: Response,
+) -> Response {
+    if ex.method != "GET" && ex.method != "subscriptions/listen" {
+        return response;
+    }
+    for server in servers {
+        response = state.streams.hold(client, server, response);
+    }
+    response
 }
 
 /// What a path names.
@@ -287,8 +315,7 @@ async fn post(
     let message =
         Message::classify(&body, config.gateway.max_json_depth).map_err(Rejection::Malformed)?;
     ex.trail.trace().classified(&message);
-    ex.id = message.id().cloned();
-    ex.method = message.method().unwrap_or("(response)").to_owned();
+    note_message(ex, &message)?;
     ex.trail.stage("negotiate");
     let (era, _version) = negotiate(headers, &message)?;
     ex.era = era;
@@ -376,6 +403,15 @@ async fn post(
                 .await
         }
     }
+}
+
+/// Right after classification: the edge caps of `mcp::limits` (an overlong
+/// identifier is refused before anything reads its meaning), and what the
+/// exchange records of the message, bounded either way.
+fn note_message(ex: &mut Exchange, message: &Message) -> Result<(), Rejection> {
+    ex.id = message.id().filter(|id| limits::id_fits(id)).cloned();
+    ex.method = limits::clip(message.method().unwrap_or("(response)"));
+    limits::check(message).map_err(Rejection::TooLong)
 }
 
 /// The session a legacy request presents must be this client's.

@@ -151,6 +151,22 @@ impl SessionTable {
             .remove(&(server.to_owned(), session.to_owned()));
     }
 
+    /// Ends every session whose client `revoked` says has lost `server` (a
+    /// merged-view session ends when any of its member servers is lost); the
+    /// client's next request with one is answered like an unknown session.
+    /// Returns how many ended.
+    pub(crate) fn end_where(&self, revoked: impl Fn(&ClientId, &str) -> bool) -> usize {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let before = inner.sessions.len();
+        inner
+            .sessions
+            .retain(|(server, _), entry| match &entry.members {
+                Some(members) => !members.iter().any(|m| revoked(&entry.client, &m.server)),
+                None => !revoked(&entry.client, server),
+            });
+        before - inner.sessions.len()
+    }
+
     /// Number of sessions tracked.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
@@ -196,6 +212,29 @@ mod tests {
         assert_ne!(t.bind_merged(&alice, Vec::new()), id);
         t.remove_merged(&id);
         assert!(t.merged(&id, &alice).is_none());
+    }
+
+    #[test]
+    fn revoked_clients_lose_their_sessions_on_that_server_only() {
+        let t = SessionTable::new(10);
+        let (alice, bob) = (ClientId::named("alice"), ClientId::named("bob"));
+        t.bind("a", "1", &alice);
+        t.bind("b", "2", &alice);
+        t.bind("a", "3", &bob);
+        let member = |server: &str| Member {
+            server: server.into(),
+            session: None,
+            version: "2025-11-25".into(),
+        };
+        let merged = t.bind_merged(&alice, vec![member("a"), member("b")]);
+        let kept = t.bind_merged(&alice, vec![member("b")]);
+        let ended = t.end_where(|c, s| c.name() == "alice" && s == "a");
+        assert_eq!(ended, 2);
+        assert!(!t.check("a", "1", &alice));
+        assert!(t.check("b", "2", &alice));
+        assert!(t.check("a", "3", &bob));
+        assert!(t.merged(&merged, &alice).is_none());
+        assert!(t.merged(&kept, &alice).is_some());
     }
 
     #[test]

@@ -167,7 +167,9 @@ impl RequestTrace {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(parent) = meta_parent {
             state.parent = Some(parent);
-            state.tracestate = message.meta_str("tracestate").map(str::to_owned);
+            state.tracestate = message
+                .meta_str("tracestate")
+                .map(crate::mcp::limits::clip);
             state.trace_id = Some(parent.trace_id);
             state.meta_traceparent = meta_text.map(str::to_owned);
         }
@@ -175,10 +177,11 @@ impl RequestTrace {
             return;
         }
         let facts = &mut state.facts;
-        facts.mcp_method = message.method().map(str::to_owned);
+        // What a span keeps of client-chosen names is bounded (`mcp::limits`).
+        facts.mcp_method = message.method().map(crate::mcp::limits::clip);
         facts.rpc_id = message.id().map(|id| match id {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
+            Value::String(s) => crate::mcp::limits::clip(s),
+            other => crate::mcp::limits::clip(&other.to_string()),
         });
         if let Some(version) = message.meta_str(META_PROTOCOL_VERSION) {
             facts.protocol_version = Some(version.to_owned());

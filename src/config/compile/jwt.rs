@@ -3,7 +3,8 @@
 //!
 //! Invariants: only public-key algorithms pass (`HS*` and `none` are refused
 //! with a reason); every audience is an absolute http(s) URL (RFC 8707
-//! resource indicators); exactly one key source; a `jwks_file` is read and
+//! resource indicators) bound to exactly one configured server or to the
+//! whole gateway, or refused (see [`bind`]); exactly one key source; a `jwks_file` is read and
 //! must hold at least one usable key; a `jwks_url` is https (http only to a
 //! loopback host) and is not fetched here.
 
@@ -23,6 +24,51 @@ const DEFAULT_LEEWAY: Duration = Duration::from_secs(60);
 const MAX_LEEWAY: Duration = Duration::from_secs(600);
 const DEFAULT_REFRESH: Duration = Duration::from_secs(300);
 const MAX_REFRESH: Duration = Duration::from_secs(86_400);
+
+/// What an audience admits tokens to: `Some(server)` for `…/mcp/<server>`
+/// naming a configured server, `None` for the whole gateway (`…/mcp`, or the
+/// origin alone); any other path is refused with the reason, so no audience
+/// can silently admit a token at more than its operator meant.
+fn bind(
+    url: &reqwest::Url,
+    text: &str,
+    servers: &BTreeMap<String, Arc<ServerSettings>>,
+) -> std::result::Result<Option<String>, String> {
+    let shapes = "an audience is this gateway's resource URL: `<origin>/mcp/<server>` (tokens for that server \
+                  only), `<origin>/mcp` or `<origin>` (tokens for the whole gateway, the merged /mcp view included)";
+    if url.query().is_some() {
+        return Err(format!("{text:?} has a query; {shapes}"));
+    }
+    let path = url.path();
+    if path == "/" || path == "/mcp" {
+        return Ok(None);
+    }
+    if path.ends_with('/') {
+        return Err(format!(
+            "{text:?} ends in `/`: write it as {:?}, the resource URL the gateway's metadata names \
+             (audiences are compared as exact strings, so the two would be different audiences); {shapes}",
+            text.trim_end_matches('/'),
+        ));
+    }
+    match path.strip_prefix("/mcp/") {
+        Some(name) if !name.contains('/') => {
+            if servers.contains_key(name) {
+                return Ok(Some(name.to_owned()));
+            }
+            let known: Vec<&str> = servers.keys().map(String::as_str).collect();
+            Err(format!(
+                "{text:?} names the server `{name}`, which is not configured (servers: {}); a token bound to \
+                 a server must name one that is served here, and a reload that removes a server must remove \
+                 its audience too",
+                known.join(", ")
+            ))
+        }
+        _ => Err(format!(
+            "the path of {text:?} is none of this gateway's resources (the gateway is served at the origin's \
+             root: no base path); {shapes}"
+        )),
+    }
+}
 
 impl Ctx<'_> {
     pub(super) fn jwt(
@@ -180,13 +226,8 @@ impl Ctx<'_> {
                         ),
                     )
                 })?;
-            // `…/mcp/<server>` admits tokens at that server only.
-            let server = url
-                .path()
-                .trim_end_matches('/')
-                .strip_prefix("/mcp/")
-                .filter(|name| servers.contains_key(*name))
-                .map(str::to_owned);
+            let server = bind(&url, text, servers)
+                .map_err(|why| self.fail(Some(value.span()), &key, why))?;
             audiences.push(Audience {
                 value: text.to_owned(),
                 server,

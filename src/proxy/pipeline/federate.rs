@@ -121,8 +121,7 @@ pub(super) async fn post_merged(
 ) -> Result<Response, Rejection> {
     let message = Message::classify(&body, live.config.gateway.max_json_depth)
         .map_err(Rejection::Malformed)?;
-    ex.id = message.id().cloned();
-    ex.method = message.method().unwrap_or("(response)").to_owned();
+    super::note_message(ex, &message)?;
     let (era, _version) = super::negotiate(headers, &message)?;
     ex.era = era;
     ex.mode = live.config.gateway.mode;
