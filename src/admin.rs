@@ -242,3 +242,53 @@ pub(crate) fn admin(state: &AppState, headers: &HeaderMap) -> Result<(), Respons
 pub(crate) fn problem(status: StatusCode, message: String) -> Response {
     json_response(status, &json!({"error": Value::String(message)}))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pins::Pins;
+
+    fn state(token: bool, admin_loopback: bool) -> AppState {
+        crate::app::install_crypto_provider();
+        let token = match token {
+            true => format!("admin_token_sha256 = \"{}\"\n", hex::encode(hash_key("t"))),
+            false => String::new(),
+        };
+        let text = format!(
+            "[gateway]\n{token}[servers.a]\nurl = \"http://127.0.0.1:1/mcp\"\n\
+             [pins]\ndatabase = \":memory:\"\n[audit]\ndatabase = \":memory:\"\n"
+        );
+        let config = crate::config::load_str(&text, "t.toml", &|_| None).expect("config");
+        let pins = Pins::open(None, "t.toml").expect("pins");
+        let audit = crate::audit::Audit::open(&config.audit).expect("audit");
+        let traces = Arc::new(crate::telemetry::Traces::off());
+        let mut state =
+            AppState::new(Arc::new(config), pins, audit, traces, true, None).expect("state");
+        state.admin_loopback = admin_loopback;
+        state
+    }
+
+    fn bearer(token: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        let value = HeaderValue::from_str(&format!("Bearer {token}")).expect("value");
+        h.insert(header::AUTHORIZATION, value);
+        h
+    }
+
+    #[test]
+    fn reads_need_the_token_once_configured_and_always_off_loopback() {
+        let status = |r: Result<(), Response>| r.err().map(|r| r.status().as_u16());
+        let open = state(false, true);
+        assert_eq!(status(reader(&open, &HeaderMap::new())), None);
+        // Off loopback without a token (a configuration refuses this; the reads stay shut anyway).
+        let exposed = state(false, false);
+        assert_eq!(status(reader(&exposed, &HeaderMap::new())), Some(403));
+        assert_eq!(status(reader(&exposed, &bearer("t"))), Some(403));
+        for admin_loopback in [true, false] {
+            let guarded = state(true, admin_loopback);
+            assert_eq!(status(reader(&guarded, &HeaderMap::new())), Some(401));
+            assert_eq!(status(reader(&guarded, &bearer("wrong"))), Some(401));
+            assert_eq!(status(reader(&guarded, &bearer("t"))), None);
+        }
+    }
+}

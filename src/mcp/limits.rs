@@ -52,7 +52,11 @@ const PARAMS: &[(&[&str], &str, usize)] = &[
     (&["argument", "name"], "params.argument.name", MAX_NAME),
     (&["cursor"], "params.cursor", MAX_CURSOR),
     (&["progressToken"], "params.progressToken", MAX_ID),
-    (&["_meta", "progressToken"], "params._meta.progressToken", MAX_ID),
+    (
+        &["_meta", "progressToken"],
+        "params._meta.progressToken",
+        MAX_ID,
+    ),
     (&["requestId"], "params.requestId", MAX_ID),
     (&["taskId"], "params.taskId", MAX_ID),
     (&["task", "taskId"], "params.task.taskId", MAX_ID),

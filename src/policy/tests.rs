@@ -200,7 +200,10 @@ fn suggestions_are_bounded_work_whatever_the_name() {
     let many: Vec<&str> = std::iter::repeat_n(far.as_str(), 5000)
         .chain([near.as_str()])
         .collect();
-    assert_eq!(closest(&long, &[near.as_str(), &far], 3), vec![near.as_str()]);
+    assert_eq!(
+        closest(&long, &[near.as_str(), &far], 3),
+        vec![near.as_str()]
+    );
     // Only the first candidates are looked at: the bound is on the work, not the answer.
     assert!(closest(&long, &many, 3).is_empty());
 }

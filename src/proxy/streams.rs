@@ -59,7 +59,12 @@ impl Streams {
 
     /// `response` with a body that ends when the stream of `client` on
     /// `server` is revoked.
-    pub(crate) fn hold(self: &Arc<Self>, client: &ClientId, server: &str, response: Response) -> Response {
+    pub(crate) fn hold(
+        self: &Arc<Self>,
+        client: &ClientId,
+        server: &str,
+        response: Response,
+    ) -> Response {
         let (stop, stopped) = oneshot::channel();
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.lock().insert(
@@ -76,10 +81,13 @@ impl Streams {
         };
         let (parts, body) = response.into_parts();
         // A sent or a dropped stop (revoked) both end the body.
-        let chunks = body.into_data_stream().take_until(stopped).map(move |chunk| {
-            let _held = &registration;
-            chunk
-        });
+        let chunks = body
+            .into_data_stream()
+            .take_until(stopped)
+            .map(move |chunk| {
+                let _held = &registration;
+                chunk
+            });
         Response::from_parts(parts, Body::from_stream(chunks))
     }
 
@@ -110,7 +118,10 @@ mod tests {
     fn endless() -> Response {
         let chunks = futures_util::stream::unfold(0u64, |n| async move {
             tokio::time::sleep(Duration::from_millis(5)).await;
-            Some((Ok::<_, std::io::Error>(bytes::Bytes::from(format!("{n}\n"))), n + 1))
+            Some((
+                Ok::<_, std::io::Error>(bytes::Bytes::from(format!("{n}\n"))),
+                n + 1,
+            ))
         });
         Response::new(Body::from_stream(chunks))
     }

@@ -167,9 +167,7 @@ impl RequestTrace {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(parent) = meta_parent {
             state.parent = Some(parent);
-            state.tracestate = message
-                .meta_str("tracestate")
-                .map(crate::mcp::limits::clip);
+            state.tracestate = message.meta_str("tracestate").map(crate::mcp::limits::clip);
             state.trace_id = Some(parent.trace_id);
             state.meta_traceparent = meta_text.map(str::to_owned);
         }
