@@ -437,7 +437,7 @@ fn write(conn: &mut Connection, batch: &[Box<Event>]) -> rusqlite::Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
-    let tx = conn.transaction()?;
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     {
         let mut insert = tx.prepare_cached(
             "INSERT INTO events (time_ms, trace_id, client, server, method, tool, decision,

@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::io::Write as _;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,7 +21,8 @@ struct Replica {
     child: Child,
     url: String,
     log: Arc<Mutex<Vec<String>>>,
-    _config: tempfile::NamedTempFile,
+    /// In a directory of its own, so are the default stores beside it.
+    _config: support::ConfigFile,
 }
 
 impl Replica {
@@ -36,8 +36,7 @@ impl Replica {
              [rate_limit]\nbackend = \"redis\"\nredis_url = \"{redis}\"\non_backend_error = \"{on_error}\"\n",
             clients()
         );
-        let mut config = tempfile::NamedTempFile::new().expect("temp file");
-        config.write_all(text.as_bytes()).expect("write config");
+        let config = support::ConfigFile::new(&text);
         let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
             .arg("run")
             .arg("--config")

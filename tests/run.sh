@@ -18,16 +18,26 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 step() { printf '\n== %s\n' "$*"; }
 
+# Another apt run (unattended upgrades on a fresh machine, a second clone's
+# run) may hold the Debian package lock: wait for it, up to ten minutes,
+# instead of failing. The package lists of a fresh machine may be empty, so
+# they are refreshed before the first install.
+APT=(apt-get -o DPkg::Lock::Timeout=600)
+apt_install() {
+  "${APT[@]}" update -qq
+  "${APT[@]}" install -y -qq "$@"
+}
+
 step "installing test peers and the conformance suite (first use only)"
 # Debian's Chromium for the dashboard's browser test (tests/browser.rs).
-command -v chromium >/dev/null || apt-get install -y chromium chromium-driver
+command -v chromium >/dev/null || apt_install chromium chromium-driver
 bash tests/peers/setup.sh
 bash tests/conformance/setup.sh
 
 step "redis-server for the rate-limit tests (first use only)"
 if ! command -v redis-server >/dev/null; then
   if [[ "$(id -u)" == 0 ]]; then
-    apt-get update -qq && apt-get install -y -qq redis-server
+    apt_install redis-server
   else
     echo "redis-server is missing: run 'sudo apt-get install -y redis-server' (the rate-limit tests fail without it)"
   fi

@@ -418,3 +418,34 @@ fn a_store_that_cannot_be_opened_is_named_in_the_error() {
         "{e}"
     );
 }
+
+#[test]
+fn several_openers_of_one_fresh_store_all_succeed() {
+    // Gateways started together on one store (replicas, a restart overlapping
+    // its predecessor, `portcullis pins approve` during start-up) race to
+    // create it, switch it to WAL and migrate it: every one must succeed.
+    const OPENERS: usize = 6;
+    for round in 0..20 {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("pins.db");
+        let start = std::sync::Arc::new(std::sync::Barrier::new(OPENERS));
+        let openers: Vec<_> = (0..OPENERS)
+            .map(|_| {
+                let (path, start) = (path.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    store::open(&path).map(drop).map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        for opener in openers {
+            let opened = opener.join().expect("no panic");
+            assert!(opened.is_ok(), "round {round}: {opened:?}");
+        }
+        let conn = store::open(&path).expect("reopen");
+        let versions: i64 = conn
+            .query_row("SELECT COUNT(*) FROM schema_migrations", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(versions, 1, "round {round}: each migration applied once");
+    }
+}

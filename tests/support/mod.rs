@@ -79,6 +79,9 @@ pub fn clients() -> String {
 #[derive(Debug)]
 pub struct TestGateway {
     handle: Option<GatewayHandle>,
+    /// The gateway's own directory: a relative (or default) store path of its
+    /// configuration lands here, never in the working or global temp directory.
+    dir: Option<tempfile::TempDir>,
 }
 
 impl TestGateway {
@@ -111,7 +114,9 @@ impl TestGateway {
 
     /// Starts a gateway from a whole configuration text (listeners included).
     /// Unless the text has a `[pins]` (`[audit]`) table, pins (audit events)
-    /// are kept in memory, so tests never share a store.
+    /// are kept in memory; a relative store path (or a table without one)
+    /// lands in the gateway's own temporary directory, so tests never share
+    /// a store.
     pub async fn start_raw(text: &str) -> Self {
         init();
         let mut text = text.to_owned();
@@ -121,11 +126,14 @@ impl TestGateway {
         if !text.contains("[audit]") {
             text.push_str("\n[audit]\ndatabase = \":memory:\"\n");
         }
-        let config = portcullis::config::load_str(&text, "test.toml", &|_| None)
+        let dir = tempfile::tempdir().expect("the gateway's temp dir");
+        let mut config = portcullis::config::load_str(&text, "test.toml", &|_| None)
             .unwrap_or_else(|e| panic!("{e}"));
+        own_stores(&mut config, dir.path());
         let handle = Gateway::start(config).await.expect("gateway starts");
         Self {
             handle: Some(handle),
+            dir: Some(dir),
         }
     }
 
@@ -133,7 +141,14 @@ impl TestGateway {
     pub fn from_handle(handle: GatewayHandle) -> Self {
         Self {
             handle: Some(handle),
+            dir: None,
         }
+    }
+
+    /// The gateway's own temporary directory (where relative store paths
+    /// of [`TestGateway::start_raw`] configurations land).
+    pub fn dir(&self) -> Option<&std::path::Path> {
+        self.dir.as_ref().map(tempfile::TempDir::path)
     }
 
     /// `http://127.0.0.1:P/mcp/<server>`.
@@ -162,6 +177,50 @@ impl TestGateway {
         if let Some(h) = self.handle.take() {
             h.shutdown().await.expect("clean shutdown");
         }
+    }
+}
+
+/// Moves the relative store paths of `config` (what `portcullis run` would
+/// read from the configuration file's directory) into `dir`.
+pub fn own_stores(config: &mut portcullis::config::Config, dir: &std::path::Path) {
+    if let Some(db) = &mut config.pins.database
+        && db.is_relative()
+    {
+        *db = dir.join(&*db);
+    }
+    if config.audit.database != ":memory:"
+        && std::path::Path::new(&config.audit.database).is_relative()
+    {
+        config.audit.database = dir.join(&config.audit.database).display().to_string();
+    }
+}
+
+/// A configuration file in a directory of its own: the store paths its
+/// defaults name (`portcullis-audit.db`, `portcullis-pins.db`, relative to the
+/// file) are private to it, never shared through the global temp directory.
+#[derive(Debug)]
+pub struct ConfigFile {
+    dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl ConfigFile {
+    /// Writes `text` to `portcullis.toml` in a new temporary directory.
+    pub fn new(text: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("portcullis.toml");
+        std::fs::write(&path, text).expect("write config");
+        Self { dir, path }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Its directory.
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
     }
 }
 

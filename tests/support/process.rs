@@ -23,21 +23,28 @@ pub struct Observed {
     /// `127.0.0.1:P` of the MCP listener.
     pub addr: String,
     output: Arc<Mutex<Vec<String>>>,
-    _config: tempfile::NamedTempFile,
+    /// The configuration, in a directory of its own (so are its default
+    /// stores), when the process was given a text rather than a file.
+    config: Option<super::ConfigFile>,
 }
 
 impl Observed {
-    /// Writes `config` to a file and runs `portcullis run --config <file>`.
+    /// Writes `config` to a file in a directory of its own (where the default
+    /// stores land too) and runs `portcullis run --config <file>`.
     pub async fn start(config: &str) -> Self {
-        let file = tempfile::Builder::new()
-            .suffix(".toml")
-            .tempfile()
-            .expect("temp config");
-        std::fs::write(file.path(), config).expect("write config");
+        let file = super::ConfigFile::new(config);
+        let mut observed = Self::start_file(file.path()).await;
+        observed.config = Some(file);
+        observed
+    }
+
+    /// Runs `portcullis run --config <path>` (several processes may share
+    /// one file, and so its stores).
+    pub async fn start_file(path: &std::path::Path) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
             .arg("run")
             .arg("--config")
-            .arg(file.path())
+            .arg(path)
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -70,8 +77,19 @@ impl Observed {
             base: format!("http://{addr}"),
             addr,
             output,
-            _config: file,
+            config: None,
         }
+    }
+
+    /// The directory of the configuration file (and of its default stores),
+    /// when [`Observed::start`] wrote it.
+    pub fn dir(&self) -> Option<&std::path::Path> {
+        self.config.as_ref().map(super::ConfigFile::dir)
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
     }
 
     /// `http://127.0.0.1:P/mcp/<server>`.
@@ -150,6 +168,21 @@ impl Observed {
     /// Stops the process by its PID and waits for it.
     pub async fn stop(mut self) {
         let _ = self.child.kill().await;
+    }
+
+    /// Sends SIGTERM (a graceful stop: in-flight calls finish, stores are
+    /// flushed) and waits at most `limit` for the exit; killed past it.
+    /// Whether it exited by itself, successfully.
+    pub async fn terminate(mut self, limit: Duration) -> bool {
+        let pid = rustix::process::Pid::from_raw(self.pid as i32).expect("a live pid");
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(Ok(status)) => status.success(),
+            _ => {
+                let _ = self.child.kill().await;
+                false
+            }
+        }
     }
 }
 
