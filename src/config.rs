@@ -50,6 +50,8 @@ pub struct Config {
     pub pins: PinsSettings,
     /// `[telemetry]`.
     pub telemetry: TelemetrySettings,
+    /// `[methods]`: the operator's methods beside the specification's.
+    pub(crate) methods: crate::mcp::methods::Extras,
 }
 
 /// `[gateway]`.
@@ -471,6 +473,14 @@ impl Config {
         }
         out.push_str("\neffective policy (deny by default; a deny rule overrides every allow)\n");
         out.push_str(&self.policy.describe(&clients, &servers));
+        if !self.methods.is_empty() {
+            out.push_str(
+                "\nmethods beside the MCP specification (every other unknown method is refused with -32601)\n",
+            );
+            for (name, class) in self.methods.iter() {
+                out.push_str(&format!("  {name:<24} class {}\n", class.as_str()));
+            }
+        }
         out
     }
 }

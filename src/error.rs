@@ -420,13 +420,22 @@ impl Rejection {
                 None,
             ),
             Rejection::MethodNotFound(method) => error_response(
-                match cx.era {
-                    Era::Modern => StatusCode::NOT_FOUND,
-                    Era::Legacy => StatusCode::OK,
+                // 2026-07-28: 404 with -32601. Before it, a request's error is
+                // a JSON-RPC answer (200); a notification the server does not
+                // accept gets an HTTP error status (400).
+                match (cx.era, id) {
+                    (Era::Modern, _) => StatusCode::NOT_FOUND,
+                    (Era::Legacy, Some(_)) => StatusCode::OK,
+                    (Era::Legacy, None) => StatusCode::BAD_REQUEST,
                 },
                 id,
                 jsonrpc::METHOD_NOT_FOUND,
-                &format!("Method not found: {method}"),
+                // The client's own name, quoted and cut: it may be anything.
+                &format!(
+                    "Method not found: {:?}. This gateway serves the methods of the MCP \
+                     specification for the request's protocol version, and those its operator names in [methods]",
+                    method.chars().take(128).collect::<String>()
+                ),
                 None,
             ),
             Rejection::SessionNotFound => error_response(

@@ -22,6 +22,7 @@ use super::{
     duration,
 };
 use crate::auth::{ClientTable, hash_key};
+use crate::mcp::methods::{ExtraError, Extras};
 use crate::policy::glob::Glob;
 use crate::policy::{Action, Policy, Rate, RateKey, Rule};
 use crate::validate::{CompiledSchema, SchemaLimits};
@@ -88,6 +89,7 @@ pub(super) fn compile(
         audit: cx.audit(&raw)?,
         pins: cx.pins(&raw)?,
         telemetry: cx.telemetry(&raw)?,
+        methods: cx.methods(&raw)?,
     })
 }
 
@@ -1145,6 +1147,22 @@ impl Ctx<'_> {
                 AuditArguments::Shape,
             )?,
         })
+    }
+
+    /// `[methods]`: each name outside the specification, with a class it may have.
+    fn methods(&self, raw: &RawConfig) -> Result<Extras> {
+        let mut extras = Extras::default();
+        for (name, class) in &raw.methods {
+            let key = format!("methods.{:?}", name.get_ref());
+            extras.add(name.get_ref(), class.get_ref()).map_err(|e| {
+                let span = match e {
+                    ExtraError::Class(..) => class.span(),
+                    _ => name.span(),
+                };
+                self.fail(Some(span), &key, e.to_string())
+            })?;
+        }
+        Ok(extras)
     }
 
     fn pins(&self, raw: &RawConfig) -> Result<PinsSettings> {

@@ -36,6 +36,10 @@ pub(crate) struct RawConfig {
     pub pins: RawPins,
     #[serde(default)]
     pub telemetry: RawTelemetry,
+    /// `[methods]`: methods outside the MCP specification the operator lets
+    /// through, each with the class whose rules it must pass.
+    #[serde(default)]
+    pub methods: BTreeMap<Spanned<String>, Spanned<String>>,
 }
 
 /// `[gateway]`: listeners and request limits.

@@ -51,6 +51,7 @@ use crate::mcp::headers::{
 };
 use crate::mcp::jsonrpc::Message;
 use crate::mcp::limits;
+use crate::mcp::methods::{self, Called, Class, Kind, ListKind, Method as Rpc};
 use crate::mcp::sse::SseItem;
 use crate::mcp::version::Era;
 use crate::pins::{self, Cause, Hold, Key as PinKey, scan};
@@ -328,29 +329,42 @@ async fn post(
         session: session.as_deref(),
         trail: ex.trail.clone(),
     };
-    match message.method() {
-        Some("tools/call") => call_tool(ex, &forward, client, headers, &message, body).await,
-        Some(
-            m @ ("tools/list" | "resources/list" | "resources/templates/list" | "prompts/list"),
-        ) => {
-            let kind = ListKind::of(m);
-            list(config, ex, &forward, client, headers, &message, kind).await
-        }
-        // 2026-07-28 removed subscribe/unsubscribe: the upstream answers them (-32601).
-        Some("resources/subscribe" | "resources/unsubscribe") if era == Era::Modern => {
+    let Some(called) = resolve(config, &message, era)? else {
+        // A client's answer to a server's request (handshake era).
+        return forward
+            .relay(headers, body, recipient(live, ex, server, None))
+            .await;
+    };
+    match (called.method(), called.class()) {
+        (Some(Rpc::ToolsCall), _) => call_tool(ex, &forward, client, headers, &message, body).await,
+        (_, Class::List(kind)) => list(config, ex, &forward, client, headers, &message, kind).await,
+        (Some(Rpc::Initialize), _) => {
             forward
-                .relay(headers, body, recipient(live, ex, server, None))
+                .initialize(headers, body, client, recipient(live, ex, server, None))
                 .await
         }
-        Some(method @ ("resources/read" | "resources/subscribe" | "resources/unsubscribe")) => {
+        (Some(Rpc::ServerDiscover), _) => {
+            let reply = forward
+                .send(forward.headers(headers), body, true)
+                .await
+                .map_err(|e| upstream(&live.sanitize, forward.name(), None, e))?;
+            let reply = watch_instructions(reply, &forward, ex.id.clone());
+            Ok(relay(reply, recipient(live, ex, server, None)))
+        }
+        (method, Class::Resource) => {
             let uri = param_str(&message, "uri")?;
             let subject = Subject::Resource(uri);
             ex.trail.stage("authorize");
             let decided = authorize_or_hide(config, client, server, subject, || {
                 format!("Resource not found: {uri}")
             });
+            // Reads take rate-limit tokens; (un)subscribing does not.
+            let takes_tokens = !matches!(
+                method,
+                Some(Rpc::ResourcesSubscribe | Rpc::ResourcesUnsubscribe)
+            );
             if let Some(decision) = observe_or_enforce(ex, decided)?
-                && method == "resources/read"
+                && takes_tokens
             {
                 ex.trail.stage("rate_limit");
                 let limited = rate_limit(state, live, client, server, subject, &decision).await;
@@ -360,7 +374,7 @@ async fn post(
                 .relay(headers, body, recipient(live, ex, server, None))
                 .await
         }
-        Some("prompts/get") => {
+        (_, Class::Prompt) => {
             let name = param_str(&message, "name")?;
             let subject = Subject::Prompt(name);
             ex.trail.stage("authorize");
@@ -376,7 +390,25 @@ async fn post(
                 .relay(headers, body, recipient(live, ex, server, None))
                 .await
         }
-        Some("completion/complete") => {
+        // An operator's method of class tool (`tools/call` is served above).
+        (_, Class::Tool) => {
+            let name = param_str(&message, "name")?;
+            ex.tool = Some(name.to_owned());
+            let subject = Subject::Tool(name);
+            ex.trail.stage("authorize");
+            let decided = authorize_or_hide(config, client, server, subject, || {
+                format!("Unknown tool: {name}")
+            });
+            if let Some(decision) = observe_or_enforce(ex, decided)? {
+                ex.trail.stage("rate_limit");
+                let limited = rate_limit(state, live, client, server, subject, &decision).await;
+                observe_or_enforce(ex, limited)?;
+            }
+            forward
+                .relay(headers, body, recipient(live, ex, server, None))
+                .await
+        }
+        (_, Class::Completion) => {
             ex.trail.stage("authorize");
             let decided = authorize_completion(config, client, server, &message);
             observe_or_enforce(ex, decided)?;
@@ -384,24 +416,22 @@ async fn post(
                 .relay(headers, body, recipient(live, ex, server, None))
                 .await
         }
-        Some("initialize") => {
-            forward
-                .initialize(headers, body, client, recipient(live, ex, server, None))
-                .await
-        }
-        Some("server/discover") => {
-            let reply = forward
-                .send(forward.headers(headers), body, true)
-                .await
-                .map_err(|e| upstream(&live.sanitize, forward.name(), None, e))?;
-            let reply = watch_instructions(reply, &forward, ex.id.clone());
-            Ok(relay(reply, recipient(live, ex, server, None)))
-        }
-        _ => {
+        (_, Class::Subscription) => {
+            ex.trail.stage("authorize");
+            let decided = authorize_subscriptions(config, client, server, &message);
+            observe_or_enforce(ex, decided)?;
             forward
                 .relay(headers, body, recipient(live, ex, server, None))
                 .await
         }
+        (_, Class::Task) => task(ex, &forward, client, headers, &message, body).await,
+        (_, Class::Lifecycle | Class::Notification) => {
+            forward
+                .relay(headers, body, recipient(live, ex, server, None))
+                .await
+        }
+        // The table has no such method from a client; refused like an unknown one.
+        (_, Class::ClientFeature) => Err(Rejection::MethodNotFound(ex.method.clone())),
     }
 }
 
@@ -412,6 +442,36 @@ fn note_message(ex: &mut Exchange, message: &Message) -> Result<(), Rejection> {
     ex.id = message.id().filter(|id| limits::id_fits(id)).cloned();
     ex.method = limits::clip(message.method().unwrap_or("(response)"));
     limits::check(message).map_err(Rejection::TooLong)
+}
+
+/// The method of a client's message, looked up in the method table of its era
+/// (and the operator's `[methods]`); `None` for a response, which has none.
+/// A method the gateway does not know is refused (-32601) before anything is sent.
+fn resolve(config: &Config, message: &Message, era: Era) -> Result<Option<Called>, Rejection> {
+    let (name, kind) = match message {
+        Message::Request { method, .. } => (method, Kind::Request),
+        Message::Notification { method, .. } => (method, Kind::Notification),
+        Message::Response { .. } => return Ok(None),
+    };
+    match methods::client_call(name, kind, era, &config.methods) {
+        Some(called) => Ok(Some(called)),
+        None => Err(Rejection::MethodNotFound(name.clone())),
+    }
+}
+
+/// A task method (`tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel`,
+/// `tasks/update`, or an operator's method of class task): every task-scoped
+/// request of a client passes here, and only here, on its way to the server.
+async fn task(
+    ex: &mut Exchange,
+    forward: &Forward<'_>,
+    _client: &ClientId,
+    headers: &HeaderMap,
+    _message: &Message,
+    body: Bytes,
+) -> Result<Response, Rejection> {
+    let to = recipient(forward.live, ex, forward.server, None);
+    forward.relay(headers, body, to).await
 }
 
 /// The session a legacy request presents must be this client's.
@@ -973,35 +1033,9 @@ fn watch_instructions(reply: Reply, forward: &Forward<'_>, id: Option<Value>) ->
 
 // --- lists ---
 
-/// The four lists the gateway filters per client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ListKind {
-    Tools,
-    Resources,
-    Templates,
-    Prompts,
-}
-
+/// What a list item is, for the rules: the lists the gateway filters per
+/// client are the four of [`ListKind`] (`crate::mcp::methods`).
 impl ListKind {
-    fn of(method: &str) -> Self {
-        match method {
-            "tools/list" => ListKind::Tools,
-            "resources/list" => ListKind::Resources,
-            "resources/templates/list" => ListKind::Templates,
-            _ => ListKind::Prompts,
-        }
-    }
-
-    /// The result key holding the items.
-    fn key(self) -> &'static str {
-        match self {
-            ListKind::Tools => "tools",
-            ListKind::Resources => "resources",
-            ListKind::Templates => "resourceTemplates",
-            ListKind::Prompts => "prompts",
-        }
-    }
-
     fn subject(self, item: &Value) -> Option<Subject<'_>> {
         let field = |k: &str| item.get(k).and_then(Value::as_str);
         match self {
@@ -1022,12 +1056,50 @@ async fn list(
     message: &Message,
     kind: ListKind,
 ) -> Result<Response, Rejection> {
+    refuse_cursor(message)?;
     match list_items(config, ex, forward, client, headers, message, kind).await? {
         // The upstream refused the list: its error goes back, sanitized.
         Listed::Refused(error, reply_headers) => Ok(respond::json(&error, reply_headers)),
         Listed::Items(visible, result) => Ok(answer_list(ex, kind, &render(&visible), result)),
         Listed::Rendered(visible, result) => Ok(answer_list(ex, kind, &visible, result)),
     }
+}
+
+/// The gateway answers every list whole, on one page, and never issues a
+/// cursor: a cursor a client sends is not one of the gateway's, and is refused
+/// (-32602) rather than letting it choose which page the gateway collects.
+fn refuse_cursor(message: &Message) -> Result<(), Rejection> {
+    match message.params().and_then(|p| p.get("cursor")) {
+        None | Some(Value::Null) => Ok(()),
+        Some(_) => Err(Rejection::InvalidParams(format!(
+            "invalid cursor: this gateway answers {} whole on one page and issues no cursors; \
+             list again without params.cursor",
+            message.method().unwrap_or_default()
+        ))),
+    }
+}
+
+/// The gateway's own request for a whole list, from its first page: nothing
+/// the client chose (a cursor, any other parameter) shapes what the gateway
+/// collects, remembers in its catalog and filters. A 2026-era request keeps
+/// the protocol's `_meta` keys (version, capabilities, client info) of the
+/// client's message, which that era requires on every request.
+fn own_list_request(era: Era, kind: ListKind, client: &Message, id: Value) -> Value {
+    let mut params = Map::new();
+    if era == Era::Modern
+        && let Some(meta) = client
+            .params()
+            .and_then(|p| p.get("_meta"))
+            .and_then(Value::as_object)
+    {
+        let keep: Map<String, Value> = meta
+            .iter()
+            .filter(|(k, _)| k.starts_with("io.modelcontextprotocol/"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        params.insert("_meta".into(), Value::Object(keep));
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": kind.method().name(), "params": params})
 }
 
 /// Items as the JSON text of an array.
@@ -1047,7 +1119,14 @@ async fn list_items(
 ) -> Result<Listed, Rejection> {
     let server = forward.server;
     let name = server.upstream.settings.name.as_str();
-    let request = rebuild(message);
+    let id = match message.id() {
+        Some(id) => id.clone(),
+        None => json!(format!(
+            "portcullis-{}",
+            forward.state.next_id.fetch_add(1, Ordering::Relaxed)
+        )),
+    };
+    let request = own_list_request(forward.ex_era, kind, message, id);
     let sanitize = &forward.live.sanitize;
     let sanitizer = Sanitizer::new(sanitize, Skip::default());
     let mut report = Report::default();
@@ -1226,6 +1305,45 @@ fn authorize_completion(
     }
 }
 
+/// `subscriptions/listen` (2026-07-28): every URI in
+/// `params.notifications.resourceSubscriptions` must be a resource this client
+/// may read; a hidden one gets the answer a missing one gets.
+fn authorize_subscriptions(
+    config: &Config,
+    client: &ClientId,
+    server: &ServerState,
+    message: &Message,
+) -> Result<(), Rejection> {
+    for uri in subscribed_uris(message)? {
+        authorize_or_hide(config, client, server, Subject::Resource(uri), || {
+            format!("Resource not found: {uri}")
+        })?;
+    }
+    Ok(())
+}
+
+/// The URIs a `subscriptions/listen` subscribes to (none when it names none).
+fn subscribed_uris(message: &Message) -> Result<Vec<&str>, Rejection> {
+    let subscribed = message
+        .params()
+        .and_then(|p| p.get("notifications"))
+        .and_then(|n| n.get("resourceSubscriptions"));
+    let invalid = || {
+        Rejection::InvalidParams(
+            "subscriptions/listen needs params.notifications.resourceSubscriptions to be a list of URI strings"
+                .into(),
+        )
+    };
+    match subscribed {
+        None => Ok(Vec::new()),
+        Some(Value::Array(uris)) => uris
+            .iter()
+            .map(|u| u.as_str().ok_or_else(invalid))
+            .collect(),
+        Some(_) => Err(invalid()),
+    }
+}
+
 // --- GET stream and DELETE (handshake era) ---
 
 async fn stream_or_end(
@@ -1378,22 +1496,11 @@ impl Forward<'_> {
             "portcullis-{}",
             self.state.next_id.fetch_add(1, Ordering::Relaxed)
         ));
-        let mut params = Map::new();
-        if self.ex_era == Era::Modern
-            && let Some(meta) = call
-                .params()
-                .and_then(|p| p.get("_meta"))
-                .and_then(Value::as_object)
+        let request = own_list_request(self.ex_era, ListKind::Tools, call, id);
+        match self
+            .all_pages(headers, request, ListKind::Tools.key())
+            .await?
         {
-            let keep: Map<String, Value> = meta
-                .iter()
-                .filter(|(k, _)| k.starts_with("io.modelcontextprotocol/"))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            params.insert("_meta".into(), Value::Object(keep));
-        }
-        let request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params});
-        match self.all_pages(headers, request, "tools").await? {
             Pages::Complete(items, result, source) => {
                 let set = self.server.catalog.store(&items);
                 if let Some(body) = source {

@@ -32,6 +32,7 @@ use crate::error::{
     self, OutputKind, OutputRefusal, Rejection, RenderCtx, RpcError, ToolFailure, ToolHints,
     UpstreamFailure, UpstreamKind, json_response,
 };
+use crate::mcp::methods::{self, Kind};
 use crate::mcp::sse::{SseEvent, SseItem};
 use crate::mcp::version::Era;
 use crate::sanitize::{Report, Sanitizer, Skip};
@@ -149,6 +150,28 @@ impl Recipient {
             self.catalog.invalidate();
         }
         Some(message)
+    }
+
+    /// False when `message` is a request or notification the specification
+    /// does not let a server send in this era (`crate::mcp::methods`): such a
+    /// message is dropped, never relayed. Responses are judged as answers.
+    fn admits(&self, message: &Value) -> bool {
+        let Some(method) = message.get("method") else {
+            return true;
+        };
+        let kind = match message.get("id") {
+            Some(_) => Kind::Request,
+            None => Kind::Notification,
+        };
+        let known = method
+            .as_str()
+            .is_some_and(|name| methods::server_message(name, kind, self.era).is_some());
+        if !known {
+            let shown: String = method.to_string().chars().take(80).collect();
+            tracing::warn!(server = %self.server, method = %shown, era = self.era.as_str(),
+                "dropped a message the MCP specification does not let a server send");
+        }
+        known
     }
 
     /// True when `message` is the response to this request.
@@ -477,6 +500,13 @@ fn relay_json(status: StatusCode, headers: HeaderMap, body: Bytes, to: Recipient
         let e = UpstreamError::new(UpstreamKind::Protocol, reason).with_snippet(body_words(&body));
         return to.render(to.failure(e));
     };
+    if !to.admits(&message) {
+        let e = UpstreamError::new(
+            UpstreamKind::Protocol,
+            "it answered with a message the MCP specification does not let a server send",
+        );
+        return to.render(to.failure(e));
+    }
     match to.pass(message) {
         Some(clean) => {
             let mut r = json_response(status, &clean);
@@ -563,6 +593,9 @@ fn sse_relay(
                         // Not JSON-RPC: never shown to the client.
                         continue;
                     };
+                    if !st.to.admits(&message) {
+                        continue;
+                    }
                     let changed = if st.to.tool.is_some() && st.to.answers(&message) {
                         st.answered = true;
                         // The final response ends the exchange.

@@ -40,6 +40,7 @@ use crate::auth::ClientId;
 use crate::error::{UpstreamFailure, UpstreamKind};
 use crate::mcp::headers::{self, MCP_NAME, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::mcp::jsonrpc::{self, Message};
+use crate::mcp::methods::{Class, Method as Rpc};
 use crate::mcp::sse::SseItem;
 use crate::mcp::version::{self, Era};
 use crate::policy::Subject;
@@ -133,31 +134,40 @@ pub(super) async fn post_merged(
         headers,
         parts: parts(live, members.as_deref()),
     };
-    match message.method() {
-        Some("initialize") => initialize(&view, ex, &message, body).await,
-        Some("server/discover") => discover(&view, ex, body).await,
-        Some("ping") => Ok(answer(ex, json!({}), HeaderMap::new())),
-        Some(
-            m @ ("tools/list" | "resources/list" | "resources/templates/list" | "prompts/list"),
-        ) => merged_list(&view, ex, &message, ListKind::of(m)).await,
-        Some("tools/call") => named(&view, ex, &message, ListKind::Tools).await,
-        Some("prompts/get") => named(&view, ex, &message, ListKind::Prompts).await,
-        Some("resources/read" | "resources/subscribe" | "resources/unsubscribe") => {
-            let uri = param_str(&message, "uri")?.to_owned();
-            by_uri(&view, ex, &message, &uri, body).await
-        }
-        Some("completion/complete") => completion(&view, ex, &message, body).await,
-        Some("subscriptions/listen") => listen(&view, ex, body).await,
-        Some("logging/setLevel") => {
+    let Some(called) = super::resolve(&live.config, &message, era)? else {
+        // A response to a server's request: every member gets it (a server
+        // ignores a response it did not ask for).
+        broadcast(&view, ex, body).await;
+        return Ok(accepted());
+    };
+    match (called.method(), called.class()) {
+        (Some(Rpc::Initialize), _) => initialize(&view, ex, &message, body).await,
+        (Some(Rpc::ServerDiscover), _) => discover(&view, ex, body).await,
+        (Some(Rpc::Ping), _) => Ok(answer(ex, json!({}), HeaderMap::new())),
+        (Some(Rpc::LoggingSetLevel), _) => {
             broadcast(&view, ex, body).await;
             Ok(answer(ex, json!({}), HeaderMap::new()))
         }
-        Some(method) if message.id().is_some() => Err(Rejection::MethodNotFound(method.to_owned())),
-        // Notifications, and responses to a server's requests: every member
-        // server gets them (a server ignores a response it did not ask for).
-        _ => {
+        (_, Class::List(kind)) => merged_list(&view, ex, &message, kind).await,
+        (Some(Rpc::ToolsCall), _) => named(&view, ex, &message, ListKind::Tools, true).await,
+        // An operator's method of class tool names its tool like tools/call.
+        (_, Class::Tool) => named(&view, ex, &message, ListKind::Tools, false).await,
+        (_, Class::Prompt) => named(&view, ex, &message, ListKind::Prompts, false).await,
+        (_, Class::Resource) => {
+            let uri = param_str(&message, "uri")?.to_owned();
+            by_uri(&view, ex, &message, &uri, body).await
+        }
+        (_, Class::Completion) => completion(&view, ex, &message, body).await,
+        (_, Class::Subscription) => listen(&view, ex, &message).await,
+        // Notifications: every member server gets them.
+        (_, Class::Lifecycle | Class::Notification) if message.id().is_none() => {
             broadcast(&view, ex, body).await;
             Ok(accepted())
+        }
+        // A task id, or an operator's lifecycle request, names no member:
+        // the merged view cannot route it.
+        (_, Class::Lifecycle | Class::Notification | Class::Task | Class::ClientFeature) => {
+            Err(Rejection::MethodNotFound(ex.method.clone()))
         }
     }
 }
@@ -442,6 +452,7 @@ async fn merged_list(
     message: &Message,
     kind: ListKind,
 ) -> Result<Response, Rejection> {
+    super::refuse_cursor(message)?;
     let mut items = Vec::new();
     let mut failed = None;
     let mut answered = 0usize;
@@ -518,12 +529,15 @@ fn prefixed(listed: Listed, part: &Part<'_>, kind: ListKind) -> Listed {
 
 // --- routed to one server ---
 
-/// `tools/call` and `prompts/get`: the prefix names the server.
+/// `tools/call`, `prompts/get` and the operator's methods of class tool or
+/// prompt: the prefix names the server. A name without a known prefix gets
+/// the `unknown_tool` result on `tools/call` (`tool_call`), else not-found.
 async fn named(
     view: &View<'_>,
     ex: &mut Exchange,
     message: &Message,
     kind: ListKind,
+    tool_call: bool,
 ) -> Result<Response, Rejection> {
     let name = param_str(message, "name")?.to_owned();
     let found = split(&name).and_then(|(server, inner)| {
@@ -533,7 +547,8 @@ async fn named(
     let Some((part, inner)) = found else {
         ex.tool = (kind == ListKind::Tools).then(|| name.clone());
         return Err(match kind {
-            ListKind::Tools => unknown_merged_tool(view, ex, message, &name).await,
+            ListKind::Tools if tool_call => unknown_merged_tool(view, ex, message, &name).await,
+            ListKind::Tools => Rejection::NotFound(format!("Unknown tool: {name}")),
             _ => Rejection::NotFound(format!("Unknown prompt: {name}")),
         });
     };
@@ -699,10 +714,7 @@ async fn owner_of<'v>(
 
 /// A list request of the gateway's own, carrying the client's `_meta` (2026 era).
 fn lookup_message(view: &View<'_>, ex: &Exchange, message: &Message, kind: ListKind) -> Message {
-    let method = match kind {
-        ListKind::Templates => "resources/templates/list",
-        _ => "resources/list",
-    };
+    let method = kind.method().name();
     let mut params = Map::new();
     if ex.era == Era::Modern
         && let Some(meta) = message.params().and_then(|p| p.get("_meta"))
@@ -745,14 +757,40 @@ fn template_matches(template: &str, uri: &str) -> bool {
 }
 
 /// `subscriptions/listen` (2026 era): one stream carrying every member's
-/// notifications, acknowledged once.
-async fn listen(view: &View<'_>, ex: &mut Exchange, body: Bytes) -> Result<Response, Rejection> {
+/// notifications, acknowledged once. Each member is asked only for the
+/// subscribed resources this client may read there; a URI no member lets it
+/// read gets the answer a missing resource gets.
+async fn listen(
+    view: &View<'_>,
+    ex: &mut Exchange,
+    message: &Message,
+) -> Result<Response, Rejection> {
+    let config = &*view.live.config;
+    let uris = super::subscribed_uris(message)?;
+    let readable = |part: &Part<'_>, uri: &str| {
+        config
+            .policy
+            .decide(view.client, part.name(), Subject::Resource(uri))
+            .allowed
+    };
+    if let Some(hidden) = uris
+        .iter()
+        .find(|uri| !view.parts.iter().any(|p| readable(p, uri)))
+    {
+        return Err(Rejection::NotFound(format!("Resource not found: {hidden}")));
+    }
     let mut streams = Vec::new();
     let mut first_failure = None;
     for part in &view.parts {
+        let mut own = rebuild(message);
+        if !uris.is_empty() {
+            let mine: Vec<&str> = uris.iter().copied().filter(|u| readable(part, u)).collect();
+            own["params"]["notifications"]["resourceSubscriptions"] = json!(mine);
+        }
+        let body = Bytes::from(serde_json::to_vec(&own).unwrap_or_default());
         let forward = part.forward(view.state, view.live, ex);
         let out = forward.headers(&part.headers(view.headers, None));
-        match forward.send(out, body.clone(), false).await {
+        match forward.send(out, body, false).await {
             Ok(Reply::Sse { events, .. }) => {
                 let catalog = part.server.catalog.clone();
                 streams.push(events.inspect(move |item| {
