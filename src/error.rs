@@ -46,6 +46,9 @@ pub(crate) mod codes {
     pub(crate) const NOT_FOUND: i64 = -31008;
     /// A rate limit refused a `resources/read` or `prompts/get`.
     pub(crate) const RATE_LIMITED: i64 = -31009;
+    /// A result other than a `tools/call` one that the gateway will not pass on
+    /// (a secret under `secrets = "block"`, or too large for the client).
+    pub(crate) const OUTPUT_REFUSED: i64 = -31010;
 }
 
 /// Who a failure is attributed to.
@@ -208,12 +211,17 @@ pub(crate) struct ToolHints {
     pub idempotent: bool,
 }
 
-/// A `tools/call` result withheld by the gateway.
+/// A result withheld by the gateway: of a `tools/call` (an isError result),
+/// or of another method (a JSON-RPC error).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct OutputRefusal {
     pub kind: OutputKind,
     pub server: String,
-    pub tool: String,
+    /// The tool, on `tools/call` (and results that stand for one, such as a
+    /// task's); `None` for any other result.
+    pub tool: Option<String>,
+    /// The method the result answers (named in the text when there is no tool).
+    pub method: String,
     pub hints: ToolHints,
 }
 
@@ -228,15 +236,27 @@ pub(crate) enum OutputKind {
         violations: Vec<crate::validate::Violation>,
         sanitized: bool,
     },
+    /// Larger than the official SDK clients accept in one message, even with
+    /// its texts cut and its `structuredContent` left out (or its
+    /// `structuredContent` had to be left out and the tool has an
+    /// `outputSchema`): the size it would have had and the limit.
+    TooLarge { bytes: usize, limit: usize },
 }
 
 /// Longest upstream snippet quoted in a gateway text, in characters.
 pub(crate) const SNIPPET_CHARS: usize = 300;
 
 /// The upstream's words made fit to quote: whitespace runs folded to one
-/// space, cut at [`SNIPPET_CHARS`] with an ellipsis. The caller sanitizes first.
+/// space, cut at [`SNIPPET_CHARS`] with an ellipsis. The caller sanitizes first;
+/// a byte order mark, which the sanitizer keeps at the start of a text, is
+/// dropped here because a quote puts it in the middle of the gateway's text.
 pub(crate) fn snippet(text: &str) -> Option<String> {
-    let folded = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let folded = text
+        .split_whitespace()
+        .map(crate::sanitize::unbom)
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
     if folded.is_empty() {
         return None;
     }
@@ -470,7 +490,20 @@ impl Rejection {
                 );
                 response
             }
-            Rejection::Output(o) => tool_result(cx, o.kind.code(), o.text(), o.detail()),
+            Rejection::Output(o) if o.tool.is_some() => {
+                tool_result(cx, o.kind.code(), o.text(), o.detail())
+            }
+            Rejection::Output(o) => {
+                let mut data = o.detail();
+                data.insert("code".into(), o.kind.code().into());
+                error_response(
+                    StatusCode::OK,
+                    id,
+                    codes::OUTPUT_REFUSED,
+                    &o.text(),
+                    Some(Value::Object(data)),
+                )
+            }
             Rejection::TooLong(o) => error_response(
                 StatusCode::BAD_REQUEST,
                 id,
@@ -500,13 +533,44 @@ impl Rejection {
     pub(crate) fn tool_message(&self, cx: RenderCtx<'_>) -> Option<Value> {
         match self {
             Rejection::Tool(t) => Some(tool_message(cx, t.code, &t.text, t.detail.clone())),
-            Rejection::Output(o) => Some(tool_message(cx, o.kind.code(), &o.text(), o.detail())),
+            Rejection::Output(o) if o.tool.is_some() => {
+                Some(tool_message(cx, o.kind.code(), &o.text(), o.detail()))
+            }
             Rejection::RateLimited(r) if matches!(r.subject, Limited::Tool(_)) => {
                 Some(tool_message(cx, RATE_LIMITED, &r.text(), r.detail()))
             }
             Rejection::Upstream(u) if u.tool.is_some() => {
                 Some(tool_message(cx, u.kind.code(), &u.text(), u.detail()))
             }
+            _ => None,
+        }
+    }
+
+    /// The JSON-RPC message (not the HTTP response) answering the request, for
+    /// a stream that already started: the isError result of a `tools/call`,
+    /// else a JSON-RPC error. `None` for refusals that only exist as HTTP
+    /// answers (they never happen once a stream has started).
+    pub(crate) fn rpc_message(&self, cx: RenderCtx<'_>) -> Option<Value> {
+        if let Some(m) = self.tool_message(cx) {
+            return Some(m);
+        }
+        match self {
+            Rejection::Output(o) => {
+                let mut data = o.detail();
+                data.insert("code".into(), o.kind.code().into());
+                Some(jsonrpc::error(
+                    cx.id,
+                    codes::OUTPUT_REFUSED,
+                    &o.text(),
+                    Some(Value::Object(data)),
+                ))
+            }
+            Rejection::Upstream(u) => Some(jsonrpc::error(
+                cx.id,
+                u.kind.json_rpc_code(),
+                &u.text(),
+                None,
+            )),
             _ => None,
         }
     }
@@ -883,6 +947,7 @@ impl OutputKind {
         match self {
             OutputKind::Withheld(_) => "output_withheld",
             OutputKind::SchemaViolation { .. } => "output_schema_violation",
+            OutputKind::TooLarge { .. } => "output_too_large",
         }
     }
 }
@@ -891,7 +956,10 @@ impl OutputRefusal {
     fn detail(&self) -> serde_json::Map<String, Value> {
         let mut detail = serde_json::Map::new();
         detail.insert("server".into(), self.server.clone().into());
-        detail.insert("tool".into(), self.tool.clone().into());
+        match &self.tool {
+            Some(tool) => detail.insert("tool".into(), tool.clone().into()),
+            None => detail.insert("method".into(), self.method.clone().into()),
+        };
         match &self.kind {
             OutputKind::Withheld(kinds) => {
                 detail.insert("secrets".into(), json!(kinds));
@@ -899,13 +967,32 @@ impl OutputRefusal {
             OutputKind::SchemaViolation { violations, .. } => {
                 detail.insert("violations".into(), json!(violations));
             }
+            OutputKind::TooLarge { bytes, limit } => {
+                detail.insert("bytes".into(), json!(bytes));
+                detail.insert("limit".into(), json!(limit));
+            }
         }
         detail
     }
 
     fn text(&self) -> String {
-        let (tool, server) = (&self.tool, &self.server);
+        let server = &self.server;
+        let tool = match &self.tool {
+            Some(tool) => format!("`{tool}`"),
+            None => format!("this `{}` request", self.method),
+        };
+        let ran = if self.tool.is_some() {
+            "The arguments were valid and the tool did run, so its effects stand."
+        } else {
+            "The request was valid and the server did answer it."
+        };
         match &self.kind {
+            OutputKind::TooLarge { bytes, limit } => format!(
+                "The result of {tool} on server `{server}` was withheld: it would be a message of {bytes} bytes, \
+                 and MCP clients accept at most {limit} bytes in one message (the gateway already cut its texts \
+                 and could not leave out enough). {ran} Retrying will return the same; ask for less (a narrower \
+                 query, fewer items, a page of the data), or ask an operator."
+            ),
             OutputKind::Withheld(kinds) => {
                 let what = if kinds.len() == 1 {
                     "a credential-like value"
@@ -913,10 +1000,9 @@ impl OutputRefusal {
                     "credential-like values"
                 };
                 format!(
-                    "The result of `{tool}` on server `{server}` was withheld: it contained {what} ({}), and this \
-                     gateway withholds results that carry secrets. The arguments were valid and the tool did run, so \
-                     its effects stand. Retrying will return the same secret; ask for output that leaves it out (a \
-                     narrower query, other fields), or ask an operator.",
+                    "The result of {tool} on server `{server}` was withheld: it contained {what} ({}), and this \
+                     gateway withholds results that carry secrets. {ran} Retrying will return the same secret; ask \
+                     for output that leaves it out (a narrower query, other fields), or ask an operator.",
                     kinds.join(", ")
                 )
             }
@@ -925,7 +1011,7 @@ impl OutputRefusal {
                 sanitized,
             } => {
                 let mut text = format!(
-                    "The result of `{tool}` on server `{server}` does not match the tool's output schema{}, so it was withheld:",
+                    "The result of {tool} on server `{server}` does not match the tool's output schema{}, so it was withheld:",
                     if *sanitized {
                         " once the gateway removed unsafe content from it"
                     } else {

@@ -25,7 +25,8 @@
 //! counted in a [`Report`], by kind, and no report ever holds a secret's value.
 
 mod controls;
-pub(crate) mod message;
+pub(crate) mod exempt;
+pub mod message;
 mod secrets;
 mod unicode;
 
@@ -46,6 +47,13 @@ pub const INVISIBLE_UNICODE: &str = "invisible-unicode";
 pub const TRUNCATED: &str = "truncated";
 /// Prefix of report kinds for secrets (`secret:aws-access-key-id`).
 pub const SECRET_PREFIX: &str = "secret:";
+
+/// `text` without the byte order marks at its ends: the sanitizer keeps one
+/// that starts a text (it is the text's own), but a gateway text that quotes
+/// the upstream's must not carry it into the middle of a sentence.
+pub fn unbom(text: &str) -> &str {
+    text.trim_matches('\u{feff}')
+}
 
 /// Most extra redaction rounds over one text (see [`Sanitizer::text`]).
 const MAX_REDACTION_ROUNDS: usize = 8;

@@ -1149,7 +1149,10 @@ async fn list_items(
         Pages::Unchanged(set, result) => (Vec::new(), result, Some(set)),
         // The upstream refused the list: its error goes back, sanitized.
         Pages::Refused(mut error, reply_headers) => {
-            sanitizer.message(&mut error, &mut report);
+            if let Err(m) = sanitizer.message(&mut error, &mut report) {
+                let e = UpstreamError::new(crate::error::UpstreamKind::Protocol, m.0);
+                return Err(upstream(sanitize, name, None, e));
+            }
             ex.trail.sanitized(&report);
             return Ok(Listed::Refused(error, reply_headers));
         }
@@ -1172,10 +1175,7 @@ async fn list_items(
         let listed = set.listed(|definitions| {
             definitions
                 .into_iter()
-                .map(|mut item| {
-                    sanitizer.definition(&mut item, &mut report);
-                    item
-                })
+                .filter_map(|mut item| keep_item(&sanitizer, name, &mut item, &mut report).then_some(item))
                 .collect()
         });
         if observe {
@@ -1192,10 +1192,7 @@ async fn list_items(
         items
             .into_iter()
             .filter(|i| permitted(i))
-            .map(|mut item| {
-                sanitizer.definition(&mut item, &mut report);
-                item
-            })
+            .filter_map(|mut item| keep_item(&sanitizer, name, &mut item, &mut report).then_some(item))
             .collect()
     };
     ex.trail.sanitized(&report);
@@ -1210,6 +1207,18 @@ async fn list_items(
         Some(text) => Listed::Rendered(text, result),
         None => Listed::Items(visible, result),
     })
+}
+
+/// Sanitizes one list item whole; false when one of its identifiers (its URI,
+/// its cursor-like fields) is unusable, and the item is left out of the list.
+fn keep_item(sanitizer: &Sanitizer<'_>, server: &str, item: &mut Value, report: &mut Report) -> bool {
+    match sanitizer.definition(item, report) {
+        Ok(()) => true,
+        Err(m) => {
+            tracing::warn!(server, reason = %m.0, "a list item was left out: it is not usable as sent");
+            false
+        }
+    }
 }
 
 /// The list as one response: every item (`visible`, a JSON array) on one page.
@@ -1642,6 +1651,7 @@ fn reply_status(reply: &super::upstream::Reply) -> http::StatusCode {
 fn recipient(live: &Live, ex: &Exchange, server: &ServerState, tool: Option<String>) -> Recipient {
     Recipient {
         id: ex.id.clone(),
+        method: ex.method.clone(),
         era: ex.era,
         server: server.upstream.settings.name.clone(),
         tool,

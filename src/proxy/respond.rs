@@ -35,14 +35,24 @@ use crate::error::{
 use crate::mcp::methods::{self, Kind};
 use crate::mcp::sse::{SseEvent, SseItem};
 use crate::mcp::version::Era;
-use crate::sanitize::{Report, Sanitizer, Skip};
+use crate::sanitize::message::{Malformed, Shape, shape};
+use crate::sanitize::{Report, Sanitizer, Skip, TRUNCATED};
 use crate::validate::CompiledSchema;
+
+/// The largest message the gateway sends a client. The official Python SDK
+/// client refuses an SSE event over 1,048,576 bytes ("Server-sent event
+/// exceeded the 1048576 byte limit") and then fails the whole session; the
+/// TypeScript SDK client has no such limit. Room is kept for the SSE framing
+/// (`event:`, `id:`, `data:` and the line ends around the JSON).
+pub(crate) const MAX_CLIENT_MESSAGE: usize = 1_048_576 - 1024;
 
 /// Who the reply is for, and what the gateway must guarantee about it.
 #[derive(Debug, Clone)]
 pub(crate) struct Recipient {
     /// The request's id (`None` for GET streams and notifications).
     pub id: Option<Value>,
+    /// The request's method (`GET` for a GET stream).
+    pub method: String,
     pub era: Era,
     pub server: String,
     /// Set for `tools/call`: the tool, and the promise of exactly one answer.
@@ -174,25 +184,43 @@ impl Recipient {
         known
     }
 
-    /// True when `message` is the response to this request.
+    /// True when `message` claims to answer this request: it carries this
+    /// request's id and a result or an error (well-formed or not; a request
+    /// of the server's own may reuse the number, and does not claim).
     fn answers(&self, message: &Value) -> bool {
-        is_response(message) && self.id.as_ref() == message.get("id")
+        self.id.is_some()
+            && self.id.as_ref() == message.get("id")
+            && (message.get("result").is_some() || message.get("error").is_some())
     }
 
-    /// A message on its way: sanitized; `None` when nothing changed.
-    fn pass(&self, mut message: Value) -> Option<Value> {
+    /// A message on its way (anything but the final answer to a `tools/call`):
+    /// its shape checked, sanitized whole, its texts bounded; a result also
+    /// goes through the output checks every result reaching the model gets.
+    fn pass(&self, mut message: Value, raw_len: usize) -> Verdict {
         let mut report = Report::default();
-        self.sanitizer().message(&mut message, &mut report);
+        let sanitizer = self.sanitizer();
+        let outcome = match shape(&message) {
+            Err(m) => Err(Fault::Malformed(m)),
+            Ok(Shape::Result) => check_result(&sanitizer, None, &mut message, raw_len, &mut report),
+            Ok(_) => check_message(&sanitizer, &mut message, raw_len, &mut report),
+        };
         self.log(&report);
-        (!report.is_empty()).then_some(message)
+        match outcome {
+            Ok(()) if report.is_empty() => Verdict::Unchanged,
+            Ok(()) => Verdict::Changed(message),
+            Err(fault) => {
+                let rejection = self.fault(fault, &mut Report::default());
+                Verdict::Refused(rejection)
+            }
+        }
     }
 
     /// The final response to a `tools/call`: sanitized when it is a result,
     /// rewritten into the error table when it is a failure or must be withheld.
     /// `None` when it passes unchanged.
-    fn finish(&self, mut message: Value) -> Option<Value> {
+    fn finish(&self, mut message: Value, raw_len: usize) -> Option<Value> {
         let mut report = Report::default();
-        let outcome = self.judge(&mut message, &mut report);
+        let outcome = self.judge(&mut message, raw_len, &mut report);
         self.log(&report);
         match outcome {
             Ok(()) if report.is_empty() => None,
@@ -205,8 +233,11 @@ impl Recipient {
         }
     }
 
-    fn judge(&self, message: &mut Value, report: &mut Report) -> Result<(), Rejection> {
+    fn judge(&self, message: &mut Value, raw_len: usize, report: &mut Report) -> Result<(), Rejection> {
         let tool = self.tool.clone().unwrap_or_default();
+        if let Err(m) = shape(message) {
+            return Err(self.fault(Fault::Malformed(m), report));
+        }
         if let Some(error) = message.get("error") {
             let code = error.get("code").and_then(Value::as_i64).unwrap_or(-32603);
             let text = error_text(error);
@@ -242,7 +273,6 @@ impl Recipient {
             );
             return Err(self.failure_with(e, report));
         }
-        let sanitizer = self.sanitizer();
         if result.get("isError").and_then(Value::as_bool) == Some(true) {
             let text = content_text(result);
             let (failure, words) = read_failure(&text, &tool);
@@ -250,52 +280,32 @@ impl Recipient {
                 .with_snippet(words);
             return Err(self.failure_with(e, report));
         }
-        // Results still in progress (input_required, task) are only sanitized.
-        if let Some(kind) = result.get("resultType").and_then(Value::as_str)
-            && kind != "complete"
-        {
-            sanitizer.result(result, report);
-            return Ok(());
-        }
-        let before = self
-            .call
-            .output_schema
-            .as_ref()
-            .and_then(|_| result.get("structuredContent").cloned());
-        sanitizer.call_result(result, report);
-        let kinds = report.secret_kinds();
-        if sanitizer.blocks_secrets() && !kinds.is_empty() {
-            return Err(Rejection::Output(OutputRefusal {
-                kind: OutputKind::Withheld(kinds.iter().map(|k| (*k).to_owned()).collect()),
-                server: self.server.clone(),
-                tool,
-                hints: self.call.hints,
-            }));
-        }
-        if let (Some(schema), Some(structured)) =
-            (&self.call.output_schema, result.get("structuredContent"))
-            && let Err(mut violations) = schema.check(structured)
-        {
-            for v in &mut violations {
-                if v.pointer.is_empty() {
-                    v.pointer = "(structuredContent)".into();
-                }
-                if let Some(d) = v.description.as_mut() {
-                    sanitizer.string(d, report);
-                }
-                sanitizer.string(&mut v.received, report);
+        // Every result type (complete, input_required, task) gets the same checks.
+        let sanitizer = self.sanitizer();
+        check_result(
+            &sanitizer,
+            self.call.output_schema.as_ref(),
+            message,
+            raw_len,
+            report,
+        )
+        .map_err(|fault| self.fault(fault, report))
+    }
+
+    /// The rejection for a fault of the output checks.
+    pub(crate) fn fault(&self, fault: Fault, report: &mut Report) -> Rejection {
+        match fault {
+            Fault::Malformed(Malformed(why)) => {
+                self.failure_with(UpstreamError::new(UpstreamKind::Protocol, why), report)
             }
-            return Err(Rejection::Output(OutputRefusal {
-                kind: OutputKind::SchemaViolation {
-                    violations,
-                    sanitized: before.as_ref() != Some(structured),
-                },
+            Fault::Output(kind) => Rejection::Output(OutputRefusal {
+                kind,
                 server: self.server.clone(),
-                tool,
+                tool: self.tool.clone(),
+                method: self.method.clone(),
                 hints: self.call.hints,
-            }));
+            }),
         }
-        Ok(())
     }
 
     fn failure_with(&self, e: UpstreamError, report: &mut Report) -> Rejection {
@@ -306,6 +316,157 @@ impl Recipient {
         f.hints = self.call.hints;
         Rejection::Upstream(f)
     }
+}
+
+/// What becomes of one upstream message on its way.
+#[derive(Debug)]
+enum Verdict {
+    /// Passed on byte for byte.
+    Unchanged,
+    /// Passed on as sanitized.
+    Changed(Value),
+    /// Not passed on: the answer to the request becomes this refusal; any
+    /// other message is dropped.
+    Refused(Rejection),
+}
+
+/// Why the output checks refused a message.
+#[derive(Debug)]
+pub(crate) enum Fault {
+    /// Not a message the gateway can read: an upstream protocol error.
+    Malformed(Malformed),
+    /// A result the gateway withholds.
+    Output(OutputKind),
+}
+
+/// The output checks of every result that can reach the model, whatever its
+/// method or `resultType`: the whole message sanitized; with `secrets =
+/// "block"`, withheld when a secret was found anywhere in it; `structuredContent`
+/// checked against `schema` (the tool's `outputSchema`, when it has one); its
+/// texts bounded by `max_output_bytes`; and no larger than
+/// [`MAX_CLIENT_MESSAGE`] (a `structuredContent` is left out, with a notice,
+/// before the result is refused as too large). `raw_len` is the size of the
+/// message as the upstream sent it. The caller has already checked the shape
+/// and handled `error` and `isError`.
+pub(crate) fn check_result(
+    sanitizer: &Sanitizer<'_>,
+    schema: Option<&CompiledSchema>,
+    message: &mut Value,
+    raw_len: usize,
+    report: &mut Report,
+) -> Result<(), Fault> {
+    let before = schema.and_then(|_| message.pointer("/result/structuredContent").cloned());
+    let mut local = Report::default();
+    let texts = sanitizer
+        .sanitize_message(message, &mut local)
+        .map_err(Fault::Malformed)?;
+    report.merge(&local);
+    let kinds = local.secret_kinds();
+    if sanitizer.blocks_secrets() && !kinds.is_empty() {
+        return Err(Fault::Output(OutputKind::Withheld(
+            kinds.iter().map(|k| (*k).to_owned()).collect(),
+        )));
+    }
+    if let (Some(schema), Some(structured)) = (schema, message.pointer("/result/structuredContent"))
+        && let Err(mut violations) = schema.check(structured)
+    {
+        let sanitized = before.as_ref() != Some(structured);
+        for v in &mut violations {
+            if v.pointer.is_empty() {
+                v.pointer = "(structuredContent)".into();
+            }
+            if let Some(d) = v.description.as_mut() {
+                sanitizer.string(d, report);
+                quoted(d);
+            }
+            sanitizer.string(&mut v.received, report);
+            quoted(&mut v.received);
+        }
+        return Err(Fault::Output(OutputKind::SchemaViolation {
+            violations,
+            sanitized,
+        }));
+    }
+    let too_large = |bytes| {
+        Fault::Output(OutputKind::TooLarge {
+            bytes,
+            limit: MAX_CLIENT_MESSAGE,
+        })
+    };
+    let replaced = sanitizer.bound(message, texts, report);
+    if replaced && schema.is_some() {
+        // The client checks structuredContent against the schema: a notice in
+        // its place would fail there.
+        return Err(too_large(raw_len));
+    }
+    let changed = !report.is_empty();
+    let mut size = if changed { json_len(message) } else { raw_len };
+    if size > MAX_CLIENT_MESSAGE
+        && let Some(structured) = message.pointer_mut("/result/structuredContent")
+        && structured.get("portcullis/omitted").is_none()
+    {
+        if schema.is_some() {
+            return Err(too_large(size));
+        }
+        *structured = serde_json::json!({"portcullis/omitted": format!(
+            "[portcullis: structuredContent omitted here; it made the message larger than the {MAX_CLIENT_MESSAGE} bytes clients accept (limit {MAX_CLIENT_MESSAGE} bytes)]"
+        )});
+        report.add(TRUNCATED, 1);
+        size = json_len(message);
+    }
+    if size > MAX_CLIENT_MESSAGE {
+        return Err(too_large(size));
+    }
+    Ok(())
+}
+
+/// Any other message (a notification, a request of the server's own, an
+/// error): sanitized whole, its texts bounded, no larger than
+/// [`MAX_CLIENT_MESSAGE`].
+fn check_message(
+    sanitizer: &Sanitizer<'_>,
+    message: &mut Value,
+    raw_len: usize,
+    report: &mut Report,
+) -> Result<(), Fault> {
+    let texts = sanitizer
+        .sanitize_message(message, report)
+        .map_err(Fault::Malformed)?;
+    sanitizer.bound(message, texts, report);
+    let size = if report.is_empty() { raw_len } else { json_len(message) };
+    if size > MAX_CLIENT_MESSAGE {
+        return Err(Fault::Output(OutputKind::TooLarge {
+            bytes: size,
+            limit: MAX_CLIENT_MESSAGE,
+        }));
+    }
+    Ok(())
+}
+
+/// A sanitized text quoted inside a gateway text: no byte order mark (the
+/// sanitizer keeps one that starts a text; inside a sentence it is invisible).
+fn quoted(text: &mut String) {
+    let clean = crate::sanitize::unbom(text);
+    if clean.len() != text.len() {
+        *text = clean.to_owned();
+    }
+}
+
+/// The length of `value` serialized, without building the text.
+fn json_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// The first field of a tool result whose JSON type breaks the MCP schema
@@ -485,7 +646,7 @@ fn relay_json(status: StatusCode, headers: HeaderMap, body: Bytes, to: Recipient
             };
             return to.render(to.failure(e));
         }
-        return match to.finish(message) {
+        return match to.finish(message, body.len()) {
             // A rewritten or sanitized answer is a JSON-RPC response like any other: HTTP 200.
             Some(rewritten) => json(&rewritten, headers),
             None if status.is_success() => json_bytes(status, headers, body),
@@ -507,13 +668,14 @@ fn relay_json(status: StatusCode, headers: HeaderMap, body: Bytes, to: Recipient
         );
         return to.render(to.failure(e));
     }
-    match to.pass(message) {
-        Some(clean) => {
+    match to.pass(message, body.len()) {
+        Verdict::Changed(clean) => {
             let mut r = json_response(status, &clean);
             r.headers_mut().extend(headers);
             r
         }
-        None => json_bytes(status, headers, body),
+        Verdict::Unchanged => json_bytes(status, headers, body),
+        Verdict::Refused(rejection) => to.render(rejection),
     }
 }
 
@@ -596,17 +758,40 @@ fn sse_relay(
                     if !st.to.admits(&message) {
                         continue;
                     }
+                    let raw_len = event.data.len();
                     let changed = if st.to.tool.is_some() && st.to.answers(&message) {
                         st.answered = true;
                         // The final response ends the exchange.
                         st.done = true;
-                        st.to.finish(message)
+                        st.to.finish(message, raw_len)
                     } else if st.to.tool.is_some() && is_response(&message) {
                         // A response to another id is not this client's to see.
                         st.other_id = true;
                         continue;
                     } else {
-                        st.to.pass(message)
+                        let ours = st.to.answers(&message);
+                        match st.to.pass(message, raw_len) {
+                            Verdict::Unchanged => None,
+                            Verdict::Changed(m) => Some(m),
+                            Verdict::Refused(rejection) if ours => {
+                                st.done = true;
+                                st.to
+                                    .trail
+                                    .decided(rejection.code(), rejection.source().as_str());
+                                rejection.rpc_message(st.to.render_ctx())
+                            }
+                            // Not the answer: a message the client could not
+                            // use, or one that must not reach it, is left out.
+                            Verdict::Refused(rejection) => {
+                                tracing::warn!(
+                                    server = %st.to.server,
+                                    method = %st.to.method,
+                                    code = rejection.code(),
+                                    "an upstream message was left out of the stream"
+                                );
+                                continue;
+                            }
+                        }
                     };
                     if let Some(m) = changed {
                         event.data = m.to_string();

@@ -1,273 +1,463 @@
-//! Which strings of which MCP message reach the model, and how each is treated.
+//! Every message from the upstream, sanitized whole: every string value and
+//! every object key, whatever the method or the shape.
 //!
-//! Place in the path: called by the proxy for every upstream message (results,
-//! errors, notifications, the server's own requests) and for list items.
+//! Place in the path: called by the proxy for every upstream message — POST
+//! responses, SSE events of POST and GET streams, notifications, the server's
+//! own requests, results of any method and `resultType` — and for each list
+//! item the gateway collects.
 //!
-//! What is sanitized:
-//! - tool results: `content[].text`, embedded `resource.text`, the titles and
-//!   descriptions of `resource_link`s, every string of `structuredContent`;
-//! - `resources/read`: `contents[].text` (never `blob`);
-//! - `prompts/get`: `description` and each message's content;
-//! - list items: `title`, `description`, and every `title` / `description`
-//!   inside `inputSchema` and `outputSchema` (names, patterns, enums and
-//!   defaults are left as they are: they are what calls are made of);
-//! - errors: `message` and every string of `data`;
-//! - notifications and server requests: log `data`, progress `message`,
-//!   sampling and elicitation text; `instructions` of `initialize` and
-//!   `server/discover`.
+//! What is sanitized: everything. The walk visits every object (keys
+//! included) and array of the message and treats every string as text for the
+//! model — result and block `_meta`, annotations, `serverInfo`, log `logger`
+//! and `data`, sampling and elicitation params (also inside 2026
+//! `inputRequests`), schemas, task status messages, error `message` and
+//! `data`, extra fields no schema names.
 //!
-//! Invariants: binary payloads (`image`, `audio`, `blob`) are never scanned;
-//! text blocks are cut at `max_output_bytes` one by one; identifiers (tool and
-//! prompt names, URIs, ids) are never changed.
+//! What is exempt: the identifiers of the one table in [`super::exempt`]
+//! (JSON-RPC `jsonrpc`/`id`/`method`, cursors, URIs, names, `mimeType`,
+//! progress tokens, task and tool-use ids, base64 `blob` and image/audio
+//! `data`, `requestState`, `resultType`, `type`, `protocolVersion`). Each is
+//! checked for its form instead; one that fails is an upstream protocol error
+//! or is sanitized as text, as the table says.
+//!
+//! Also here: the message's shape ([`shape`]: a request, a notification, a
+//! result or an error, never two at once), the bound on what one message
+//! carries ([`Sanitizer::bound`]: the sum of its texts, at most
+//! `max_output_bytes`), and the mirror rule (a text block that is the
+//! serialized `structuredContent` is written again from the sanitized value).
+//!
+//! Invariants: sanitizing twice gives what sanitizing once gave; clean strings
+//! and keys are not copied; an object is rebuilt only when a key changes, and
+//! a key whose clean form collides with another gets `#2`, `#3`, … in
+//! document order (keys that were clean keep their name).
 
-use serde_json::{Map, Value};
+use std::collections::HashSet;
 
-use super::{Report, Sanitizer, cut};
+use serde_json::{Map, Value, json};
+
+use super::exempt::{self, Form, OnBad};
+use super::{Report, Sanitizer, TRUNCATED, secrets};
+
+/// Strings this short are never cut by the bound (enum-like values such as
+/// `role` or `level` must keep their meaning); they still count.
+const SMALL: usize = 64;
+
+/// Why a message from the upstream cannot be passed on: a sentence for the
+/// gateway's protocol-error text ("its result is not a JSON object").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Malformed(pub String);
+
+/// What a well-formed message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// `method` and `id`: the server asks the client something.
+    Request,
+    /// `method`, no `id`.
+    Notification,
+    /// `result` (an object) and `id`.
+    Result,
+    /// `error` (an object with `code` and `message`).
+    Error,
+}
+
+/// The shape of a JSON-RPC message, or why it has none.
+pub fn shape(message: &Value) -> Result<Shape, Malformed> {
+    let bad = |why: &str| Err(Malformed(why.to_owned()));
+    let Some(obj) = message.as_object() else {
+        return bad("its message is not a JSON object");
+    };
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return bad("its message does not say `\"jsonrpc\": \"2.0\"`");
+    }
+    let (method, result, error) = (
+        obj.get("method"),
+        obj.get("result"),
+        obj.get("error"),
+    );
+    let id_ok = |id: Option<&Value>| matches!(id, Some(Value::String(_) | Value::Number(_)));
+    match (method, result, error) {
+        (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
+            bad("its message carries both a `method` and a result or error")
+        }
+        (Some(m), None, None) => {
+            if !m.is_string() {
+                return bad("its message's `method` is not a string");
+            }
+            if obj.get("params").is_some_and(|p| !p.is_object()) {
+                return bad("its message's `params` is not a JSON object");
+            }
+            match obj.get("id") {
+                None => Ok(Shape::Notification),
+                id if id_ok(id) => Ok(Shape::Request),
+                _ => bad("its request's id is neither a string nor a number"),
+            }
+        }
+        (None, Some(_), Some(_)) => bad("its response carries both a result and an error"),
+        (None, Some(r), None) => {
+            if !r.is_object() {
+                return bad("its result is not a JSON object");
+            }
+            if !id_ok(obj.get("id")) {
+                return bad("its response has no id");
+            }
+            Ok(Shape::Result)
+        }
+        (None, None, Some(e)) => {
+            let ok = e.get("code").is_some_and(Value::is_i64)
+                && e.get("message").is_some_and(Value::is_string);
+            if !ok {
+                return bad("its error is not an object with an integer code and a message");
+            }
+            if obj.get("id").is_some_and(|id| !id.is_null() && !id_ok(Some(id))) {
+                return bad("its error's id is neither a string nor a number");
+            }
+            Ok(Shape::Error)
+        }
+        (None, None, None) => bad("its message is neither a request, a notification nor a response"),
+    }
+}
+
+/// What a walk measured: the bytes of text (not counting the gateway's own
+/// notices), and of those the bytes in strings of at most [`SMALL`] bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Texts {
+    pub total: usize,
+    pub small: usize,
+}
+
+impl Texts {
+    fn count(&mut self, s: &str) {
+        let n = counted(s);
+        self.total += n;
+        if n <= SMALL {
+            self.small += n;
+        }
+    }
+}
 
 impl Sanitizer<'_> {
-    /// A whole JSON-RPC message from the upstream, by its shape.
-    pub fn message(&self, message: &mut Value, report: &mut Report) {
-        let Some(obj) = message.as_object_mut() else {
-            return;
-        };
-        if let Some(method) = obj.get("method").and_then(Value::as_str).map(str::to_owned) {
-            if let Some(Value::Object(params)) = obj.get_mut("params") {
-                self.params(&method, params, report);
-            }
-            return;
-        }
-        if let Some(Value::Object(error)) = obj.get_mut("error") {
-            self.error(error, report);
-            return;
-        }
-        if let Some(Value::Object(result)) = obj.get_mut("result") {
-            self.result(result, report);
-        }
+    /// A whole JSON-RPC message from the upstream: its shape checked, every
+    /// string and key sanitized, its texts bounded by `max_output_bytes`.
+    pub fn message(&self, message: &mut Value, report: &mut Report) -> Result<Shape, Malformed> {
+        let shape = shape(message)?;
+        let texts = self.sanitize_message(message, report)?;
+        self.bound(message, texts, report);
+        Ok(shape)
     }
 
-    /// A JSON-RPC error object: its message and data.
-    pub(crate) fn error(&self, error: &mut Map<String, Value>, report: &mut Report) {
-        if let Some(Value::String(m)) = error.get_mut("message") {
-            self.string(m, report);
-        }
-        if let Some(data) = error.get_mut("data") {
-            self.value(data, report);
-        }
+    /// Every string and key of a message (or of any value standing for one),
+    /// sanitized; what it carries measured. No shape check, no bound.
+    pub(crate) fn sanitize_message(
+        &self,
+        message: &mut Value,
+        report: &mut Report,
+    ) -> Result<Texts, Malformed> {
+        let mut texts = Texts::default();
+        self.walk(message, true, &mut texts, report)?;
+        Ok(texts)
     }
 
-    /// A result of any method, by its shape.
-    pub(crate) fn result(&self, result: &mut Map<String, Value>, report: &mut Report) {
-        if result.contains_key("content") || result.contains_key("structuredContent") {
-            self.call_result(result, report);
-        }
-        if let Some(Value::Array(contents)) = result.get_mut("contents") {
-            for item in contents {
-                if let Some(Value::String(t)) = item.get_mut("text") {
-                    self.cut_text(t, report);
-                }
-            }
-        }
-        if let Some(Value::Array(messages)) = result.get_mut("messages") {
-            for m in messages {
-                if let Some(content) = m.get_mut("content") {
-                    self.content(content, report);
-                }
-            }
-        }
-        for key in ["description", "instructions"] {
-            if let Some(Value::String(s)) = result.get_mut(key) {
+    /// A list item (a tool, prompt, resource or template), sanitized whole.
+    /// `Err` when one of its identifiers is unusable: the item is left out.
+    pub(crate) fn definition(&self, item: &mut Value, report: &mut Report) -> Result<(), Malformed> {
+        self.walk(item, false, &mut Texts::default(), report)
+            .map(|_| ())
+    }
+
+    fn walk(
+        &self,
+        value: &mut Value,
+        envelope: bool,
+        texts: &mut Texts,
+        report: &mut Report,
+    ) -> Result<(), Malformed> {
+        match value {
+            Value::String(s) => {
                 self.string(s, report);
-            }
-        }
-        for key in ["tools", "prompts", "resources", "resourceTemplates"] {
-            if let Some(Value::Array(items)) = result.get_mut(key) {
-                for item in items {
-                    self.definition(item, report);
-                }
-            }
-        }
-        if let Some(Value::Array(values)) = result
-            .get_mut("completion")
-            .and_then(|c| c.get_mut("values"))
-        {
-            for v in values {
-                self.value(v, report);
-            }
-        }
-    }
-
-    /// A `CallToolResult`: its content blocks and `structuredContent`. A text
-    /// block that is the serialized `structuredContent` (as the spec asks
-    /// servers to send) is written again from the sanitized value, so the two
-    /// stay consistent and escapes hidden in JSON strings do not survive.
-    pub(crate) fn call_result(&self, result: &mut Map<String, Value>, report: &mut Report) {
-        let mirrors = mirror_blocks(result);
-        if let Some(content) = result.get_mut("content") {
-            self.content(content, report);
-        }
-        let Some(structured) = result.get_mut("structuredContent") else {
-            return;
-        };
-        let before = report.clone();
-        self.value(structured, report);
-        if mirrors.is_empty() || *report == before {
-            return;
-        }
-        let structured = structured.clone();
-        if let Some(Value::Array(blocks)) = result.get_mut("content") {
-            for (i, pretty) in mirrors {
-                let text = if pretty {
-                    serde_json::to_string_pretty(&structured)
-                } else {
-                    serde_json::to_string(&structured)
-                };
-                if let (Some(block), Ok(text)) = (blocks.get_mut(i), text) {
-                    block["text"] = Value::String(text);
-                }
-            }
-        }
-    }
-
-    /// One content block or an array of them.
-    fn content(&self, content: &mut Value, report: &mut Report) {
-        match content {
-            Value::Array(blocks) => {
-                for block in blocks {
-                    self.block(block, report);
-                }
-            }
-            Value::Object(_) => self.block(content, report),
-            _ => {}
-        }
-    }
-
-    fn block(&self, block: &mut Value, report: &mut Report) {
-        let Some(obj) = block.as_object_mut() else {
-            return;
-        };
-        match obj.get("type").and_then(Value::as_str) {
-            Some("text") => {
-                if let Some(Value::String(t)) = obj.get_mut("text") {
-                    self.cut_text(t, report);
-                }
-            }
-            Some("resource") => {
-                if let Some(Value::String(t)) =
-                    obj.get_mut("resource").and_then(|r| r.get_mut("text"))
-                {
-                    self.cut_text(t, report);
-                }
-            }
-            Some("resource_link") => {
-                for key in ["name", "title", "description"] {
-                    if let Some(Value::String(s)) = obj.get_mut(key) {
-                        self.string(s, report);
-                    }
-                }
-            }
-            // image, audio: binary, never scanned.
-            _ => {}
-        }
-    }
-
-    /// A text for the model: sanitized, then cut.
-    fn cut_text(&self, text: &mut String, report: &mut Report) {
-        self.string(text, report);
-        if let Some(max) = self.max_output_bytes() {
-            cut(text, max, report);
-        }
-    }
-
-    /// A list item: a tool, prompt, resource or resource template.
-    pub(crate) fn definition(&self, item: &mut Value, report: &mut Report) {
-        let Some(obj) = item.as_object_mut() else {
-            return;
-        };
-        for key in ["title", "description"] {
-            if let Some(Value::String(s)) = obj.get_mut(key) {
-                self.string(s, report);
-            }
-        }
-        // Resources and templates: `name` is a display name (the URI identifies).
-        if (obj.contains_key("uri") || obj.contains_key("uriTemplate"))
-            && let Some(Value::String(s)) = obj.get_mut("name")
-        {
-            self.string(s, report);
-        }
-        if let Some(Value::String(s)) = obj.get_mut("annotations").and_then(|a| a.get_mut("title"))
-        {
-            self.string(s, report);
-        }
-        for key in ["inputSchema", "outputSchema"] {
-            if let Some(schema) = obj.get_mut(key) {
-                self.schema_text(schema, report);
-            }
-        }
-        if let Some(Value::Array(args)) = obj.get_mut("arguments") {
-            for arg in args.iter_mut().filter_map(Value::as_object_mut) {
-                for key in ["title", "description"] {
-                    if let Some(Value::String(s)) = arg.get_mut(key) {
-                        self.string(s, report);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Every `title` and `description` string inside a schema.
-    fn schema_text(&self, schema: &mut Value, report: &mut Report) {
-        match schema {
-            Value::Object(map) => {
-                for (k, v) in map.iter_mut() {
-                    match v {
-                        Value::String(s) if k == "title" || k == "description" => {
-                            self.string(s, report);
-                        }
-                        _ => self.schema_text(v, report),
-                    }
-                }
+                texts.count(s);
             }
             Value::Array(items) => {
                 for item in items {
-                    self.schema_text(item, report);
+                    self.walk(item, false, texts, report)?;
+                }
+            }
+            Value::Object(map) => self.object(map, envelope, texts, report)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn object(
+        &self,
+        map: &mut Map<String, Value>,
+        envelope: bool,
+        texts: &mut Texts,
+        report: &mut Report,
+    ) -> Result<(), Malformed> {
+        self.keys(map, report);
+        let ty = exempt::block_type(map);
+        let mirrors = mirror_blocks(map);
+        let before = (!mirrors.is_empty()).then(|| report.clone());
+        for (k, v) in map.iter_mut() {
+            let Value::String(s) = v else {
+                self.walk(v, false, texts, report)?;
+                continue;
+            };
+            if let Some(e) = exempt::lookup(k, ty, envelope) {
+                if self.fits(e.form, s) {
+                    continue;
+                }
+                if e.on_bad == OnBad::Refuse {
+                    return Err(Malformed(format!(
+                        "its `{}` is not a valid {}",
+                        printable(k),
+                        form_name(e.form)
+                    )));
+                }
+            }
+            if self.builtin_secrets() && secrets::assigned(k, s) {
+                report.add(&format!("{}{}", super::SECRET_PREFIX, secrets::GENERIC), 1);
+                *s = secrets::placeholder_for(secrets::GENERIC);
+            } else {
+                self.string(s, report);
+            }
+            texts.count(s);
+        }
+        if let Some(before) = before
+            && *report != before
+        {
+            rerender_mirrors(map, &mirrors);
+        }
+        Ok(())
+    }
+
+    /// True when an exempt value has its form (and, where the table asks, no
+    /// credential in it).
+    fn fits(&self, form: Form, value: &str) -> bool {
+        exempt::fits(form, value)
+            && (!exempt::scanned_for_secrets(form)
+                || secrets::find(value, self.builtin_secrets(), self.patterns()).is_empty())
+    }
+
+    /// Object keys, sanitized; an object is rebuilt only when one changed.
+    fn keys(&self, map: &mut Map<String, Value>, report: &mut Report) {
+        let dirty = map
+            .keys()
+            .any(|k| self.text(k, &mut Report::default()).is_some());
+        if !dirty {
+            return;
+        }
+        let old = std::mem::take(map);
+        let mut taken: HashSet<String> = HashSet::new();
+        let mut renamed = Vec::with_capacity(old.len());
+        for (k, v) in old {
+            match self.text(&k, report) {
+                None => {
+                    taken.insert(k.clone());
+                    renamed.push((k, None, v));
+                }
+                Some(clean) => renamed.push((k, Some(clean), v)),
+            }
+        }
+        for (k, clean, v) in renamed {
+            let key = match clean {
+                None => k,
+                Some(clean) => {
+                    let mut candidate = clean.clone();
+                    let mut n = 2;
+                    while taken.contains(&candidate) {
+                        candidate = format!("{clean}#{n}");
+                        n += 1;
+                    }
+                    taken.insert(candidate.clone());
+                    candidate
+                }
+            };
+            map.insert(key, v);
+        }
+    }
+
+    /// Keeps the texts of `message` within `max_output_bytes` in all: strings
+    /// are kept whole in document order while they fit; the first that does
+    /// not is cut with a notice of what the message lost, the later ones are
+    /// emptied; a `structuredContent` is kept or replaced whole by a notice.
+    /// Strings of at most [`SMALL`] bytes are never cut. True when a
+    /// `structuredContent` was replaced.
+    pub(crate) fn bound(&self, message: &mut Value, texts: Texts, report: &mut Report) -> bool {
+        let Some(max) = self.max_output_bytes() else {
+            return false;
+        };
+        if texts.total <= max {
+            return false;
+        }
+        let mut cut = Cut {
+            // Room is kept for the notice, so that the texts and it fit in `max`.
+            remaining: max.saturating_sub(texts.small + super::NOTICE_ROOM),
+            max,
+            omitted: texts.total - max,
+            noticed: false,
+            replaced: false,
+        };
+        cut.value(message, true, report);
+        cut.replaced
+    }
+}
+
+/// The state of one bounding walk.
+struct Cut {
+    remaining: usize,
+    max: usize,
+    omitted: usize,
+    noticed: bool,
+    replaced: bool,
+}
+
+impl Cut {
+    fn value(&mut self, value: &mut Value, envelope: bool, report: &mut Report) {
+        match value {
+            Value::String(s) => self.string(s, report),
+            Value::Array(items) => {
+                for item in items {
+                    self.value(item, false, report);
+                }
+            }
+            Value::Object(map) => {
+                let ty = exempt::block_type(map);
+                for (k, v) in map.iter_mut() {
+                    if k == "structuredContent" {
+                        self.structured(v, report);
+                        continue;
+                    }
+                    match v {
+                        Value::String(s) => {
+                            let exempt = exempt::lookup(k, ty, envelope)
+                                .is_some_and(|e| exempt::fits(e.form, s));
+                            if !exempt {
+                                self.string(s, report);
+                            }
+                        }
+                        _ => self.value(v, false, report),
+                    }
                 }
             }
             _ => {}
         }
     }
 
-    /// Params of a notification or of a request the server sends the client.
-    fn params(&self, method: &str, params: &mut Map<String, Value>, report: &mut Report) {
-        match method {
-            "notifications/message" => {
-                if let Some(data) = params.get_mut("data") {
-                    self.value(data, report);
+    fn string(&mut self, s: &mut String, report: &mut Report) {
+        let n = counted(s);
+        if n <= SMALL {
+            return;
+        }
+        if n <= self.remaining {
+            self.remaining -= n;
+            return;
+        }
+        report.add(TRUNCATED, 1);
+        if self.noticed {
+            s.clear();
+            return;
+        }
+        self.noticed = true;
+        let mut keep = self.remaining.min(n);
+        while keep > 0 && !s.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        s.truncate(keep);
+        self.remaining -= keep;
+        s.push_str(&format!(
+            "\n[portcullis: output cut here; {} more bytes were omitted (limit {} bytes)]",
+            self.omitted, self.max
+        ));
+    }
+
+    fn structured(&mut self, value: &mut Value, report: &mut Report) {
+        let size = long_texts(value);
+        if size <= self.remaining {
+            self.remaining -= size;
+            return;
+        }
+        report.add(TRUNCATED, 1);
+        self.replaced = true;
+        *value = json!({ "portcullis/omitted": format!(
+            "[portcullis: structuredContent omitted here; {size} bytes were omitted (limit {} bytes)]",
+            self.max
+        )});
+    }
+}
+
+/// The bytes of the text strings longer than [`SMALL`] in `value` (keys and
+/// exempt identifiers aside).
+fn long_texts(value: &Value) -> usize {
+    fn walk(value: &Value, ty: Option<&str>, key: Option<&str>, sum: &mut usize) {
+        match value {
+            Value::String(s) => {
+                let exempt = key
+                    .and_then(|k| exempt::lookup(k, ty, false))
+                    .is_some_and(|e| exempt::fits(e.form, s));
+                let n = counted(s);
+                if !exempt && n > SMALL {
+                    *sum += n;
                 }
             }
-            "notifications/progress" => {
-                if let Some(Value::String(m)) = params.get_mut("message") {
-                    self.string(m, report);
-                }
-            }
-            "sampling/createMessage" => {
-                if let Some(Value::String(s)) = params.get_mut("systemPrompt") {
-                    self.string(s, report);
-                }
-                if let Some(Value::Array(messages)) = params.get_mut("messages") {
-                    for m in messages {
-                        if let Some(content) = m.get_mut("content") {
-                            self.content(content, report);
-                        }
-                    }
-                }
-            }
-            "elicitation/create" => {
-                if let Some(Value::String(m)) = params.get_mut("message") {
-                    self.string(m, report);
+            Value::Array(items) => items.iter().for_each(|i| walk(i, None, None, sum)),
+            Value::Object(map) => {
+                let ty = exempt::block_type(map);
+                for (k, v) in map {
+                    walk(v, ty, Some(k), sum);
                 }
             }
             _ => {}
         }
+    }
+    let mut sum = 0;
+    walk(value, None, None, &mut sum);
+    sum
+}
+
+/// The bytes of `s` that count against the bound: all but a gateway notice
+/// that ends it (so that bounding twice is bounding once). A text can only
+/// discount the one notice at its end, never more than that notice's bytes.
+fn counted(s: &str) -> usize {
+    if !s.ends_with(" bytes)]") {
+        return s.len();
+    }
+    let Some(at) = s.rfind("[portcullis: ") else {
+        return s.len();
+    };
+    let tail = &s[at..];
+    let is_notice = (tail.starts_with("[portcullis: output cut here; ")
+        || tail.starts_with("[portcullis: structuredContent omitted here; "))
+        && tail.len() <= 160
+        && tail.contains("(limit ");
+    if !is_notice {
+        return s.len();
+    }
+    if s[..at].ends_with('\n') { at - 1 } else { at }
+}
+
+/// A key as it may be quoted in a gateway text (the message is refused, so
+/// the key was never cleaned): visible ASCII only, at most 40 characters.
+fn printable(key: &str) -> String {
+    key.chars()
+        .filter(|c| c.is_ascii_graphic())
+        .take(40)
+        .collect()
+}
+
+fn form_name(form: Form) -> &'static str {
+    match form {
+        Form::JsonRpc => "JSON-RPC version",
+        Form::Id => "identifier",
+        Form::Method => "method name",
+        Form::Opaque => "opaque token",
+        Form::Uri => "URI (no whitespace, control or invisible character, no credential)",
+        Form::Name => "name",
+        Form::MimeType => "MIME type",
+        Form::Base64 => "base64 value",
+        Form::ResultType => "result type (complete, input_required or task)",
+        Form::Discriminator => "type",
+        Form::Version => "protocol version",
     }
 }
 
@@ -288,4 +478,23 @@ fn mirror_blocks(result: &Map<String, Value>) -> Vec<(usize, bool)> {
             (parsed == *structured).then_some((i, text.contains('\n')))
         })
         .collect()
+}
+
+/// Writes the mirror blocks again from the (sanitized) `structuredContent`.
+fn rerender_mirrors(result: &mut Map<String, Value>, mirrors: &[(usize, bool)]) {
+    let Some(structured) = result.get("structuredContent").cloned() else {
+        return;
+    };
+    if let Some(Value::Array(blocks)) = result.get_mut("content") {
+        for &(i, pretty) in mirrors {
+            let text = if pretty {
+                serde_json::to_string_pretty(&structured)
+            } else {
+                serde_json::to_string(&structured)
+            };
+            if let (Some(block), Ok(text)) = (blocks.get_mut(i), text) {
+                block["text"] = Value::String(text);
+            }
+        }
+    }
 }

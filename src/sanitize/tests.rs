@@ -397,20 +397,21 @@ fn argument_scan_names_pointers_and_kinds_only() {
 }
 
 #[test]
-fn messages_are_sanitized_by_shape() {
+fn messages_are_sanitized_whole() {
     let settings = SanitizeSettings::default();
     let s = Sanitizer::new(&settings, Skip::default());
     let mut list = json!({"jsonrpc": "2.0", "id": 1, "result": {"tools": [{
         "name": "t\u{200B}",
         "description": "Adds.\u{E0049}\u{E0067}\u{E006E}",
         "inputSchema": {"type": "object", "properties": {"a": {"type": "string", "description": "\x1b[8mhidden\x1b[0m", "pattern": "^\\x1b$"}}}
-    }]}});
-    s.message(&mut list, &mut Report::default());
+    }, {"name": "get_weather", "description": "ok"}]}});
+    s.message(&mut list, &mut Report::default()).expect("well-formed");
     let tool = &list["result"]["tools"][0];
     assert_eq!(
-        tool["name"], "t\u{200B}",
-        "names are identifiers: never changed"
+        tool["name"], "t",
+        "a name that is no identifier is sanitized as text"
     );
+    assert_eq!(list["result"]["tools"][1]["name"], "get_weather");
     assert_eq!(tool["description"], "Adds.");
     assert_eq!(
         tool["inputSchema"]["properties"]["a"]["description"],
@@ -419,24 +420,98 @@ fn messages_are_sanitized_by_shape() {
     assert_eq!(tool["inputSchema"]["properties"]["a"]["pattern"], "^\\x1b$");
 
     let mut read = json!({"jsonrpc": "2.0", "id": 2, "result": {"contents": [
-        {"uri": "file:///a", "text": "x\x1b[2Jy"},
+        {"uri": "file:///a", "text": "x\x1b[2Jy", "_meta": {"note": "\u{202e}evil"}},
+        {"uri": "file:///b", "blob": "AAAA"}
+    ]}});
+    s.message(&mut read, &mut Report::default()).expect("well-formed");
+    assert_eq!(read["result"]["contents"][0]["text"], "xy");
+    assert_eq!(read["result"]["contents"][0]["_meta"]["note"], "evil");
+    assert_eq!(read["result"]["contents"][1]["blob"], "AAAA");
+
+    let mut bad_blob = json!({"jsonrpc": "2.0", "id": 2, "result": {"contents": [
         {"uri": "file:///b", "blob": "AAAA\u{200B}"}
     ]}});
-    s.message(&mut read, &mut Report::default());
-    assert_eq!(read["result"]["contents"][0]["text"], "xy");
-    assert_eq!(read["result"]["contents"][1]["blob"], "AAAA\u{200B}");
+    let e = s
+        .message(&mut bad_blob, &mut Report::default())
+        .expect_err("a blob that is not base64 is a protocol error");
+    assert!(e.0.contains("`blob`"), "{}", e.0);
 
     let mut error = json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32603, "message": "boom \x1b[31mpassword=hunter2", "data": {"trace": "ad\u{200B}min"}}});
-    s.message(&mut error, &mut Report::default());
+    s.message(&mut error, &mut Report::default()).expect("well-formed");
     assert_eq!(
         error["error"]["message"],
         "boom password=[REDACTED:generic-secret]"
     );
     assert_eq!(error["error"]["data"]["trace"], "admin");
 
-    let mut log = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "\x1b]8;;http://x\x07y"}});
-    s.message(&mut log, &mut Report::default());
+    let mut log = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "logger": "db\x1b[2J", "data": "\x1b]8;;http://x\x07y"}});
+    s.message(&mut log, &mut Report::default()).expect("well-formed");
     assert_eq!(log["params"]["data"], "y");
+    assert_eq!(log["params"]["logger"], "db");
+}
+
+#[test]
+fn malformed_messages_are_protocol_errors() {
+    let settings = SanitizeSettings::default();
+    let s = Sanitizer::new(&settings, Skip::default());
+    for (m, why) in [
+        (json!({"jsonrpc": "2.0", "id": 1, "method": "x", "result": {}}), "both a `method`"),
+        (json!({"jsonrpc": "2.0", "id": 1, "result": {}, "error": {"code": 1, "message": "m"}}), "both a result and an error"),
+        (json!({"jsonrpc": "2.0", "id": 1}), "neither"),
+        (json!({"jsonrpc": "2.0", "id": 1, "result": 5}), "not a JSON object"),
+        (json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "later"}}), "`resultType`"),
+        (json!({"id": 1, "result": {}}), "jsonrpc"),
+        (json!([1]), "not a JSON object"),
+    ] {
+        let mut m = m;
+        let e = s.message(&mut m, &mut Report::default()).expect_err("malformed");
+        assert!(e.0.contains(why), "{} / {why}", e.0);
+    }
+}
+
+#[test]
+fn keys_are_sanitized_and_collisions_renamed_in_order() {
+    let settings = SanitizeSettings::default();
+    let s = Sanitizer::new(&settings, Skip::default());
+    let mut m = json!({"jsonrpc": "2.0", "id": 1, "result": {"_meta": {
+        "a\u{200b}b": 1, "ab": 2, "\x1b[31mab": 3, "AKIAZ7QWERTYUIOPCANA": 4
+    }}});
+    let mut report = Report::default();
+    s.message(&mut m, &mut report).expect("well-formed");
+    let keys: Vec<&String> = m["result"]["_meta"].as_object().expect("object").keys().collect();
+    assert_eq!(keys, ["ab#2", "ab", "ab#3", "[REDACTED:aws-access-key-id]"]);
+    let again = m.clone();
+    s.message(&mut m, &mut Report::default()).expect("well-formed");
+    assert_eq!(m, again, "idempotent");
+}
+
+#[test]
+fn the_bound_is_on_the_whole_message() {
+    let settings = SanitizeSettings {
+        max_output_bytes: 4096,
+        ..SanitizeSettings::default()
+    };
+    let s = Sanitizer::new(&settings, Skip::default());
+    let blocks: Vec<Value> = (0..60)
+        .map(|_| json!({"type": "text", "text": "a".repeat(2000)}))
+        .collect();
+    let mut m = json!({"jsonrpc": "2.0", "id": 1, "result": {"content": blocks,
+        "structuredContent": {"rows": "b".repeat(5000)}}});
+    let mut report = Report::default();
+    s.message(&mut m, &mut report).expect("well-formed");
+    let texts: usize = m["result"]["content"]
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|b| b["text"].as_str().expect("text").len())
+        .sum();
+    assert!(texts <= 4096 + 200, "{texts}");
+    assert!(m["result"]["content"][1]["text"].as_str().expect("text").contains("more bytes were omitted"));
+    assert_eq!(m["result"]["content"][59]["text"], "");
+    assert!(m["result"]["structuredContent"]["portcullis/omitted"].is_string());
+    let again = m.clone();
+    s.message(&mut m, &mut Report::default()).expect("well-formed");
+    assert_eq!(m, again, "idempotent");
 }
 
 #[test]
@@ -447,17 +522,18 @@ fn text_content_is_cut_but_images_are_not_touched() {
     };
     let s = Sanitizer::new(&settings, Skip::default());
     let big = "a".repeat(5000);
-    let mut result = json!({"content": [
+    let image = "QUJD".repeat(400);
+    let mut result = json!({"jsonrpc": "2.0", "id": 1, "result": {"content": [
         {"type": "text", "text": big},
-        {"type": "image", "data": "\x1b[31m".repeat(400), "mimeType": "image/png"}
-    ]});
+        {"type": "image", "data": image, "mimeType": "image/png"}
+    ]}});
     let mut report = Report::default();
-    s.call_result(result.as_object_mut().expect("object"), &mut report);
-    let text = result["content"][0]["text"].as_str().expect("text");
+    s.message(&mut result, &mut report).expect("well-formed");
+    let text = result["result"]["content"][0]["text"].as_str().expect("text");
     assert!(
         text.len() <= 1024 && text.contains("more bytes were omitted"),
         "{text}"
     );
-    assert_eq!(result["content"][1]["data"], "\x1b[31m".repeat(400));
+    assert_eq!(result["result"]["content"][1]["data"], "QUJD".repeat(400));
     assert_eq!(report.counts()[TRUNCATED], 1);
 }

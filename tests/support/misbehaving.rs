@@ -5,6 +5,7 @@
 //! `tools/call` with the fault its tool is named after — down to resetting the
 //! connection in the middle of a stream, which an HTTP framework would not do.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -99,6 +100,10 @@ pub const FAULTS: &[(&str, &str)] = &[
     ),
     ("sse_bom", "a byte order mark, then a valid SSE reply"),
     (
+        "scripted",
+        "the reply a test scripted under the key in `x` (see Misbehaving::script)",
+    ),
+    (
         "own_session",
         "a valid result with its own Mcp-Session-Id and a cookie",
     ),
@@ -143,9 +148,21 @@ pub struct Misbehaving {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// A reply a test writes for the server to send; every string `"$id"` in it
+/// becomes the request's id.
+#[derive(Debug, Clone)]
+pub enum Scripted {
+    /// One message as `application/json`.
+    Json(Value),
+    /// Messages as the events of one SSE stream.
+    Sse(Vec<Value>),
+}
+
 /// What reached the server.
 #[derive(Debug, Default)]
 struct Seen {
+    /// Replies scripted by tests, by `tools/call` key (`x`) or by method.
+    scripts: Mutex<HashMap<String, Scripted>>,
     calls: AtomicUsize,
     /// Tool names called, in order.
     ran: Mutex<Vec<String>>,
@@ -184,6 +201,16 @@ impl Misbehaving {
             seen,
             task,
         }
+    }
+
+    /// Scripts the reply to `tools/call scripted {"x": key}`, or, when `key`
+    /// names another method (`resources/read`), to every request of it.
+    pub fn script(&self, key: &str, reply: Scripted) {
+        self.seen
+            .scripts
+            .lock()
+            .expect("lock")
+            .insert(key.to_owned(), reply);
     }
 
     /// How many `tools/call` requests reached it.
@@ -321,7 +348,13 @@ async fn serve(mut stream: TcpStream, seen: Arc<Seen>) -> std::io::Result<()> {
         .push(request["method"].as_str().unwrap_or_default().to_owned());
     let id = request.get("id").cloned().unwrap_or(Value::Null);
     let json_ct = "application/json";
-    match request["method"].as_str().unwrap_or_default() {
+    let method = request["method"].as_str().unwrap_or_default();
+    let scripted = seen.scripts.lock().expect("lock").get(method).cloned();
+    if let Some(reply) = scripted {
+        send_scripted(&mut stream, reply, &id).await;
+        return Ok(());
+    }
+    match method {
         "initialize" => {
             let body = result(
                 &id,
@@ -361,8 +394,47 @@ async fn serve(mut stream: TcpStream, seen: Arc<Seen>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Sends a scripted reply, `"$id"` replaced by `id`.
+async fn send_scripted(stream: &mut TcpStream, reply: Scripted, id: &Value) {
+    fn with_id(v: &mut Value, id: &Value) {
+        match v {
+            Value::String(s) if s == "$id" => *v = id.clone(),
+            Value::Array(items) => items.iter_mut().for_each(|i| with_id(i, id)),
+            Value::Object(map) => map.values_mut().for_each(|i| with_id(i, id)),
+            _ => {}
+        }
+    }
+    match reply {
+        Scripted::Json(mut m) => {
+            with_id(&mut m, id);
+            respond(stream, "200 OK", "application/json", m.to_string().as_bytes()).await;
+        }
+        Scripted::Sse(messages) => {
+            sse_head(stream).await;
+            for mut m in messages {
+                with_id(&mut m, id);
+                if stream.write_all(format!("data: {m}\n\n").as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
 async fn fault(stream: &mut TcpStream, name: &str, id: &Value, seen: &Seen) {
     let json_ct = "application/json";
+    if name == "scripted" {
+        let key = seen.bodies.lock().expect("lock").last().and_then(|b| {
+            let v: Value = serde_json::from_slice(b).ok()?;
+            v["params"]["arguments"]["x"].as_str().map(str::to_owned)
+        });
+        let reply = key.and_then(|k| seen.scripts.lock().expect("lock").get(&k).cloned());
+        match reply {
+            Some(reply) => send_scripted(stream, reply, id).await,
+            None => respond(stream, "200 OK", json_ct, &rpc_error(id, -32602, "no script")).await,
+        }
+        return;
+    }
     match name {
         "wrong_id" => {
             let body = result(

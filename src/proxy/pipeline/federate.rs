@@ -388,10 +388,16 @@ async fn discover(view: &View<'_>, ex: &mut Exchange, body: Bytes) -> Result<Res
 /// Capabilities merged (a feature any member offers is offered), and the
 /// members' instructions, each under its server's name.
 fn merge_results(view: &View<'_>, answers: &[Answer]) -> Map<String, Value> {
+    let sanitizer = Sanitizer::new(&view.live.sanitize, Skip::default());
     let mut capabilities = Value::Object(Map::new());
     for answer in answers {
         if let Some(c) = answer.result.get("capabilities") {
-            merge_capabilities(&mut capabilities, c);
+            // Members' capabilities are upstream text like any other: keys and
+            // values sanitized; one that is not usable as sent is left out.
+            let mut c = c.clone();
+            if sanitizer.definition(&mut c, &mut Report::default()).is_ok() {
+                merge_capabilities(&mut capabilities, &c);
+            }
         }
     }
     let mut instructions = format!(
@@ -403,7 +409,6 @@ fn merge_results(view: &View<'_>, answers: &[Answer]) -> Map<String, Value> {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let sanitizer = Sanitizer::new(&view.live.sanitize, Skip::default());
     for Answer {
         server: name,
         result,
@@ -414,7 +419,7 @@ fn merge_results(view: &View<'_>, answers: &[Answer]) -> Map<String, Value> {
             let clean = sanitizer.text(text, &mut Report::default());
             instructions.push_str(&format!(
                 "\n\nServer `{name}`:\n{}",
-                clean.as_deref().unwrap_or(text)
+                crate::sanitize::unbom(clean.as_deref().unwrap_or(text))
             ));
         }
     }
