@@ -22,6 +22,7 @@ use crate::auth::{AuthError, AuthRefusal};
 use crate::mcp::META_GATEWAY_ERROR;
 use crate::mcp::jsonrpc::{self, ClassifyError};
 use crate::mcp::version::{self, Era};
+use crate::policy::uri::UriRefusal;
 use crate::policy::{Rate, RateKey};
 use crate::ratelimit::{ceil_millis, ceil_secs};
 
@@ -45,6 +46,8 @@ pub(crate) mod codes {
     pub(crate) const NOT_FOUND: i64 = -31008;
     /// A rate limit refused a `resources/read` or `prompts/get`.
     pub(crate) const RATE_LIMITED: i64 = -31009;
+    /// A resource URI spelled so that decoding it would change its structure.
+    pub(crate) const NON_CANONICAL_URI: i64 = -31010;
 }
 
 /// Who a failure is attributed to.
@@ -96,6 +99,15 @@ pub(crate) enum Rejection {
     Upstream(UpstreamFailure),
     /// A `tools/call` result the gateway will not pass on (isError result).
     Output(OutputRefusal),
+    /// A resource URI refused for its spelling, whatever the rules say (400,
+    /// -31010). It depends on the text alone, so it tells nothing about what
+    /// exists or what the rules allow.
+    NonCanonicalUri {
+        /// The URI as the client sent it.
+        uri: String,
+        /// Why it is refused.
+        why: UriRefusal,
+    },
 }
 
 /// A tool call the gateway answers itself.
@@ -279,7 +291,8 @@ impl Rejection {
             | Rejection::UnsupportedVersion { .. }
             | Rejection::InvalidParams(_)
             | Rejection::MethodNotFound(_)
-            | Rejection::SessionNotFound => Source::Client,
+            | Rejection::SessionNotFound
+            | Rejection::NonCanonicalUri { .. } => Source::Client,
             Rejection::NotFound(_) | Rejection::Tool(_) | Rejection::RateLimited(_) => {
                 Source::Policy
             }
@@ -312,6 +325,7 @@ impl Rejection {
             Rejection::RateLimited(_) => RATE_LIMITED,
             Rejection::Upstream(u) => u.kind.code(),
             Rejection::Output(o) => o.kind.code(),
+            Rejection::NonCanonicalUri { .. } => NON_CANONICAL_URI,
         }
     }
 
@@ -457,6 +471,20 @@ impl Rejection {
                 response
             }
             Rejection::Output(o) => tool_result(cx, o.kind.code(), o.text(), o.detail()),
+            Rejection::NonCanonicalUri { uri, why } => {
+                let message = format!(
+                    "The resource URI {uri:?} is refused for its spelling, so nothing was read: {why}. \
+                     Send the URI in its plain form (no encoded `/`, `\\` or `.`, no `..` above the root, \
+                     each character encoded at most once)."
+                );
+                error_response(
+                    StatusCode::BAD_REQUEST,
+                    id,
+                    codes::NON_CANONICAL_URI,
+                    &message,
+                    Some(json!({"code": NON_CANONICAL_URI, "uri": uri, "reason": why.to_string()})),
+                )
+            }
             Rejection::Upstream(u) => match &u.tool {
                 Some(_) => tool_result(cx, u.kind.code(), u.text(), u.detail()),
                 None => {
@@ -528,6 +556,7 @@ pub(crate) fn secret_in_arguments(tool: &str, found: &[(String, String)]) -> Rej
 
 /// Stable code of a rate-limit refusal.
 const RATE_LIMITED: &str = "rate_limited";
+const NON_CANONICAL_URI: &str = "non_canonical_uri";
 
 impl RateLimited {
     /// "Rate limit for `echo` reached for client `bob`: 3 calls, then 1 every 20 s. Retry after 7.4 s."
