@@ -23,6 +23,7 @@ use crate::mcp::META_GATEWAY_ERROR;
 use crate::mcp::jsonrpc::{self, ClassifyError};
 use crate::mcp::limits::Overlong;
 use crate::mcp::version::{self, Era};
+use crate::policy::uri::UriRefusal;
 use crate::policy::{Rate, RateKey};
 use crate::ratelimit::{ceil_millis, ceil_secs};
 
@@ -49,6 +50,8 @@ pub(crate) mod codes {
     /// A result other than a `tools/call` one that the gateway will not pass on
     /// (a secret under `secrets = "block"`, or too large for the client).
     pub(crate) const OUTPUT_REFUSED: i64 = -31010;
+    /// A resource URI spelled so that decoding it would change its structure.
+    pub(crate) const NON_CANONICAL_URI: i64 = -31011;
 }
 
 /// Who a failure is attributed to.
@@ -102,6 +105,15 @@ pub(crate) enum Rejection {
     Output(OutputRefusal),
     /// An identifier longer than its cap (400, -32602); the value is never echoed.
     TooLong(Overlong),
+    /// A resource URI refused for its spelling, whatever the rules say (400,
+    /// -31011). It depends on the text alone, so it tells nothing about what
+    /// exists or what the rules allow.
+    NonCanonicalUri {
+        /// The URI as the client sent it.
+        uri: String,
+        /// Why it is refused.
+        why: UriRefusal,
+    },
 }
 
 /// A tool call the gateway answers itself.
@@ -303,7 +315,8 @@ impl Rejection {
             | Rejection::InvalidParams(_)
             | Rejection::MethodNotFound(_)
             | Rejection::TooLong(_)
-            | Rejection::SessionNotFound => Source::Client,
+            | Rejection::SessionNotFound
+            | Rejection::NonCanonicalUri { .. } => Source::Client,
             Rejection::NotFound(_) | Rejection::Tool(_) | Rejection::RateLimited(_) => {
                 Source::Policy
             }
@@ -337,6 +350,7 @@ impl Rejection {
             Rejection::Upstream(u) => u.kind.code(),
             Rejection::Output(o) => o.kind.code(),
             Rejection::TooLong(_) => "identifier_too_long",
+            Rejection::NonCanonicalUri { .. } => NON_CANONICAL_URI,
         }
     }
 
@@ -515,6 +529,20 @@ impl Rejection {
                 ),
                 Some(json!({"code": "identifier_too_long", "field": o.field, "limit": o.limit})),
             ),
+            Rejection::NonCanonicalUri { uri, why } => {
+                let message = format!(
+                    "The resource URI {uri:?} is refused for its spelling, so nothing was read: {why}. \
+                     Send the URI in its plain form (no encoded `/`, `\\` or `.`, no `..` above the root, \
+                     each character encoded at most once)."
+                );
+                error_response(
+                    StatusCode::BAD_REQUEST,
+                    id,
+                    codes::NON_CANONICAL_URI,
+                    &message,
+                    Some(json!({"code": NON_CANONICAL_URI, "uri": uri, "reason": why.to_string()})),
+                )
+            }
             Rejection::Upstream(u) => match &u.tool {
                 Some(_) => tool_result(cx, u.kind.code(), u.text(), u.detail()),
                 None => {
@@ -617,6 +645,7 @@ pub(crate) fn secret_in_arguments(tool: &str, found: &[(String, String)]) -> Rej
 
 /// Stable code of a rate-limit refusal.
 const RATE_LIMITED: &str = "rate_limited";
+const NON_CANONICAL_URI: &str = "non_canonical_uri";
 
 impl RateLimited {
     /// "Rate limit for `echo` reached for client `bob`: 3 calls, then 1 every 20 s. Retry after 7.4 s."

@@ -10,6 +10,7 @@
 //! means any *authenticated* client (the anonymous client must be named).
 
 pub mod glob;
+pub mod uri;
 
 use std::fmt::Write as _;
 use std::num::NonZeroU32;

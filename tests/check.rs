@@ -110,6 +110,8 @@ broken!(
     jwt_hs256,
     jwt_audience,
     jwt_two_key_sources,
+    non_canonical_resource,
+    encoded_slash_resource,
 );
 
 #[test]

@@ -770,7 +770,8 @@ impl Ctx<'_> {
                 "servers",
             )?;
             let tools = self.globs(raw.tools.as_deref(), &format!("{key}.tools"))?;
-            let resources = self.globs(raw.resources.as_deref(), &format!("{key}.resources"))?;
+            let resources =
+                self.resource_globs(raw.resources.as_deref(), &format!("{key}.resources"))?;
             let prompts = self.globs(raw.prompts.as_deref(), &format!("{key}.prompts"))?;
             if tools.is_empty() && resources.is_empty() && prompts.is_empty() {
                 return Err(self.fail(
@@ -861,6 +862,26 @@ impl Ctx<'_> {
             out.push(glob);
         }
         Ok(out)
+    }
+
+    /// Resource patterns are matched against canonical URIs only
+    /// ([`crate::policy::uri`]): a pattern spelled otherwise could never match
+    /// what it seems to name, so it is refused with the spelling to write.
+    fn resource_globs(&self, list: Option<&[Spanned<String>]>, key: &str) -> Result<Vec<Glob>> {
+        for (j, item) in list.unwrap_or_default().iter().enumerate() {
+            let written = item.get_ref();
+            let reason = match crate::policy::uri::pattern(written) {
+                Ok(canonical) if canonical == *written => continue,
+                Ok(canonical) => format!(
+                    "resource URIs are matched in their canonical form (lowercase scheme and host, \
+                     unreserved characters unencoded, other escapes in uppercase hex, no empty segments); \
+                     write {canonical:?}"
+                ),
+                Err(why) => format!("this resource pattern can never match a canonical URI: {why}"),
+            };
+            return Err(self.fail(Some(item.span()), &format!("{key}[{j}]"), reason));
+        }
+        self.globs(list, key)
     }
 
     fn rate(&self, rate: &Spanned<super::raw::RawRate>, key: &str) -> Result<Rate> {

@@ -40,6 +40,7 @@ use super::upstream::{Reply, UpstreamError, forwarded_headers};
 use super::{AppState, Live, ServerState};
 
 mod federate;
+mod resource;
 use crate::audit::{self, Trail};
 use crate::auth::ClientId;
 use crate::config::{ArgumentScan, Config, Mode, Pinning, SanitizeSettings};
@@ -353,7 +354,8 @@ async fn post(
         }
         (method, Class::Resource) => {
             let uri = param_str(&message, "uri")?;
-            let subject = Subject::Resource(uri);
+            let canonical = resource::canonical(uri)?;
+            let subject = Subject::Resource(canonical.identity());
             ex.trail.stage("authorize");
             let decided = authorize_or_hide(config, client, server, subject, || {
                 format!("Resource not found: {uri}")
@@ -370,8 +372,9 @@ async fn post(
                 let limited = rate_limit(state, live, client, server, subject, &decision).await;
                 observe_or_enforce(ex, limited)?;
             }
+            let (headers, body) = resource::forwarded(&message, headers, body, &canonical);
             forward
-                .relay(headers, body, recipient(live, ex, server, None))
+                .relay(&headers, body, recipient(live, ex, server, None))
                 .await
         }
         (_, Class::Prompt) => {
@@ -1160,9 +1163,15 @@ async fn list_items(
     let observe = ex.mode == Mode::Observe;
     let mut hidden = 0usize;
     let mut permitted = |item: &Value| {
-        let allowed = kind
-            .subject(item)
-            .is_some_and(|s| config.policy.decide(client, name, s).allowed);
+        let allowed = match kind {
+            ListKind::Resources => resource::listed(item).is_some_and(|uri| {
+                let subject = Subject::Resource(&uri);
+                config.policy.decide(client, name, subject).allowed
+            }),
+            _ => kind
+                .subject(item)
+                .is_some_and(|s| config.policy.decide(client, name, s).allowed),
+        };
         hidden += usize::from(!allowed);
         // Observe mode lists everything and records what would be hidden.
         allowed || observe
@@ -1303,7 +1312,8 @@ fn authorize_completion(
         }
         Some("ref/resource") => {
             let uri = field("uri").unwrap_or_default();
-            authorize_or_hide(config, client, server, Subject::Resource(uri), || {
+            let subject = resource::completion_subject(uri)?;
+            authorize_or_hide(config, client, server, Subject::Resource(&subject), || {
                 format!("Resource not found: {uri}")
             })
             .map(drop)

@@ -5,7 +5,9 @@ Serves Streamable HTTP at /mcp on 127.0.0.1 (both the 2025 handshake era and 202
 nothing), progress, explode (raises with a secret in the message), admin_reset, and for the
 sanitizer: leaky_text (terminal escapes, OSC 8, tag characters, bidi, zero-width, canary secrets
 in text and in an embedded resource), leaky_structured (the same in structuredContent), hang
-(sleeps `seconds`), huge (returns `bytes` bytes of text).
+(sleeps `seconds`), huge (returns `bytes` bytes of text). Resources: the templates
+`users://{user_id}/profile`, `res://{+path}` and `file:///{+path}` (the last two resolve `..`
+themselves: an admin's profile or item says "ADMIN SECRET", `file:///secret/…` "SECRET KEY").
 
     $PEERS/venv/bin/python py_server.py --port 0 [--record FILE] [--stateless] [--json] [--fixtures]
     $PEERS/venv/bin/python py_server.py --stdio [--record FILE]
@@ -22,6 +24,7 @@ be resumed with Last-Event-ID (test_reconnection closes its stream mid-call).
 import argparse
 import json
 import os
+import posixpath
 import socket
 import sys
 from typing import Any
@@ -31,6 +34,7 @@ import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.server.mcpserver.prompts.base import UserMessage
+from mcp.server.mcpserver.resources.templates import ResourceSecurity
 from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
 from mcp.types import (
     AudioContent,
@@ -63,6 +67,9 @@ LEAKY_RECORD: dict[str, Any] = {
     "note": "\x1b[31mkey\x1b[0m " + CANARY_AWS + TAGS,
     "nested": {"links": ["\x1b]8;;http://evil.example\x07click\x1b]8;;\x07", CANARY_GITHUB]},
 }
+
+# A server that resolves paths itself and opted out of the SDK's traversal check.
+OPEN_PATHS = ResourceSecurity(reject_path_traversal=False, reject_absolute_paths=False)
 
 BOOK_FLIGHT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -139,6 +146,27 @@ def build(record: str | None) -> MCPServer:
     def admin_reset() -> str:
         ran("admin_reset", {})
         return "reset done"
+
+    # Resources for the canonical-URI tests: a template whose variable the SDK
+    # percent-decodes, and two path templates of a server that opted out of the
+    # SDK's traversal check and resolves paths itself (case-insensitively).
+    # Each read is recorded as {"tool": "read", "arguments": {"uri": <resolved>}}.
+    @mcp.resource("users://{user_id}/profile", description="A user's profile.", mime_type="text/plain")
+    def user_profile(user_id: str) -> str:
+        ran("read", {"uri": f"users://{user_id}/profile"})
+        return f"profile of {user_id}" + (" (ADMIN SECRET)" if user_id == "admin" else "")
+
+    @mcp.resource("res://{+path}", description="An item.", mime_type="text/plain", security=OPEN_PATHS)
+    def res_item(path: str) -> str:
+        resolved = posixpath.normpath(path).lower()
+        ran("read", {"uri": f"res://{resolved}"})
+        return f"item {resolved}" + (" (ADMIN SECRET)" if resolved.startswith("admin/") else "")
+
+    @mcp.resource("file:///{+path}", description="A file.", mime_type="text/plain", security=OPEN_PATHS)
+    def file_item(path: str) -> str:
+        resolved = posixpath.normpath(path)
+        ran("read", {"uri": f"file:///{resolved}"})
+        return "SECRET KEY MATERIAL" if resolved.startswith("secret/") else f"public {resolved}"
 
     @mcp.tool(description="Return log text full of hidden channels and canary secrets.", structured_output=False)
     def leaky_text() -> list[TextContent | EmbeddedResource]:

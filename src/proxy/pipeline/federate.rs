@@ -12,7 +12,9 @@
 //! load), so the first `__` splits a name unambiguously and two servers' names
 //! can never collide. Resource URIs are kept as the servers give them; a read
 //! goes to the first server (in name order) whose list, as this client may see
-//! it, has the URI or a template matching it.
+//! it, has the URI or a template matching it — compared in canonical form
+//! ([`crate::policy::uri`]), so a spelling the canonicalizer refuses (an
+//! encoded `/`, say) is refused here before any template can route it.
 //!
 //! Invariants: a merged session is the gateway's own (minted here, bound to the
 //! client), naming each member server's own session and protocol version,
@@ -34,7 +36,7 @@ use serde_json::{Map, Value, json};
 use super::{
     ACCEPT_BOTH, AppState, Exchange, Forward, ListKind, Listed, Live, Rejection, ServerState,
     enter, list_items, param_str, post, rebuild, recipient, refuse_unknown_tool, reply_headers,
-    upstream, watch_instructions,
+    resource, upstream, watch_instructions,
 };
 use crate::auth::ClientId;
 use crate::error::{UpstreamFailure, UpstreamKind};
@@ -571,9 +573,22 @@ async fn by_uri(
     uri: &str,
     body: Bytes,
 ) -> Result<Response, Rejection> {
-    let Some(part) = owner_of(view, ex, message, uri).await else {
+    // Routed on the canonical form: an encoded `/` never reaches a template,
+    // so a `{var}` cannot cross a segment.
+    // A template (`completion/complete` on a `ref/resource`) is routed as listed.
+    let (target, identity) = if uri.contains('{') {
+        (uri.to_owned(), uri.to_owned())
+    } else {
+        let canonical = resource::canonical(uri)?;
+        (
+            canonical.as_str().to_owned(),
+            canonical.identity().to_owned(),
+        )
+    };
+    let Some(part) = owner_of(view, ex, message, &target, &identity).await else {
         return Err(Rejection::NotFound(format!("Resource not found: {uri}")));
     };
+    // The per-server pipeline canonicalizes body and `Mcp-Name` alike.
     send_to(view, ex, part, Some(uri), body).await
 }
 
@@ -690,6 +705,7 @@ async fn owner_of<'v>(
     ex: &mut Exchange,
     message: &Message,
     uri: &str,
+    identity: &str,
 ) -> Option<&'v Part<'v>> {
     // Looking up is not listing: what a list would hide is decided by the read.
     let would_refuse = ex.would_refuse;
@@ -705,7 +721,7 @@ async fn owner_of<'v>(
                     .get("uriTemplate")
                     .and_then(Value::as_str)
                     .is_some_and(|t| template_matches(t, uri)),
-                _ => item.get("uri").and_then(Value::as_str) == Some(uri),
+                _ => super::resource::listed(item).as_deref() == Some(identity),
             });
             if found {
                 owner = Some(part);

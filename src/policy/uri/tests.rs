@@ -1,0 +1,128 @@
+use super::*;
+
+fn canon(uri: &str) -> String {
+    canonical(uri)
+        .unwrap_or_else(|e| panic!("{uri}: {e}"))
+        .as_str()
+        .to_owned()
+}
+
+fn refused(uri: &str) -> UriRefusal {
+    match canonical(uri) {
+        Ok(c) => panic!("{uri} was accepted as {c}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn the_spellings_of_one_resource_have_one_form() {
+    for (spelling, form) in [
+        ("users://%61dmin/profile", "users://admin/profile"),
+        ("USERS://Admin/profile", "users://admin/profile"),
+        ("users://admin/%70rofile", "users://admin/profile"),
+        ("res://Admin/a", "res://admin/a"),
+        ("file:///public/../secret/key.txt", "file:///secret/key.txt"),
+        ("res://open/./a", "res://open/a"),
+        ("res://open//a", "res://open/a"),
+        ("res://open/a#x", "res://open/a"),
+        ("res://open/a/", "res://open/a/"),
+        ("res://open/a/b/..", "res://open/a/"),
+        ("res://h:/a", "res://h/a"),
+        ("res://h/a%7e%2d", "res://h/a~-"),
+        ("res://h/a%21%28x%29", "res://h/a!(x)"),
+        ("res://h/jos\u{e9}", "res://h/jos%C3%A9"),
+        ("res://h/jos%c3%a9", "res://h/jos%C3%A9"),
+        ("res://h/a b", "res://h/a%20b"),
+        ("res://h/a,b", "res://h/a,b"),
+        ("urn:isbn:123", "urn:isbn:123"),
+        ("res://h/a?Q=%41&b=%3d", "res://h/a?Q=A&b=%3D"),
+        ("res://[::1]:8/a", "res://[::1]:8/a"),
+        ("res://u%41@H/a", "res://uA@h/a"),
+        ("file:///", "file:///"),
+    ] {
+        assert_eq!(canon(spelling), form, "{spelling}");
+        assert_eq!(canon(form), form, "idempotent on {form}");
+    }
+}
+
+#[test]
+fn the_identity_leaves_the_query_out() {
+    let c = canonical("logs://API/x?level=%65rror#top").expect("canonical");
+    assert_eq!(c.as_str(), "logs://api/x?level=error");
+    assert_eq!(c.identity(), "logs://api/x");
+    assert_eq!(canonical("res://h/a").expect("ok").identity(), "res://h/a");
+}
+
+#[test]
+fn spellings_that_change_structure_are_refused() {
+    use UriRefusal as R;
+    let delimiter = |e: &UriRefusal| matches!(e, R::EncodedDelimiter { .. });
+    for uri in [
+        "res://open/..%2Fadmin%2Fa",
+        "res://open/a%5Cb",
+        "res://open/%2e%2e/admin",
+        "res://open/%2E/a",
+        "res://open/a%23b",
+        "res://open/a%3Fb",
+        "users://a%2Cb/profile",
+        "res://h%3A1/a",
+        "res://a%40b/c",
+        "res://h/a?x=%2F",
+    ] {
+        assert!(delimiter(&refused(uri)), "{uri}: {}", refused(uri));
+    }
+    assert_eq!(refused("res://h/%252e"), R::DoubleEncoding("%2e".into()));
+    assert_eq!(
+        refused("res://h/%25%32%65"),
+        R::DoubleEncoding("%2e".into())
+    );
+    assert_eq!(canon("res://h/100%25"), "res://h/100%25");
+    assert_eq!(refused("res://h/%2"), R::InvalidEscape("%2".into()));
+    assert_eq!(refused("res://h/%zz"), R::InvalidEscape("%zz".into()));
+    assert_eq!(refused("res://h/%FF"), R::NotUtf8);
+    assert_eq!(refused("res://h/%00"), R::Control(0));
+    assert_eq!(refused("res://h/a\u{7}"), R::Control(7));
+    assert_eq!(refused("res://h/%C2%85"), R::Control(0x85));
+    assert_eq!(refused("res://h/a\\b"), R::Backslash);
+    assert_eq!(refused("res://open/../admin/a"), R::AboveRoot);
+    assert_eq!(refused("res://./admin/a"), R::DotAuthority(".".into()));
+    assert_eq!(refused("res://../admin/a"), R::DotAuthority("..".into()));
+    assert_eq!(refused("admin/a"), R::NoScheme);
+    assert_eq!(refused(""), R::Empty);
+    assert!(
+        delimiter(&refused("res://h/a#%2F")),
+        "the fragment is checked too"
+    );
+}
+
+#[test]
+fn patterns_are_held_to_the_canonical_form() {
+    for ok in [
+        "*",
+        "users://*",
+        "users://admin/*",
+        "file:///public/*",
+        "res://h/a?",
+        "res://[a-z]*/x",
+        "users://{user_id}/profile",
+        "*admin*",
+    ] {
+        assert_eq!(pattern(ok).as_deref(), Ok(ok), "{ok}");
+    }
+    for (written, canonical) in [
+        ("Users://Admin/*", "users://admin/*"),
+        ("users://%61dmin/*", "users://admin/*"),
+        ("res://h//a/*", "res://h/a/*"),
+        ("res://h/jos\u{e9}/*", "res://h/jos%C3%A9/*"),
+        ("res://h/a%2a", "res://h/a*"),
+    ] {
+        assert_eq!(pattern(written).as_deref(), Ok(canonical), "{written}");
+    }
+    assert_eq!(pattern("res://h/a#x"), Err(UriRefusal::Fragment));
+    assert_eq!(
+        pattern("res://h/../a/*"),
+        Err(UriRefusal::DotSegment("..".into()))
+    );
+    assert!(pattern("res://h/a%2F*").is_err());
+    assert!(pattern("res://h/%252e*").is_err());
+}
