@@ -110,7 +110,10 @@ impl AppState {
         Ok(Self {
             live: ArcSwap::from_pointee(live),
             limiter,
-            sessions: SessionTable::new(config.gateway.max_sessions),
+            sessions: SessionTable::new(
+                config.gateway.max_sessions,
+                config.gateway.max_sessions_per_client,
+            ),
             pins,
             metrics: Arc::new(Metrics::new(audit.shared_counters(), traces.counters())),
             traces,

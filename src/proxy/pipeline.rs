@@ -186,7 +186,8 @@ async fn serve(
     body: Body,
 ) -> Result<Response, Rejection> {
     let config = &*live.config;
-    admit(&parts.headers, &config.gateway, state.loopback)?;
+    let authority = parts.uri.authority().map(|a| a.as_str());
+    admit(&parts.headers, authority, &config.gateway, state.loopback)?;
     ex.trail.stage("authenticate");
     let target = route(live, server)?;
     // The merged view names no one server: only audiences not bound to a
