@@ -11,6 +11,7 @@ mod pipeline;
 mod respond;
 mod session;
 mod stdio;
+mod tasks;
 mod upstream;
 mod well_known;
 
@@ -49,6 +50,8 @@ pub(crate) struct AppState {
     /// swapped whole on reload; a request loads it once and keeps it.
     pub live: ArcSwap<Live>,
     pub sessions: SessionTable,
+    /// Tasks created through the gateway, each bound to its creator.
+    pub tasks: Arc<tasks::TaskStore>,
     /// Pinned tool definitions and server instructions.
     pub pins: Arc<Pins>,
     /// The MCP listener is on a loopback address (Host checks apply).
@@ -110,6 +113,11 @@ impl AppState {
         Ok(Self {
             live: ArcSwap::from_pointee(live),
             limiter,
+            tasks: Arc::new(tasks::TaskStore::new(
+                config.gateway.max_tasks,
+                config.gateway.max_tasks_per_client,
+                config.gateway.max_task_ttl,
+            )),
             sessions: SessionTable::new(
                 config.gateway.max_sessions,
                 config.gateway.max_sessions_per_client,

@@ -26,6 +26,7 @@
 
 mod controls;
 pub(crate) mod message;
+mod outgoing;
 mod secrets;
 mod unicode;
 

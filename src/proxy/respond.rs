@@ -25,6 +25,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::Value;
 
 use super::catalog::{Catalog, ToolEntry};
+use super::tasks::TaskScope;
 use super::upstream::{Reply, SseStream, UpstreamError};
 use crate::audit::Trail;
 use crate::config::SanitizeSettings;
@@ -54,6 +55,8 @@ pub(crate) struct Recipient {
     pub call: CallFacts,
     /// The request's audit event, recorded once the reply has been sent.
     pub trail: Arc<Trail>,
+    /// Whose tasks this reply may show, and whether it may create one.
+    pub tasks: Option<TaskScope>,
 }
 
 /// What the gateway knows of the tool a `tools/call` runs.
@@ -159,9 +162,21 @@ impl Recipient {
     /// A message on its way: sanitized; `None` when nothing changed.
     fn pass(&self, mut message: Value) -> Option<Value> {
         let mut report = Report::default();
+        // A task's result inside it gets the checks of the task's tool first.
+        let nested = (self.tasks.as_ref()).is_some_and(|t| t.check_nested(self, &mut message));
         self.sanitizer().message(&mut message, &mut report);
         self.log(&report);
-        (!report.is_empty()).then_some(message)
+        (nested || !report.is_empty()).then_some(message)
+    }
+
+    /// [`Recipient::finish`] for a task's result met inside another message.
+    pub(crate) fn finish_message(&self, message: Value) -> Option<Value> {
+        self.finish(message)
+    }
+
+    /// True when `message` concerns a task that is not this client's.
+    fn hides(&self, message: &Value) -> bool {
+        (self.tasks.as_ref()).is_some_and(|t| t.hides(&self.server, message))
     }
 
     /// The final response to a `tools/call`: sanitized when it is a result,
@@ -171,6 +186,9 @@ impl Recipient {
         let mut report = Report::default();
         let outcome = self.judge(&mut message, &mut report);
         self.log(&report);
+        if let (Ok(()), Some(tasks)) = (&outcome, &self.tasks) {
+            tasks.learn(self, &message);
+        }
         match outcome {
             Ok(()) if report.is_empty() => None,
             Ok(()) => Some(message),
@@ -563,6 +581,9 @@ fn sse_relay(
                         // Not JSON-RPC: never shown to the client.
                         continue;
                     };
+                    if st.to.hides(&message) {
+                        continue;
+                    }
                     let changed = if st.to.tool.is_some() && st.to.answers(&message) {
                         st.answered = true;
                         // The final response ends the exchange.
