@@ -164,6 +164,9 @@ impl Recipient {
         let mut report = Report::default();
         // A task's result inside it gets the checks of the task's tool first.
         let nested = (self.tasks.as_ref()).is_some_and(|t| t.check_nested(self, &mut message));
+        if let Some(tasks) = &self.tasks {
+            tasks.clean(self, &mut message, &mut report);
+        }
         self.sanitizer().message(&mut message, &mut report);
         self.log(&report);
         (nested || !report.is_empty()).then_some(message)
@@ -184,6 +187,11 @@ impl Recipient {
     /// `None` when it passes unchanged.
     fn finish(&self, mut message: Value) -> Option<Value> {
         let mut report = Report::default();
+        // Task state in a tools/call answer (a CreateTaskResult) is sanitized
+        // before the checks, so block mode applies to it.
+        if let Some(tasks) = &self.tasks {
+            tasks.clean(self, &mut message, &mut report);
+        }
         let outcome = self.judge(&mut message, &mut report);
         self.log(&report);
         if let (Ok(()), Some(tasks)) = (&outcome, &self.tasks) {

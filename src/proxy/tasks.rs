@@ -301,6 +301,45 @@ impl TaskScope {
         }
     }
 
+    /// Sanitizes the task state `message` carries — every string and key of
+    /// a `Task` (a CreateTaskResult of either era, a `tasks/get` or
+    /// `tasks/cancel` answer, each task of a list, a status notification's
+    /// params) except its nested `result`, which is judged whole by
+    /// [`TaskScope::check_nested`] or the tools/call checks. What it finds is
+    /// added to `report`, so block mode sees secrets in a status message too.
+    pub(crate) fn clean(&self, to: &Recipient, message: &mut Value, report: &mut Report) {
+        let sanitizer = Sanitizer::new(&to.sanitize, to.call.skip);
+        let mut task = |t: &mut Value| {
+            if let Some(map) = t.as_object_mut().filter(|m| m.contains_key("taskId")) {
+                for (k, v) in map.iter_mut() {
+                    if k != "result" {
+                        sanitizer.value(v, report);
+                    }
+                }
+            }
+        };
+        let status = matches!(
+            message.get("method").and_then(Value::as_str),
+            Some("notifications/tasks/status" | "notifications/tasks")
+        );
+        if status {
+            if let Some(params) = message.get_mut("params") {
+                task(params);
+            }
+            return;
+        }
+        let Some(result) = message.get_mut("result").filter(|r| r.is_object()) else {
+            return;
+        };
+        if let Some(inner) = result.get_mut("task") {
+            task(inner);
+        }
+        if let Some(Value::Array(list)) = result.get_mut("tasks") {
+            list.iter_mut().for_each(&mut task);
+        }
+        task(result);
+    }
+
     /// Puts a task result carried inside `message` (a completed 2026
     /// `tasks/get`, a status notification with `result`) through the output
     /// checks of the task's tool, replacing it by the gateway's answer when
