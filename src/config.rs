@@ -75,6 +75,17 @@ pub struct GatewaySettings {
     pub max_response_bytes: usize,
     /// Most upstream sessions tracked at once (default 10,000); the oldest is dropped past it.
     pub max_sessions: usize,
+    /// Most upstream sessions one client may hold (default 100): past it, that
+    /// client's own least recently used session is dropped, never another's.
+    pub max_sessions_per_client: usize,
+    /// Most tasks the gateway tracks at once (default 10,000), in memory.
+    pub max_tasks: usize,
+    /// Most tasks one client may hold (default 100): past it, that client's
+    /// own oldest task is forgotten, never another's.
+    pub max_tasks_per_client: usize,
+    /// Longest the gateway keeps a task's binding (default 24 h), whatever
+    /// ttl the upstream gives it.
+    pub max_task_ttl: Duration,
     /// `enforce` (default) or `observe`; a server's `mode` overrides it.
     pub mode: Mode,
     /// How long in-flight requests may finish after SIGTERM (default 10 s).

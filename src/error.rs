@@ -114,6 +114,24 @@ pub(crate) enum Rejection {
         /// Why it is refused.
         why: UriRefusal,
     },
+    /// A task method naming a task that is not the client's: another client's,
+    /// expired, or never created through the gateway — one answer for all, the
+    /// spec's unknown-task error (JSON-RPC -32602).
+    UnknownTask,
+    /// A request other than `tools/call` (or a notification, or a response to
+    /// the server) carrying what looks like a credential, with `sanitize.arguments
+    /// = "block"`: JSON-RPC -32602 with the pointers and kinds, never the values.
+    SecretInParams(SecretFound),
+}
+
+/// Where a client→upstream message carries secrets.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SecretFound {
+    pub method: String,
+    /// (JSON pointer from the message's `params`, kind of secret).
+    pub found: Vec<(String, String)>,
+    /// A request (answered with HTTP 200 and its id) or not (HTTP 400).
+    pub request: bool,
 }
 
 /// A tool call the gateway answers itself.
@@ -316,7 +334,9 @@ impl Rejection {
             | Rejection::MethodNotFound(_)
             | Rejection::TooLong(_)
             | Rejection::SessionNotFound
-            | Rejection::NonCanonicalUri { .. } => Source::Client,
+            | Rejection::NonCanonicalUri { .. }
+            | Rejection::SecretInParams(_) => Source::Client,
+            Rejection::UnknownTask => Source::Policy,
             Rejection::NotFound(_) | Rejection::Tool(_) | Rejection::RateLimited(_) => {
                 Source::Policy
             }
@@ -344,6 +364,8 @@ impl Rejection {
             Rejection::InvalidParams(_) => "invalid_params",
             Rejection::MethodNotFound(_) => "method_not_found",
             Rejection::SessionNotFound => "session_not_found",
+            Rejection::UnknownTask => "unknown_task",
+            Rejection::SecretInParams(_) => "argument_not_permitted",
             Rejection::NotFound(_) => "not_found",
             Rejection::Tool(t) => t.code,
             Rejection::RateLimited(_) => RATE_LIMITED,
@@ -481,6 +503,22 @@ impl Rejection {
             ),
             Rejection::NotFound(what) => {
                 error_response(StatusCode::OK, id, jsonrpc::INVALID_PARAMS, &what, None)
+            }
+            // The words an upstream gives an unknown task (the spec's example).
+            Rejection::UnknownTask => error_response(
+                StatusCode::OK,
+                id,
+                jsonrpc::INVALID_PARAMS,
+                "Failed to retrieve task: Task not found",
+                None,
+            ),
+            Rejection::SecretInParams(s) => {
+                let (text, data) = secret_in_params(&s);
+                let status = match s.request {
+                    true => StatusCode::OK,
+                    false => StatusCode::BAD_REQUEST,
+                };
+                error_response(status, id, jsonrpc::INVALID_PARAMS, &text, Some(data))
             }
             Rejection::Tool(t) => tool_result(cx, t.code, t.text, t.detail),
             Rejection::RateLimited(r) => {
@@ -622,6 +660,64 @@ pub(crate) fn secret_in_arguments(tool: &str, found: &[(String, String)]) -> Rej
         "\nSending secrets to a tool is refused so that they cannot leave through it. Remove the credential \
          from the arguments and call again; retrying the same arguments will be refused again. If the tool \
          really needs it, an operator can exempt the tool (`[[sanitize.exemptions]]` with `skip = [\"arguments\"]`).",
+    );
+    let mut detail = serde_json::Map::new();
+    detail.insert("tool".into(), tool.into());
+    detail.insert(
+        "secrets".into(),
+        Value::Array(
+            found
+                .iter()
+                .map(|(pointer, kind)| json!({"pointer": pointer, "kind": kind}))
+                .collect(),
+        ),
+    );
+    Rejection::Tool(ToolRefusal {
+        code: "argument_not_permitted",
+        text,
+        detail,
+    })
+}
+
+/// The words and data of a [`Rejection::SecretInParams`].
+fn secret_in_params(s: &SecretFound) -> (String, Value) {
+    let mut text = format!(
+        "The {} message carries what looks like a credential, so the gateway did not send it upstream:",
+        s.method
+    );
+    for (pointer, kind) in &s.found {
+        let at = if pointer.is_empty() {
+            "(the message)"
+        } else {
+            pointer
+        };
+        text.push_str(&format!("\n- {at}: {kind}"));
+    }
+    text.push_str(
+        "\nSending secrets upstream is refused so that they cannot leave through a server. Remove the credential \
+         and send the message again; sending it unchanged will be refused again.",
+    );
+    let secrets: Vec<Value> = s
+        .found
+        .iter()
+        .map(|(pointer, kind)| json!({"pointer": pointer, "kind": kind}))
+        .collect();
+    let data = json!({"code": "argument_not_permitted", "method": s.method, "secrets": secrets});
+    (text, data)
+}
+
+/// A `tools/call` whose params outside `arguments` (`_meta`, the name, a
+/// key, …) carry secrets: the `argument_not_permitted` isError result.
+pub(crate) fn secret_in_call(tool: &str, found: &[(String, String)]) -> Rejection {
+    let mut text = format!(
+        "The call to `{tool}` carries what looks like a credential, so the gateway did not send it and the tool was not run:"
+    );
+    for (pointer, kind) in found {
+        text.push_str(&format!("\n- {pointer}: {kind}"));
+    }
+    text.push_str(
+        "\nSending secrets to a tool is refused so that they cannot leave through it. Remove the credential \
+         and call again; retrying the same call will be refused again.",
     );
     let mut detail = serde_json::Map::new();
     detail.insert("tool".into(), tool.into());

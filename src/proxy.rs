@@ -12,6 +12,7 @@ mod respond;
 mod session;
 mod stdio;
 mod streams;
+mod tasks;
 mod upstream;
 mod well_known;
 
@@ -53,6 +54,8 @@ pub(crate) struct AppState {
     pub sessions: SessionTable,
     /// Open GET and `subscriptions/listen` streams, by client and server.
     pub streams: Arc<streams::Streams>,
+    /// Tasks created through the gateway, each bound to its creator.
+    pub tasks: Arc<tasks::TaskStore>,
     /// Pinned tool definitions and server instructions.
     pub pins: Arc<Pins>,
     /// The MCP listener is on a loopback address (Host checks apply).
@@ -117,8 +120,16 @@ impl AppState {
         Ok(Self {
             live: ArcSwap::from_pointee(live),
             limiter,
-            sessions: SessionTable::new(config.gateway.max_sessions),
             streams: Arc::default(),
+            tasks: Arc::new(tasks::TaskStore::new(
+                config.gateway.max_tasks,
+                config.gateway.max_tasks_per_client,
+                config.gateway.max_task_ttl,
+            )),
+            sessions: SessionTable::new(
+                config.gateway.max_sessions,
+                config.gateway.max_sessions_per_client,
+            ),
             pins,
             metrics: Arc::new(Metrics::new(audit.shared_counters(), traces.counters())),
             traces,

@@ -27,6 +27,7 @@
 mod controls;
 pub(crate) mod exempt;
 pub mod message;
+mod outgoing;
 mod secrets;
 mod unicode;
 

@@ -432,6 +432,33 @@ impl Ctx<'_> {
                 1,
                 10_000_000,
             )?,
+            max_sessions_per_client: self.size(
+                raw.max_sessions_per_client.as_ref(),
+                "gateway.max_sessions_per_client",
+                100,
+                1,
+                10_000_000,
+            )?,
+            max_tasks: self.size(
+                raw.max_tasks.as_ref(),
+                "gateway.max_tasks",
+                10_000,
+                1,
+                10_000_000,
+            )?,
+            max_tasks_per_client: self.size(
+                raw.max_tasks_per_client.as_ref(),
+                "gateway.max_tasks_per_client",
+                100,
+                1,
+                10_000_000,
+            )?,
+            max_task_ttl: self.duration(
+                raw.max_task_ttl.as_ref(),
+                "gateway.max_task_ttl",
+                Duration::from_secs(24 * 3600),
+                Duration::from_secs(30 * 24 * 3600),
+            )?,
             mode,
             shutdown_grace: self.duration(
                 raw.shutdown_grace.as_ref(),

@@ -24,9 +24,13 @@ use crate::mcp::jsonrpc::Message;
 use crate::mcp::version::{Era, LEGACY_DEFAULT};
 
 /// Checks `Origin` (any present value must be allowed) and, on a loopback
-/// listener, `Host` (loopback names or `allowed_hosts`).
+/// listener, the authority the request names (loopback names or
+/// `allowed_hosts`): the `Host` header and the request URI's authority, which
+/// is where HTTP/2 puts `:authority` (and HTTP/1.1 an absolute-form target).
+/// Each present one is checked, and when both are present they must agree.
 pub(crate) fn admit(
     headers: &HeaderMap,
+    authority: Option<&str>,
     settings: &GatewaySettings,
     loopback: bool,
 ) -> Result<(), Rejection> {
@@ -46,10 +50,22 @@ pub(crate) fn admit(
         }
     }
     if loopback {
-        let host = headers
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or("");
+        let mut hosts = headers.get_all(header::HOST).iter();
+        let host = hosts.next().map(|h| h.to_str().unwrap_or("\u{fffd}"));
+        if hosts.next().is_some() {
+            return Err(Rejection::Forbidden(
+                "a request may carry one Host header only".into(),
+            ));
+        }
+        if let (Some(host), Some(authority)) = (host, authority)
+            && !host.eq_ignore_ascii_case(authority)
+        {
+            return Err(Rejection::Forbidden(format!(
+                "the Host {host:?} and the request's authority {authority:?} disagree"
+            )));
+        }
+        // HTTP/2 may carry `:authority` alone; with neither, the name is empty and refused.
+        let host = host.or(authority).unwrap_or("");
         let name = host_name(host).to_ascii_lowercase();
         let ok = matches!(name.as_str(), "localhost" | "127.0.0.1" | "[::1]")
             || settings.allowed_hosts.contains(&name);
@@ -181,17 +197,39 @@ mod tests {
         h
     }
 
+    fn admit_h(h: &HeaderMap, s: &GatewaySettings, loopback: bool) -> Result<(), Rejection> {
+        admit(h, None, s, loopback)
+    }
+
+    #[test]
+    fn the_uri_authority_is_checked_like_host() {
+        let s = settings();
+        let none = HeaderMap::new();
+        assert!(admit(&none, Some("127.0.0.1:8080"), &s, true).is_ok());
+        assert!(admit(&none, Some("mcp.example.com"), &s, true).is_ok());
+        assert!(admit(&none, Some("evil.example:8080"), &s, true).is_err());
+        assert!(admit(&none, None, &s, true).is_err());
+        let host = with(&[("host", "localhost:8080")]);
+        assert!(admit(&host, Some("LOCALHOST:8080"), &s, true).is_ok());
+        // Both present: they must agree, even when each alone would pass.
+        assert!(admit(&host, Some("127.0.0.1:8080"), &s, true).is_err());
+        assert!(admit(&host, Some("evil.example"), &s, true).is_err());
+        let two = with(&[("host", "localhost"), ("host", "localhost")]);
+        assert!(admit(&two, None, &s, true).is_err());
+        assert!(admit(&none, Some("evil.example"), &s, false).is_ok());
+    }
+
     #[test]
     fn origins_and_hosts() {
         let s = settings();
-        assert!(admit(&with(&[("host", "127.0.0.1:8080")]), &s, true).is_ok());
-        assert!(admit(&with(&[("host", "localhost")]), &s, true).is_ok());
-        assert!(admit(&with(&[("host", "[::1]:9")]), &s, true).is_ok());
-        assert!(admit(&with(&[("host", "mcp.example.com:443")]), &s, true).is_ok());
-        assert!(admit(&with(&[("host", "evil.example")]), &s, true).is_err());
-        assert!(admit(&with(&[("host", "evil.example")]), &s, false).is_ok());
+        assert!(admit_h(&with(&[("host", "127.0.0.1:8080")]), &s, true).is_ok());
+        assert!(admit_h(&with(&[("host", "localhost")]), &s, true).is_ok());
+        assert!(admit_h(&with(&[("host", "[::1]:9")]), &s, true).is_ok());
+        assert!(admit_h(&with(&[("host", "mcp.example.com:443")]), &s, true).is_ok());
+        assert!(admit_h(&with(&[("host", "evil.example")]), &s, true).is_err());
+        assert!(admit_h(&with(&[("host", "evil.example")]), &s, false).is_ok());
         assert!(
-            admit(
+            admit_h(
                 &with(&[("host", "localhost"), ("origin", "https://app.example.com")]),
                 &s,
                 true
@@ -199,7 +237,7 @@ mod tests {
             .is_ok()
         );
         assert!(
-            admit(
+            admit_h(
                 &with(&[("host", "localhost"), ("origin", "https://evil.example")]),
                 &s,
                 true
@@ -207,7 +245,7 @@ mod tests {
             .is_err()
         );
         assert!(
-            admit(
+            admit_h(
                 &with(&[("host", "localhost"), ("origin", "null")]),
                 &s,
                 true
@@ -215,13 +253,13 @@ mod tests {
             .is_err()
         ); // Loopback origins pass on a loopback listener only.
         let local = with(&[("host", "localhost"), ("origin", "http://127.0.0.1:5173")]);
-        assert!(admit(&local, &s, true).is_ok());
-        assert!(admit(&local, &s, false).is_err());
+        assert!(admit_h(&local, &s, true).is_ok());
+        assert!(admit_h(&local, &s, false).is_err());
         let tricky = with(&[
             ("host", "localhost"),
             ("origin", "http://localhost.evil.example"),
         ]);
-        assert!(admit(&tricky, &s, true).is_err());
+        assert!(admit_h(&tricky, &s, true).is_err());
     }
 
     fn modern_call() -> Message {

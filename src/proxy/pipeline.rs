@@ -36,6 +36,7 @@ use serde_json::{Map, Value, json};
 use super::catalog::ToolSet;
 use super::ingress::{admit, negotiate, read_body};
 use super::respond::{self, CallFacts, Recipient, relay};
+use super::tasks::{self, TaskMethod, TaskScope, TaskStore};
 use super::upstream::{Reply, UpstreamError, forwarded_headers};
 use super::{AppState, Live, ServerState};
 
@@ -87,6 +88,8 @@ struct Exchange {
     trail: Arc<Trail>,
     /// In the merged view: `<server>__`, how the client knows this server's tools.
     prefix: String,
+    /// Tasks created through the gateway, and whose they are.
+    tasks: Arc<TaskStore>,
 }
 
 impl Exchange {
@@ -136,6 +139,7 @@ pub(crate) async fn handle(
         would_refuse: None,
         mode: Mode::Enforce,
         prefix: String::new(),
+        tasks: state.tasks.clone(),
     };
     // One configuration for the whole request, whatever a reload does meanwhile.
     let live = state.live.load_full();
@@ -189,7 +193,8 @@ async fn serve(
     body: Body,
 ) -> Result<Response, Rejection> {
     let config = &*live.config;
-    admit(&parts.headers, &config.gateway, state.loopback)?;
+    let authority = parts.uri.authority().map(|a| a.as_str());
+    admit(&parts.headers, authority, &config.gateway, state.loopback)?;
     ex.trail.stage("authenticate");
     let target = route(live, server)?;
     // The merged view names no one server: only audiences not bound to a
@@ -322,6 +327,8 @@ async fn post(
     let (era, _version) = negotiate(headers, &message)?;
     ex.era = era;
     let session = session(state, server, client, headers, era)?;
+    ex.trail.stage("scan_outgoing");
+    observe_or_enforce(ex, scan_outgoing(live, &message, &body))?;
     let forward = Forward {
         state,
         live,
@@ -468,13 +475,56 @@ fn resolve(config: &Config, message: &Message, era: Era) -> Result<Option<Called
 async fn task(
     ex: &mut Exchange,
     forward: &Forward<'_>,
-    _client: &ClientId,
+    client: &ClientId,
     headers: &HeaderMap,
-    _message: &Message,
+    message: &Message,
     body: Bytes,
 ) -> Result<Response, Rejection> {
     let to = recipient(forward.live, ex, forward.server, None);
-    forward.relay(headers, body, to).await
+    tasks::serve(forward, client, &mut ex.tool, headers, message, body, to).await
+}
+
+/// The outgoing secret scan of everything a message carries towards the
+/// upstream (`sanitize.arguments = "block"`); `tools/call` arguments are
+/// scanned in [`check_call`], under the tool's exemption.
+fn scan_outgoing(live: &Live, message: &Message, body: &Bytes) -> Result<(), Rejection> {
+    if live.sanitize.arguments != ArgumentScan::Block {
+        return Ok(());
+    }
+    let sanitizer = Sanitizer::new(&live.sanitize, Skip::default());
+    let method = message.method().unwrap_or("(response)").to_owned();
+    let found = match message {
+        Message::Request { params, .. } | Message::Notification { params, .. } => {
+            let skip: &[&str] = match method.as_str() {
+                "tools/call" => &["/params/arguments"],
+                _ => &[],
+            };
+            params
+                .as_ref()
+                .map(|p| sanitizer.find_outgoing_members(p, "/params", skip))
+                .unwrap_or_default()
+        }
+        // A client's answer to a server's request (elicitation, sampling, …).
+        Message::Response { .. } => serde_json::from_slice::<Value>(body)
+            .map(|v| sanitizer.find_outgoing(&v, "", &[]))
+            .unwrap_or_default(),
+    };
+    if found.is_empty() {
+        return Ok(());
+    }
+    if let (Message::Request { .. }, "tools/call") = (message, method.as_str()) {
+        let name = message
+            .params()
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        return Err(error::secret_in_call(name, &found));
+    }
+    Err(Rejection::SecretInParams(error::SecretFound {
+        request: matches!(message, Message::Request { .. }),
+        method,
+        found,
+    }))
 }
 
 /// The session a legacy request presents must be this client's.
@@ -646,7 +696,7 @@ async fn check_call(
     })?;
     let skip = sanitize.skip_for(server_name, name);
     if sanitize.arguments == ArgumentScan::Block && !skip.arguments {
-        let found = Sanitizer::new(sanitize, skip).find_secrets(&arguments);
+        let found = Sanitizer::new(sanitize, skip).find_outgoing(&arguments, "", &[]);
         if !found.is_empty() {
             return Err(error::secret_in_arguments(name, &found));
         }
@@ -664,7 +714,10 @@ fn observe_or_enforce<T>(
     match decided {
         Ok(value) => Ok(Some(value)),
         Err(
-            rejection @ (Rejection::Tool(_) | Rejection::NotFound(_) | Rejection::RateLimited(_)),
+            rejection @ (Rejection::Tool(_)
+            | Rejection::NotFound(_)
+            | Rejection::RateLimited(_)
+            | Rejection::SecretInParams(_)),
         ) if ex.mode == Mode::Observe => {
             ex.would_refuse = Some(rejection.code());
             Ok(None)
@@ -1265,7 +1318,7 @@ enum Listed {
 }
 
 /// Outcome of collecting a paginated list.
-enum Pages {
+pub(super) enum Pages {
     /// Every item, the last page's result without them, and the reply's body
     /// when the list came as one JSON page (to recognise it next time).
     Complete(Vec<Value>, Map<String, Value>, Option<Bytes>),
@@ -1412,9 +1465,9 @@ async fn stream_or_end(
 // --- forwarding ---
 
 /// Everything needed to send this request's messages upstream.
-struct Forward<'a> {
-    state: &'a Arc<AppState>,
-    live: &'a Live,
+pub(super) struct Forward<'a> {
+    pub(super) state: &'a Arc<AppState>,
+    pub(super) live: &'a Live,
     server: &'a ServerState,
     ex_era: Era,
     session: Option<&'a str>,
@@ -1431,7 +1484,7 @@ impl Forward<'_> {
         out
     }
 
-    fn name(&self) -> &str {
+    pub(super) fn name(&self) -> &str {
         &self.server.upstream.settings.name
     }
 
@@ -1463,7 +1516,7 @@ impl Forward<'_> {
     }
 
     /// Forwards the client's body and relays the reply.
-    async fn relay(
+    pub(super) async fn relay(
         &self,
         headers: &HeaderMap,
         body: Bytes,
@@ -1536,7 +1589,7 @@ impl Forward<'_> {
     }
 
     /// Sends `request` and follows `nextCursor` until the list is complete.
-    async fn all_pages(
+    pub(super) async fn all_pages(
         &self,
         client_headers: &HeaderMap,
         mut request: Value,
@@ -1659,7 +1712,13 @@ fn reply_status(reply: &super::upstream::Reply) -> http::StatusCode {
 }
 
 fn recipient(live: &Live, ex: &Exchange, server: &ServerState, tool: Option<String>) -> Recipient {
+    let tasks = ex.client.clone().map(|client| TaskScope {
+        store: ex.tasks.clone(),
+        client,
+        creates: ex.method == "tools/call",
+    });
     Recipient {
+        tasks,
         id: ex.id.clone(),
         method: ex.method.clone(),
         era: ex.era,

@@ -25,6 +25,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::Value;
 
 use super::catalog::{Catalog, ToolEntry};
+use super::tasks::TaskScope;
 use super::upstream::{Reply, SseStream, UpstreamError};
 use crate::audit::Trail;
 use crate::config::SanitizeSettings;
@@ -65,6 +66,8 @@ pub(crate) struct Recipient {
     pub call: CallFacts,
     /// The request's audit event, recorded once the reply has been sent.
     pub trail: Arc<Trail>,
+    /// Whose tasks this reply may show, and whether it may create one.
+    pub tasks: Option<TaskScope>,
 }
 
 /// What the gateway knows of the tool a `tools/call` runs.
@@ -198,6 +201,11 @@ impl Recipient {
     /// goes through the output checks every result reaching the model gets.
     fn pass(&self, mut message: Value, raw_len: usize) -> Verdict {
         let mut report = Report::default();
+        // A task's result inside it gets the checks of the task's tool first.
+        let nested = (self.tasks.as_ref()).is_some_and(|t| t.check_nested(self, &mut message));
+        if let Some(tasks) = &self.tasks {
+            tasks.clean(self, &mut message, &mut report);
+        }
         let sanitizer = self.sanitizer();
         let outcome = match shape(&message) {
             Err(m) => Err(Fault::Malformed(m)),
@@ -206,7 +214,7 @@ impl Recipient {
         };
         self.log(&report);
         match outcome {
-            Ok(()) if report.is_empty() => Verdict::Unchanged,
+            Ok(()) if report.is_empty() && !nested => Verdict::Unchanged,
             Ok(()) => Verdict::Changed(message),
             Err(fault) => {
                 let rejection = self.fault(fault, &mut Report::default());
@@ -215,13 +223,32 @@ impl Recipient {
         }
     }
 
+    /// [`Recipient::finish`] for a task's result met inside another message.
+    pub(crate) fn finish_message(&self, message: Value) -> Option<Value> {
+        let raw_len = json_len(&message);
+        self.finish(message, raw_len)
+    }
+
+    /// True when `message` concerns a task that is not this client's.
+    fn hides(&self, message: &Value) -> bool {
+        (self.tasks.as_ref()).is_some_and(|t| t.hides(&self.server, message))
+    }
+
     /// The final response to a `tools/call`: sanitized when it is a result,
     /// rewritten into the error table when it is a failure or must be withheld.
     /// `None` when it passes unchanged.
     fn finish(&self, mut message: Value, raw_len: usize) -> Option<Value> {
         let mut report = Report::default();
+        // Task state in a tools/call answer (a CreateTaskResult) is sanitized
+        // before the checks, so block mode applies to it.
+        if let Some(tasks) = &self.tasks {
+            tasks.clean(self, &mut message, &mut report);
+        }
         let outcome = self.judge(&mut message, raw_len, &mut report);
         self.log(&report);
+        if let (Ok(()), Some(tasks)) = (&outcome, &self.tasks) {
+            tasks.learn(self, &message);
+        }
         match outcome {
             Ok(()) if report.is_empty() => None,
             Ok(()) => Some(message),
@@ -755,7 +782,7 @@ fn sse_relay(
                         // Not JSON-RPC: never shown to the client.
                         continue;
                     };
-                    if !st.to.admits(&message) {
+                    if !st.to.admits(&message) || st.to.hides(&message) {
                         continue;
                     }
                     let raw_len = event.data.len();

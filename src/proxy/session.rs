@@ -8,9 +8,15 @@
 //! A session of the merged `/mcp` view is the gateway's own: its id is minted
 //! here and it names one upstream session per member server.
 //!
-//! Invariants: bounded (`max_sessions`, least recently used dropped first,
-//! merged sessions included); `Mcp-Session-Id` is never an identity: it only
-//! narrows what an already authenticated client can reach.
+//! Invariants: bounded in total (`max_sessions`) and per client
+//! (`max_sessions_per_client`), merged sessions included. A new binding past a
+//! client's quota drops that client's own least recently used binding, so one
+//! client's `initialize` flood never evicts another client's sessions; when
+//! the whole table is full, the client holding the most bindings loses its
+//! least recently used one (a flooding client is that client). A new session
+//! is never refused: a client that lost sessions without ending them (a crash)
+//! must still be able to start again. `Mcp-Session-Id` is never an identity:
+//! it only narrows what an already authenticated client can reach.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,12 +28,37 @@ use crate::auth::ClientId;
 pub(crate) struct SessionTable {
     inner: Mutex<Inner>,
     max: usize,
+    per_client: usize,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
     sessions: HashMap<(String, String), Entry>,
+    /// Bindings held by each client.
+    held: HashMap<ClientId, usize>,
     clock: u64,
+}
+
+impl Inner {
+    /// The least recently used binding, among `client`'s when given.
+    fn oldest(&self, client: Option<&ClientId>) -> Option<(String, String)> {
+        self.sessions
+            .iter()
+            .filter(|(_, e)| client.is_none_or(|c| e.client == *c))
+            .min_by_key(|(_, e)| e.last_used)
+            .map(|(k, _)| k.clone())
+    }
+
+    fn drop_key(&mut self, key: &(String, String)) {
+        if let Some(e) = self.sessions.remove(key)
+            && let Some(n) = self.held.get_mut(&e.client)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.held.remove(&e.client);
+            }
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -52,10 +83,12 @@ pub(crate) struct Member {
 const MERGED: &str = "";
 
 impl SessionTable {
-    pub(crate) fn new(max: usize) -> Self {
+    /// A table of at most `max` bindings, `per_client` of them per client.
+    pub(crate) fn new(max: usize, per_client: usize) -> Self {
         Self {
             inner: Mutex::new(Inner::default()),
             max,
+            per_client: per_client.clamp(1, max.max(1)),
         }
     }
 
@@ -106,16 +139,23 @@ impl SessionTable {
         inner.clock += 1;
         let now = inner.clock;
         let key = (server.to_owned(), session.to_owned());
-        if !inner.sessions.contains_key(&key) && inner.sessions.len() >= self.max {
-            let oldest = inner
-                .sessions
+        // A rebinding replaces the old entry (whoever held it) and counts anew.
+        inner.drop_key(&key);
+        if inner.held.get(client).copied().unwrap_or(0) >= self.per_client {
+            if let Some(k) = inner.oldest(Some(client)) {
+                inner.drop_key(&k);
+            }
+        } else if inner.sessions.len() >= self.max {
+            let most = inner
+                .held
                 .iter()
-                .min_by_key(|(_, e)| e.last_used)
-                .map(|(k, _)| k.clone());
-            if let Some(k) = oldest {
-                inner.sessions.remove(&k);
+                .max_by_key(|(_, n)| **n)
+                .map(|(c, _)| c.clone());
+            if let Some(k) = most.and_then(|c| inner.oldest(Some(&c))) {
+                inner.drop_key(&k);
             }
         }
+        *inner.held.entry(client.clone()).or_default() += 1;
         inner.sessions.insert(
             key,
             Entry {
@@ -146,9 +186,7 @@ impl SessionTable {
     /// Forgets a session (ended, or expired upstream).
     pub(crate) fn remove(&self, server: &str, session: &str) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner
-            .sessions
-            .remove(&(server.to_owned(), session.to_owned()));
+        inner.drop_key(&(server.to_owned(), session.to_owned()));
     }
 
     /// Ends every session whose client `revoked` says has lost `server` (a
@@ -184,7 +222,7 @@ mod tests {
 
     #[test]
     fn sessions_belong_to_their_client() {
-        let t = SessionTable::new(10);
+        let t = SessionTable::new(10, 10);
         let (alice, bob) = (ClientId::named("alice"), ClientId::named("bob"));
         t.bind("s", "abc", &alice);
         assert!(t.check("s", "abc", &alice));
@@ -197,7 +235,7 @@ mod tests {
 
     #[test]
     fn merged_sessions_belong_to_their_client_and_are_not_server_sessions() {
-        let t = SessionTable::new(10);
+        let t = SessionTable::new(10, 10);
         let (alice, bob) = (ClientId::named("alice"), ClientId::named("bob"));
         let member = Member {
             server: "a".into(),
@@ -239,7 +277,7 @@ mod tests {
 
     #[test]
     fn the_table_is_bounded_and_drops_the_least_recently_used() {
-        let t = SessionTable::new(2);
+        let t = SessionTable::new(2, 2);
         let a = ClientId::named("a");
         t.bind("s", "1", &a);
         t.bind("s", "2", &a);
@@ -249,5 +287,47 @@ mod tests {
         assert!(t.check("s", "1", &a));
         assert!(!t.check("s", "2", &a));
         assert!(t.check("s", "3", &a));
+    }
+
+    #[test]
+    fn one_clients_flood_evicts_only_its_own_bindings() {
+        let t = SessionTable::new(100, 3);
+        let (alice, mallory) = (ClientId::named("alice"), ClientId::named("mallory"));
+        t.bind("s", "alice-1", &alice);
+        let merged = t.bind_merged(&alice, Vec::new());
+        for i in 0..1000 {
+            t.bind("s", &format!("m-{i}"), &mallory);
+        }
+        assert!(t.check("s", "alice-1", &alice));
+        assert!(t.merged(&merged, &alice).is_some());
+        assert_eq!(t.len(), 2 + 3);
+        // Mallory keeps its three most recent.
+        assert!(t.check("s", "m-999", &mallory));
+        assert!(t.check("s", "m-997", &mallory));
+        assert!(!t.check("s", "m-996", &mallory));
+    }
+
+    #[test]
+    fn a_full_table_takes_from_the_client_holding_the_most() {
+        let t = SessionTable::new(4, 3);
+        let (alice, bob, carol) = (
+            ClientId::named("alice"),
+            ClientId::named("bob"),
+            ClientId::named("carol"),
+        );
+        t.bind("s", "a1", &alice);
+        t.bind("s", "b1", &bob);
+        t.bind("s", "b2", &bob);
+        t.bind("s", "b3", &bob);
+        t.bind("s", "c1", &carol);
+        assert_eq!(t.len(), 4);
+        assert!(t.check("s", "a1", &alice));
+        assert!(t.check("s", "c1", &carol));
+        assert!(!t.check("s", "b1", &bob));
+        // Ending a session frees its place in the quota.
+        t.remove("s", "b2");
+        t.remove("s", "b3");
+        t.bind("s", "b4", &bob);
+        assert_eq!(t.len(), 3);
     }
 }

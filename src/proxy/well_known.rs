@@ -15,7 +15,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, StatusCode, Uri};
 
 use super::AppState;
 use super::ingress::admit;
@@ -23,26 +23,40 @@ use crate::error::{Rejection, RenderCtx};
 use crate::mcp::version::Era;
 
 /// `/.well-known/oauth-protected-resource`: the gateway as a whole.
-pub(super) async fn gateway(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    metadata(&state, &headers, None)
+pub(super) async fn gateway(
+    State(state): State<Arc<AppState>>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    metadata(&state, &uri, &headers, None)
 }
 
 /// `/.well-known/oauth-protected-resource/mcp`: `/mcp`, served when one server is configured.
-pub(super) async fn one_server(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    metadata(&state, &headers, Some(None))
+pub(super) async fn one_server(
+    State(state): State<Arc<AppState>>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    metadata(&state, &uri, &headers, Some(None))
 }
 
 /// `/.well-known/oauth-protected-resource/mcp/<server>`.
 pub(super) async fn named_server(
     State(state): State<Arc<AppState>>,
     Path(server): Path<String>,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    metadata(&state, &headers, Some(Some(server)))
+    metadata(&state, &uri, &headers, Some(Some(server)))
 }
 
 /// `resource`: `None` for the gateway, `Some(None)` for `/mcp`, `Some(Some(name))` for `/mcp/<name>`.
-fn metadata(state: &AppState, headers: &HeaderMap, resource: Option<Option<String>>) -> Response {
+fn metadata(
+    state: &AppState,
+    uri: &Uri,
+    headers: &HeaderMap,
+    resource: Option<Option<String>>,
+) -> Response {
     let config = state.config();
     let Some(jwt) = config.clients.jwt() else {
         return StatusCode::NOT_FOUND.into_response();
@@ -53,7 +67,12 @@ fn metadata(state: &AppState, headers: &HeaderMap, resource: Option<Option<Strin
             era: Era::Legacy,
         })
     };
-    if let Err(r) = admit(headers, &config.gateway, state.loopback) {
+    if let Err(r) = admit(
+        headers,
+        uri.authority().map(|a| a.as_str()),
+        &config.gateway,
+        state.loopback,
+    ) {
         return render(r);
     }
     let path = match resource {

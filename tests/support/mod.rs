@@ -13,6 +13,7 @@ pub mod misbehaving;
 pub mod otlp;
 pub mod process;
 pub mod redis;
+pub mod tasks;
 pub mod upstreams;
 
 use std::path::PathBuf;

@@ -128,6 +128,7 @@ pub(super) async fn post_merged(
     let (era, _version) = super::negotiate(headers, &message)?;
     ex.era = era;
     ex.mode = live.config.gateway.mode;
+    super::observe_or_enforce(ex, super::scan_outgoing(live, &message, &body))?;
     let members = members(state, client, headers, era)?;
     let view = View {
         state,

@@ -1,0 +1,543 @@
+//! Tasks belong to the client that created them.
+//!
+//! Place in the path: on the way back, the reply to a `tools/call` that
+//! creates a task (a 2025-11-25 `CreateTaskResult {task: {taskId, …}}`, or a
+//! 2026-07-28 result with `resultType: "task"` and `taskId`) binds the task to
+//! the authenticated client, the server, the tool, the era and what the
+//! gateway knows of the tool's output ([`CallFacts`]). On the way in, every
+//! task method (`tasks/get`, `tasks/result`, `tasks/cancel`, `tasks/update`)
+//! names a task by `params.taskId`: another client's task, an expired one and
+//! one the gateway never saw created all get the one answer an unknown task
+//! gets (the spec's -32602, [`Rejection::UnknownTask`]), and the upstream is
+//! not called. `tasks/list` is collected whole by the gateway and filtered to
+//! the caller's own tasks. A task's result (`tasks/result`, a completed 2026
+//! `tasks/get`, a task status notification carrying a result) passes the same
+//! output checks as the `tools/call` result it stands for, under the task's
+//! tool; status notifications of a task that is not the recipient's are not
+//! relayed.
+//!
+//! Invariants: bounded in total (`gateway.max_tasks`) and per client
+//! (`gateway.max_tasks_per_client`; past it, that client's own oldest task is
+//! forgotten, never another's; when the whole store is full, the client
+//! holding the most tasks loses its oldest). A binding lasts the task's own
+//! ttl, at most `gateway.max_task_ttl`. The store is in memory: after a
+//! restart the gateway knows no task, so every task created before it is
+//! answered as unknown (fail closed) and must be started again. Anonymous
+//! requests bind to the one anonymous identity when anonymous access is
+//! configured, so anonymous callers share their tasks with each other.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::response::Response;
+use bytes::Bytes;
+use http::HeaderMap;
+use serde_json::{Value, json};
+
+use super::pipeline::{Forward, Pages};
+use super::respond::{self, CallFacts, Recipient};
+use crate::auth::ClientId;
+use crate::error::{Rejection, UpstreamKind};
+use crate::mcp::jsonrpc::Message;
+use crate::mcp::version::Era;
+use crate::policy::Subject;
+use crate::proxy::upstream::UpstreamError;
+use crate::sanitize::{Report, Sanitizer, Skip};
+
+/// `_meta` key naming the task a message belongs to (2025-11-25).
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// The task methods a client sends, by what the gateway must do with them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TaskMethod {
+    /// `tasks/get`: the task's state (2026: with its result once completed).
+    Get,
+    /// `tasks/result` (2025-11-25): the task's result, a tools/call result.
+    Result,
+    /// `tasks/cancel`.
+    Cancel,
+    /// `tasks/update` (2026-07-28): answers to the task's input requests.
+    Update,
+    /// `tasks/list` (2025-11-25).
+    List,
+}
+
+impl TaskMethod {
+    /// The task method `method` names, exactly.
+    pub(crate) fn of(method: &str) -> Option<Self> {
+        Some(match method {
+            "tasks/get" => TaskMethod::Get,
+            "tasks/result" => TaskMethod::Result,
+            "tasks/cancel" => TaskMethod::Cancel,
+            "tasks/update" => TaskMethod::Update,
+            "tasks/list" => TaskMethod::List,
+            _ => return None,
+        })
+    }
+}
+
+/// What the gateway knows of one task.
+#[derive(Debug, Clone)]
+pub(crate) struct Task {
+    pub client: ClientId,
+    pub tool: String,
+    pub era: Era,
+    /// The tool's output facts when the task was created.
+    pub facts: CallFacts,
+    expires: Instant,
+    /// Creation order, for eviction.
+    seq: u64,
+}
+
+/// Tasks per (server, task id), in memory.
+#[derive(Debug)]
+pub(crate) struct TaskStore {
+    inner: Mutex<Inner>,
+    max: usize,
+    per_client: usize,
+    max_ttl: Duration,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    tasks: HashMap<(String, String), Task>,
+    held: HashMap<ClientId, usize>,
+    seq: u64,
+}
+
+impl Inner {
+    fn drop_key(&mut self, key: &(String, String)) {
+        if let Some(t) = self.tasks.remove(key)
+            && let Some(n) = self.held.get_mut(&t.client)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.held.remove(&t.client);
+            }
+        }
+    }
+
+    fn oldest_of(&self, client: &ClientId) -> Option<(String, String)> {
+        self.tasks
+            .iter()
+            .filter(|(_, t)| t.client == *client)
+            .min_by_key(|(_, t)| t.seq)
+            .map(|(k, _)| k.clone())
+    }
+
+    fn purge_expired(&mut self, now: Instant) {
+        let expired: Vec<_> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.expires <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in expired {
+            self.drop_key(&k);
+        }
+    }
+}
+
+/// What a task creation binds.
+#[derive(Debug)]
+pub(crate) struct Created<'a> {
+    pub server: &'a str,
+    pub task_id: &'a str,
+    pub client: &'a ClientId,
+    pub tool: &'a str,
+    pub era: Era,
+    pub facts: &'a CallFacts,
+    /// The task's ttl as the upstream gave it (`None`: unlimited or absent).
+    pub ttl: Option<Duration>,
+}
+
+impl TaskStore {
+    pub(crate) fn new(max: usize, per_client: usize, max_ttl: Duration) -> Self {
+        Self {
+            inner: Mutex::new(Inner::default()),
+            max: max.max(1),
+            per_client: per_client.clamp(1, max.max(1)),
+            max_ttl,
+        }
+    }
+
+    /// Binds a task to its creator; a task id seen again is bound anew.
+    pub(crate) fn bind(&self, c: Created<'_>) {
+        let now = Instant::now();
+        let ttl = c.ttl.map_or(self.max_ttl, |t| t.min(self.max_ttl));
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (c.server.to_owned(), c.task_id.to_owned());
+        inner.drop_key(&key);
+        let full = |inner: &Inner| {
+            inner.held.get(c.client).copied().unwrap_or(0) >= self.per_client
+                || inner.tasks.len() >= self.max
+        };
+        if full(&inner) {
+            inner.purge_expired(now);
+        }
+        if inner.held.get(c.client).copied().unwrap_or(0) >= self.per_client {
+            if let Some(k) = inner.oldest_of(c.client) {
+                inner.drop_key(&k);
+            }
+        } else if inner.tasks.len() >= self.max {
+            let most = inner
+                .held
+                .iter()
+                .max_by_key(|(_, n)| **n)
+                .map(|(c, _)| c.clone());
+            if let Some(k) = most.and_then(|m| inner.oldest_of(&m)) {
+                inner.drop_key(&k);
+            }
+        }
+        inner.seq += 1;
+        let seq = inner.seq;
+        *inner.held.entry(c.client.clone()).or_default() += 1;
+        inner.tasks.insert(
+            key,
+            Task {
+                client: c.client.clone(),
+                tool: c.tool.to_owned(),
+                era: c.era,
+                facts: c.facts.clone(),
+                expires: now + ttl,
+                seq,
+            },
+        );
+    }
+
+    /// The task `task_id` on `server`, when `client` created it and it has not expired.
+    pub(crate) fn owned(&self, server: &str, task_id: &str, client: &ClientId) -> Option<Task> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (server.to_owned(), task_id.to_owned());
+        match inner.tasks.get(&key) {
+            Some(t) if t.expires <= Instant::now() => {
+                inner.drop_key(&key);
+                None
+            }
+            Some(t) if t.client == *client => Some(t.clone()),
+            _ => None,
+        }
+    }
+
+    /// Number of tasks tracked.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .tasks
+            .len()
+    }
+}
+
+/// The task side of one reply: whose tasks it may show, and whether it may
+/// create one (a `tools/call`).
+#[derive(Debug, Clone)]
+pub(crate) struct TaskScope {
+    pub store: Arc<TaskStore>,
+    pub client: ClientId,
+    /// The reply answers a `tools/call`: a task it creates is bound.
+    pub creates: bool,
+}
+
+impl TaskScope {
+    /// Binds the task a `tools/call` reply creates (what the client receives).
+    pub(crate) fn learn(&self, to: &Recipient, message: &Value) {
+        let (true, Some(tool)) = (self.creates, to.tool.as_deref()) else {
+            return;
+        };
+        let Some(result) = message.get("result").and_then(Value::as_object) else {
+            return;
+        };
+        let (task, ttl_key) = match result.get("task") {
+            // 2025-11-25: `CreateTaskResult {task: Task}`, ttl in ms (null: unlimited).
+            Some(task @ Value::Object(_)) => (task, "ttl"),
+            // 2026-07-28: the task's fields in the result itself.
+            _ if result.get("resultType").and_then(Value::as_str) == Some("task") => {
+                (message.get("result").unwrap_or(&Value::Null), "ttlMs")
+            }
+            _ => return,
+        };
+        let Some(task_id) = task.get("taskId").and_then(Value::as_str) else {
+            return;
+        };
+        let ttl = task
+            .get(ttl_key)
+            .and_then(Value::as_u64)
+            .map(Duration::from_millis);
+        self.store.bind(Created {
+            server: &to.server,
+            task_id,
+            client: &self.client,
+            tool,
+            era: to.era,
+            facts: &to.call,
+            ttl,
+        });
+    }
+
+    /// True when `message` is a server message about a task that is not this
+    /// client's (a status notification, or a message `_meta` relates to a
+    /// task): it is not relayed.
+    pub(crate) fn hides(&self, server: &str, message: &Value) -> bool {
+        let Some(method) = message.get("method").and_then(Value::as_str) else {
+            return false;
+        };
+        let params = message.get("params");
+        let status = matches!(method, "notifications/tasks/status" | "notifications/tasks");
+        let named = if status {
+            Some(params.and_then(|p| p.get("taskId")).and_then(Value::as_str))
+        } else {
+            params
+                .and_then(|p| p.get("_meta"))
+                .and_then(|m| m.get(RELATED_TASK))
+                .map(|r| r.get("taskId").and_then(Value::as_str))
+        };
+        match named {
+            None => false,
+            Some(None) => true,
+            Some(Some(id)) => self.store.owned(server, id, &self.client).is_none(),
+        }
+    }
+
+    /// Sanitizes the task state `message` carries — every string and key of
+    /// a `Task` (a CreateTaskResult of either era, a `tasks/get` or
+    /// `tasks/cancel` answer, each task of a list, a status notification's
+    /// params) except its nested `result`, which is judged whole by
+    /// [`TaskScope::check_nested`] or the tools/call checks. What it finds is
+    /// added to `report`, so block mode sees secrets in a status message too.
+    pub(crate) fn clean(&self, to: &Recipient, message: &mut Value, report: &mut Report) {
+        let sanitizer = Sanitizer::new(&to.sanitize, to.call.skip);
+        let mut task = |t: &mut Value| {
+            if let Some(map) = t.as_object_mut().filter(|m| m.contains_key("taskId")) {
+                for (k, v) in map.iter_mut() {
+                    if k != "result" {
+                        sanitizer.value(v, report);
+                    }
+                }
+            }
+        };
+        let status = matches!(
+            message.get("method").and_then(Value::as_str),
+            Some("notifications/tasks/status" | "notifications/tasks")
+        );
+        if status {
+            if let Some(params) = message.get_mut("params") {
+                task(params);
+            }
+            return;
+        }
+        let Some(result) = message.get_mut("result").filter(|r| r.is_object()) else {
+            return;
+        };
+        if let Some(inner) = result.get_mut("task") {
+            task(inner);
+        }
+        if let Some(Value::Array(list)) = result.get_mut("tasks") {
+            list.iter_mut().for_each(&mut task);
+        }
+        task(result);
+    }
+
+    /// Puts a task result carried inside `message` (a completed 2026
+    /// `tasks/get`, a status notification with `result`) through the output
+    /// checks of the task's tool, replacing it by the gateway's answer when
+    /// they refuse it. True when the message changed.
+    pub(crate) fn check_nested(&self, to: &Recipient, message: &mut Value) -> bool {
+        let holder = if message.get("method").is_some() {
+            message.get_mut("params")
+        } else {
+            message.get_mut("result")
+        };
+        let Some(holder) = holder.and_then(Value::as_object_mut) else {
+            return false;
+        };
+        if !holder.get("result").is_some_and(Value::is_object) {
+            return false;
+        }
+        let task = holder
+            .get("taskId")
+            .and_then(Value::as_str)
+            .and_then(|id| self.store.owned(&to.server, id, &self.client));
+        let mut judge = to.clone();
+        judge.tasks = None;
+        // A result the gateway cannot attribute is still checked, with no schema.
+        let (tool, facts) = task.map_or((String::new(), CallFacts::default()), |t| (t.tool, t.facts));
+        judge.tool = Some(tool);
+        judge.call = facts;
+        let nested = holder.get_mut("result").map(Value::take).unwrap_or(Value::Null);
+        let id = to.id.clone().unwrap_or(Value::Null);
+        let wrapped = json!({"jsonrpc": "2.0", "id": id, "result": nested});
+        let (changed, mut out) = match judge.finish_message(wrapped.clone()) {
+            Some(rewritten) => (true, rewritten),
+            None => (false, wrapped),
+        };
+        let result = out.get_mut("result").map(Value::take).unwrap_or(Value::Null);
+        holder.insert("result".into(), result);
+        changed
+    }
+}
+
+/// Serves a task method (one [`TaskMethod::of`] names) for `client` on
+/// `forward`'s server.
+pub(super) async fn serve(
+    forward: &Forward<'_>,
+    client: &ClientId,
+    audit_tool: &mut Option<String>,
+    headers: &HeaderMap,
+    message: &Message,
+    body: Bytes,
+    mut to: Recipient,
+) -> Result<Response, Rejection> {
+    let name = message.method().unwrap_or_default();
+    let method = TaskMethod::of(name).ok_or_else(|| Rejection::MethodNotFound(name.to_owned()))?;
+    let store = forward.state.tasks.clone();
+    let server = forward.name().to_owned();
+    if method == TaskMethod::List {
+        return list(forward, &store, client, headers, message, to).await;
+    }
+    let task_id = message
+        .params()
+        .and_then(|p| p.get("taskId"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            Rejection::InvalidParams(format!(
+                "{} needs params.taskId, a string",
+                message.method().unwrap_or_default()
+            ))
+        })?;
+    let policy = &forward.live.config.policy;
+    // A task whose tool the client may no longer call is not its to read.
+    let task = store
+        .owned(&server, task_id, client)
+        .filter(|t| t.era == to.era)
+        .filter(|t| policy.decide(client, &server, Subject::Tool(&t.tool)).allowed)
+        .ok_or(Rejection::UnknownTask)?;
+    *audit_tool = Some(task.tool.clone());
+    if method == TaskMethod::Result {
+        // The answer stands for the tools/call: the same checks, exactly one answer.
+        to.tool = Some(task.tool);
+        to.call = task.facts;
+    }
+    forward.relay(headers, body, to).await
+}
+
+/// `tasks/list`: every page collected by the gateway, the caller's own tasks
+/// answered on one page. The gateway hands out no cursor, so a request that
+/// carries one is refused like an invalid cursor.
+async fn list(
+    forward: &Forward<'_>,
+    store: &TaskStore,
+    client: &ClientId,
+    headers: &HeaderMap,
+    message: &Message,
+    to: Recipient,
+) -> Result<Response, Rejection> {
+    let mut params = message.params().cloned().unwrap_or_default();
+    if params.remove("cursor").is_some() {
+        return Err(Rejection::InvalidParams(
+            "tasks/list: the gateway answers every task of yours on one page and hands out no cursor; send tasks/list without one".into(),
+        ));
+    }
+    let request = json!({"jsonrpc": "2.0", "id": to.id.clone().unwrap_or(Value::Null),
+        "method": "tasks/list", "params": Value::Object(params)});
+    let sanitizer = Sanitizer::new(&to.sanitize, Skip::default());
+    let mut report = Report::default();
+    let server = forward.name();
+    let pages = forward
+        .all_pages(headers, request, "tasks")
+        .await
+        .map_err(|e| to.failure(e))?;
+    let mut response = match pages {
+        Pages::Complete(items, mut result, _) => {
+            let own: Vec<Value> = items
+                .into_iter()
+                .filter(|t| {
+                    t.get("taskId")
+                        .and_then(Value::as_str)
+                        .is_some_and(|id| store.owned(server, id, client).is_some())
+                })
+                .collect();
+            result.remove("nextCursor");
+            result.insert("tasks".into(), Value::Array(own));
+            json!({"jsonrpc": "2.0", "id": to.id.clone().unwrap_or(Value::Null), "result": Value::Object(result)})
+        }
+        Pages::Refused(error, _) => error,
+        Pages::Unchanged(..) => {
+            let e = UpstreamError::new(UpstreamKind::Protocol, "its task list could not be read");
+            return Err(to.failure(e));
+        }
+    };
+    sanitizer.message(&mut response, &mut report);
+    to.trail.sanitized(&report);
+    Ok(respond::json(&response, HeaderMap::new()))
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn created<'a>(id: &'a str, client: &'a ClientId, facts: &'a CallFacts) -> Created<'a> {
+        Created {
+            server: "s",
+            task_id: id,
+            client,
+            tool: "research",
+            era: Era::Legacy,
+            facts,
+            ttl: None,
+        }
+    }
+
+    #[test]
+    fn a_task_is_its_creators_only() {
+        let store = TaskStore::new(10, 10, Duration::from_secs(60));
+        let (alice, bob) = (ClientId::named("alice"), ClientId::named("bob"));
+        let facts = CallFacts::default();
+        store.bind(created("t1", &alice, &facts));
+        assert_eq!(store.owned("s", "t1", &alice).map(|t| t.tool), Some("research".into()));
+        assert!(store.owned("s", "t1", &bob).is_none());
+        assert!(store.owned("other", "t1", &alice).is_none());
+        assert!(store.owned("s", "t2", &alice).is_none());
+    }
+
+    #[test]
+    fn one_clients_flood_forgets_only_its_own_tasks() {
+        let store = TaskStore::new(100, 3, Duration::from_secs(60));
+        let (alice, mallory) = (ClientId::named("alice"), ClientId::named("mallory"));
+        let facts = CallFacts::default();
+        store.bind(created("alice-1", &alice, &facts));
+        let ids: Vec<String> = (0..500).map(|i| format!("m-{i}")).collect();
+        for id in &ids {
+            store.bind(created(id, &mallory, &facts));
+        }
+        assert!(store.owned("s", "alice-1", &alice).is_some());
+        assert_eq!(store.len(), 4);
+        assert!(store.owned("s", "m-499", &mallory).is_some());
+        assert!(store.owned("s", "m-496", &mallory).is_none());
+    }
+
+    #[test]
+    fn a_binding_ends_with_the_tasks_ttl_or_the_gateways_maximum() {
+        let store = TaskStore::new(10, 10, Duration::from_secs(60));
+        let alice = ClientId::named("alice");
+        let facts = CallFacts::default();
+        let mut c = created("short", &alice, &facts);
+        c.ttl = Some(Duration::ZERO);
+        store.bind(c);
+        assert!(store.owned("s", "short", &alice).is_none());
+        let zero = TaskStore::new(10, 10, Duration::ZERO);
+        zero.bind(created("long", &alice, &facts));
+        assert!(zero.owned("s", "long", &alice).is_none());
+    }
+
+    #[test]
+    fn task_methods_are_named_exactly() {
+        assert_eq!(TaskMethod::of("tasks/get"), Some(TaskMethod::Get));
+        assert_eq!(TaskMethod::of("tasks/update"), Some(TaskMethod::Update));
+        assert_eq!(TaskMethod::of("Tasks/get"), None);
+        assert_eq!(TaskMethod::of("tasks/get "), None);
+    }
+}

@@ -1,0 +1,176 @@
+//! The outgoing secret scan: what a client sends towards an upstream, searched
+//! for credentials before it leaves.
+//!
+//! Place in the path: on the way in, after the message is classified and
+//! before any method-specific step (`sanitize.arguments = "block"`). The walk
+//! knows no field: every string value and every object key of the message
+//! (params of any method, `_meta`, prompt arguments, resource URIs, completion
+//! values, a response to a server's request, …) is searched, after terminal
+//! controls and invisible characters are taken out (so a secret split by a
+//! zero-width space is still one), and a string assigned to a key that names a
+//! secret (`password = …`) counts as one.
+//!
+//! Invariants: the findings name where (a JSON pointer) and what kind, never
+//! the value; a pointer segment that is itself a secret-bearing key is shown
+//! as its placeholder, so the answer never repeats the secret.
+
+use serde_json::{Map, Value};
+
+use super::{Report, Sanitizer, secrets, strip};
+use crate::config::SecretsAction;
+
+impl Sanitizer<'_> {
+    /// Every secret in `value`, by JSON pointer from `root` and kind; the
+    /// members whose pointer is in `skip` (e.g. `/params/arguments`, scanned
+    /// apart) are left out.
+    pub(crate) fn find_outgoing(
+        &self,
+        value: &Value,
+        root: &str,
+        skip: &[&str],
+    ) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let mut pointer = root.to_owned();
+        self.outgoing_in(value, &mut pointer, skip, &mut out);
+        out
+    }
+
+    /// [`Sanitizer::find_outgoing`] of an object's members.
+    pub(crate) fn find_outgoing_members(
+        &self,
+        map: &Map<String, Value>,
+        root: &str,
+        skip: &[&str],
+    ) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let mut pointer = root.to_owned();
+        self.members(map, &mut pointer, skip, &mut out);
+        out
+    }
+
+    fn outgoing_in(
+        &self,
+        value: &Value,
+        pointer: &mut String,
+        skip: &[&str],
+        out: &mut Vec<(String, String)>,
+    ) {
+        if skip.contains(&pointer.as_str()) {
+            return;
+        }
+        match value {
+            Value::String(s) => {
+                for kind in self.kinds_in(s) {
+                    out.push((pointer.clone(), kind));
+                }
+            }
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let len = pointer.len();
+                    pointer.push('/');
+                    pointer.push_str(&i.to_string());
+                    self.outgoing_in(item, pointer, skip, out);
+                    pointer.truncate(len);
+                }
+            }
+            Value::Object(map) => self.members(map, pointer, skip, out),
+            _ => {}
+        }
+    }
+
+    fn members(
+        &self,
+        map: &Map<String, Value>,
+        pointer: &mut String,
+        skip: &[&str],
+        out: &mut Vec<(String, String)>,
+    ) {
+                for (k, v) in map {
+                    let len = pointer.len();
+                    pointer.push('/');
+                    let in_key = self.kinds_in(k);
+                    match in_key.first() {
+                        // The key is never repeated: its placeholder stands in the pointer.
+                        Some(kind) => pointer.push_str(&secrets::placeholder_for(kind)),
+                        None => pointer.push_str(&k.replace('~', "~0").replace('/', "~1")),
+                    }
+                    for kind in in_key {
+                        out.push((pointer.clone(), kind));
+                    }
+                    match v {
+                        Value::String(s)
+                            if self.settings.secrets != SecretsAction::Off
+                                && secrets::assigned(k, s) =>
+                        {
+                            out.push((pointer.clone(), secrets::GENERIC.to_owned()));
+                        }
+                        _ => self.outgoing_in(v, pointer, skip, out),
+                    }
+                    pointer.truncate(len);
+                }
+    }
+
+    /// The kinds of secret in one string, searched as a model would read it.
+    fn kinds_in(&self, s: &str) -> Vec<String> {
+        let text = strip(s, true, true, &mut Report::default());
+        let text = text.as_deref().unwrap_or(s);
+        secrets::find(
+            text,
+            self.settings.secrets != SecretsAction::Off,
+            self.patterns(),
+        )
+        .into_iter()
+        .map(|f| f.kind.into_owned())
+        .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::config::SanitizeSettings;
+    use crate::sanitize::{Sanitizer, Skip};
+
+    const KEY: &str = "AKIAZ7QWERTYUIOPCANA";
+
+    fn found(value: serde_json::Value, skip: &[&str]) -> Vec<String> {
+        let settings = SanitizeSettings::default();
+        Sanitizer::new(&settings, Skip::default())
+            .find_outgoing(&value, "", skip)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect()
+    }
+
+    #[test]
+    fn every_string_and_key_is_searched_and_keys_are_never_repeated() {
+        let message = json!({
+            "params": {
+                "_meta": {"trace": KEY},
+                "arguments": {"a": KEY},
+                "ref": {"uri": format!("file:///{KEY}")},
+                "argument": {"name": "x", "value": format!("v {KEY}")},
+                "list": [1, {"deep": [format!("\u{200b}{}", KEY)]}],
+                KEY: "plain",
+                "password": "hunter2-canary",
+            }
+        });
+        let pointers = found(message, &["/params/arguments"]);
+        assert!(pointers.contains(&"/params/_meta/trace".to_owned()));
+        assert!(pointers.contains(&"/params/ref/uri".to_owned()));
+        assert!(pointers.contains(&"/params/argument/value".to_owned()));
+        assert!(pointers.contains(&"/params/list/1/deep/0".to_owned()));
+        assert!(pointers.contains(&"/params/password".to_owned()));
+        assert!(!pointers.iter().any(|p| p.starts_with("/params/arguments")));
+        assert!(pointers.iter().any(|p| p.starts_with("/params/[REDACTED:")));
+        assert!(!pointers.iter().any(|p| p.contains(KEY)), "{pointers:?}");
+    }
+
+    #[test]
+    fn clean_messages_have_no_findings() {
+        let message = json!({"params": {"name": "echo", "arguments": {"text": "hi"},
+            "_meta": {"progressToken": 7}, "cursor": "abc"}});
+        assert!(found(message, &[]).is_empty());
+    }
+}
