@@ -80,7 +80,13 @@ pub(crate) async fn guard(
     next: axum::middleware::Next,
 ) -> Response {
     let config = state.config();
-    if let Err(refusal) = admit(request.headers(), &config.gateway, state.admin_loopback) {
+    let authority = request.uri().authority().map(|a| a.as_str());
+    if let Err(refusal) = admit(
+        request.headers(),
+        authority,
+        &config.gateway,
+        state.admin_loopback,
+    ) {
         let why = match refusal {
             Rejection::Forbidden(why) => why,
             other => other.code().to_owned(),

@@ -36,7 +36,7 @@ use serde_json::{Map, Value, json};
 use super::catalog::ToolSet;
 use super::ingress::{admit, negotiate, read_body};
 use super::respond::{self, CallFacts, Recipient, relay};
-use super::tasks::{self, TaskMethod, TaskScope, TaskStore};
+use super::tasks::{self, TaskScope, TaskStore};
 use super::upstream::{Reply, UpstreamError, forwarded_headers};
 use super::{AppState, Live, ServerState};
 

@@ -254,7 +254,7 @@ mod tests {
 
     #[test]
     fn revoked_clients_lose_their_sessions_on_that_server_only() {
-        let t = SessionTable::new(10);
+        let t = SessionTable::new(10, 10);
         let (alice, bob) = (ClientId::named("alice"), ClientId::named("bob"));
         t.bind("a", "1", &alice);
         t.bind("b", "2", &alice);

@@ -469,7 +469,12 @@ async fn list(
             return Err(to.failure(e));
         }
     };
-    sanitizer.message(&mut response, &mut report);
+    // The gateway built this response itself from the upstream's pages: its
+    // shape is known, and every string in it is sanitized like any message.
+    if sanitizer.message(&mut response, &mut report).is_err() {
+        let e = UpstreamError::new(UpstreamKind::Protocol, "its task list could not be read");
+        return Err(to.failure(e));
+    }
     to.trail.sanitized(&report);
     Ok(respond::json(&response, HeaderMap::new()))
 }
