@@ -325,7 +325,7 @@ fn spelling() -> impl Strategy<Value = Spelling> {
         proptest::collection::vec(proptest::bool::weighted(0.15), 64),
         proptest::collection::vec(proptest::bool::weighted(0.3), 64),
         any::<bool>(),
-        proptest::collection::vec((0usize..4, 0u8..3), 0..3),
+        proptest::collection::vec((0usize..4, 0u8..3), 0..2),
         proptest::bool::weighted(0.15),
         proptest::option::weighted(0.15, 0u8..3),
     )
@@ -511,7 +511,7 @@ async fn sdk_resolves(uris: &[String]) -> Vec<Value> {
 async fn spellings_the_sdk_resolves_alike_are_one_resource_to_the_gateway() {
     let mut runner = TestRunner::default();
     let mut uris = Vec::new();
-    for _ in 0..60 {
+    for _ in 0..100 {
         let base = resource().new_tree(&mut runner).expect("tree").current();
         for _ in 0..8 {
             let s = spelling().new_tree(&mut runner).expect("tree").current();
@@ -546,7 +546,7 @@ async fn spellings_the_sdk_resolves_alike_are_one_resource_to_the_gateway() {
         }
     }
     assert!(
-        alike >= 40,
+        alike >= 30,
         "enough spellings resolve alike in the SDK to test the property: {alike}"
     );
 }
