@@ -5,8 +5,7 @@
 //! `resources/unsubscribe` canonicalize `params.uri` before anything is
 //! decided; the resource list is filtered on the canonical form of each listed
 //! URI; the merged `/mcp` view routes on it; `[[rules]] resources` patterns are
-//! checked against it at load ([`pattern`]). Pure: no I/O, no allocation
-//! beyond the result.
+//! checked against it at load ([`pattern`]). Pure: no I/O.
 //!
 //! The form (RFC 3986 §6.2.2, tightened where the official SDKs read a URI
 //! differently from the RFC):
@@ -16,7 +15,8 @@
 //!   hosts are. The Python SDK reads `users://Admin/profile` as the variable
 //!   `Admin`; the gateway forwards the lowercase spelling, so the server
 //!   resolves what was decided. An empty port (`host:`) is dropped;
-//! - an escape of an unreserved character (`%41` → `A`, `%7E` → `~`) and of
+//! - an escape of an unreserved character (`%41` → `A`, `%7E` → `~`; `%2E` is
+//!   refused, below, as servers that decode it find dot segments) and of
 //!   the sub-delimiters no SDK template reads as structure (`! $ ' ( ) * +`,
 //!   and `: @` outside the authority) is decoded; every other escape keeps
 //!   uppercase hex; a raw character a URI may not carry (space, non-ASCII,
@@ -35,10 +35,11 @@
 //! Refused, whatever the rules say ([`UriRefusal`]): an escape whose decoding
 //! would change the URI's structure (`%2F`, `%5C`, `%2E`, `%23`, and in the
 //! path or authority `%3F`, `%2C`, `%26`, `%3B`, `%3D`, and in the authority
-//! `%3A`, `%40`, `%5B`, `%5D`), a raw `\`, double encoding (`%25` followed by
-//! two hex digits), an invalid escape, bytes that do not decode to UTF-8, a NUL
-//! or any other control character (C0, DEL, C1) raw or encoded, a `..` that
-//! climbs above the root, and an authority that is `.` or `..`.
+//! `%3A`, `%40`, `%5B`, `%5D`), a raw `\`, double encoding (text that still
+//! reads as an escape once decoded: `%252e`, `%25%32%65`), an invalid escape,
+//! escapes that do not decode to UTF-8, a NUL or any other control character
+//! (C0, DEL, C1) raw or encoded, a `..` that climbs above the root, and an
+//! authority that is `.` or `..`.
 //!
 //! Invariants: [`canonical`] is idempotent (the canonical form of a canonical
 //! URI is itself); it never yields a URI that carries an encoded `/` or `\`,
@@ -223,7 +224,7 @@ pub fn pattern(glob: &str) -> Result<String, UriRefusal> {
         out.push_str("//");
         let mut host = String::new();
         pattern_text(authority, Part::Host, &mut host)?;
-        out.push_str(&host.to_ascii_lowercase_outside_escapes());
+        out.push_str(&lowercase_outside_escapes(&host));
     }
     let mut normalized = String::new();
     pattern_text(path, Part::Path, &mut normalized)?;
@@ -293,28 +294,22 @@ fn pattern_text(text: &str, part: Part, out: &mut String) -> Result<(), UriRefus
     flush(&mut plain, out)
 }
 
-trait LowerOutsideEscapes {
-    fn to_ascii_lowercase_outside_escapes(&self) -> String;
-}
-
-impl LowerOutsideEscapes for str {
-    /// Lowercases letters, but not the hex digits of `%XX` escapes.
-    fn to_ascii_lowercase_outside_escapes(&self) -> String {
-        let mut out = String::with_capacity(self.len());
-        let mut hex = 0;
-        for c in self.chars() {
-            if hex > 0 {
-                hex -= 1;
-                out.push(c);
-            } else if c == '%' {
-                hex = 2;
-                out.push(c);
-            } else {
-                out.push(c.to_ascii_lowercase());
-            }
+/// Lowercases letters, but not the hex digits of `%XX` escapes.
+fn lowercase_outside_escapes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut hex = 0;
+    for c in text.chars() {
+        if hex > 0 {
+            hex -= 1;
+            out.push(c);
+        } else if c == '%' {
+            hex = 2;
+            out.push(c);
+        } else {
+            out.push(c.to_ascii_lowercase());
         }
-        out
     }
+    out
 }
 
 /// `scheme` and what follows its `:`, when `text` starts with a valid scheme.
@@ -340,6 +335,7 @@ fn check_raw(text: &str) -> Result<(), UriRefusal> {
     Ok(())
 }
 
+/// C0, DEL and C1: what a log line, a terminal or a C string would read differently.
 fn is_control(c: char) -> bool {
     c.is_control()
 }
@@ -367,7 +363,7 @@ fn authority(raw: &str, out: &mut String) -> Result<(), UriRefusal> {
     };
     let mut normalized = String::with_capacity(host.len());
     normalize(host, Part::Host, &mut normalized)?;
-    let host = normalized.to_ascii_lowercase_outside_escapes();
+    let host = lowercase_outside_escapes(&normalized);
     if host == "." || host == ".." {
         return Err(UriRefusal::DotAuthority(host));
     }
