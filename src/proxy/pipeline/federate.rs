@@ -147,7 +147,7 @@ pub(super) async fn post_merged(
         Some("prompts/get") => named(&view, ex, &message, ListKind::Prompts).await,
         Some("resources/read" | "resources/subscribe" | "resources/unsubscribe") => {
             let uri = param_str(&message, "uri")?.to_owned();
-            by_uri(&view, ex, &message, &uri, body).await
+            by_uri(&view, ex, &message, &uri, body, false).await
         }
         Some("completion/complete") => completion(&view, ex, &message, body).await,
         Some("subscriptions/listen") => listen(&view, ex, body).await,
@@ -553,11 +553,12 @@ async fn by_uri(
     message: &Message,
     uri: &str,
     body: Bytes,
+    completion: bool,
 ) -> Result<Response, Rejection> {
     // Routed on the canonical form: an encoded `/` never reaches a template,
-    // so a `{var}` cannot cross a segment.
-    // A template (`completion/complete` on a `ref/resource`) is routed as listed.
-    let (target, identity) = if uri.contains('{') {
+    // so a `{var}` cannot cross a segment. A template that a completion
+    // names (`ref/resource`) is routed as listed.
+    let (target, identity) = if completion && uri.contains('{') {
         (uri.to_owned(), uri.to_owned())
     } else {
         let canonical = resource::canonical(uri)?;
@@ -597,7 +598,7 @@ async fn completion(
         }
         Some("ref/resource") => {
             let uri = field("uri").unwrap_or_default().to_owned();
-            by_uri(view, ex, message, &uri, body).await
+            by_uri(view, ex, message, &uri, body, true).await
         }
         // The per-server pipeline words the refusal.
         _ => match view.parts.first() {
