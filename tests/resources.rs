@@ -176,6 +176,31 @@ async fn a_spelling_that_changes_structure_gets_an_explicit_answer_and_is_not_fo
     py.stop().await;
 }
 
+/// Observe mode lets a denied read through (and records it), but a spelling
+/// that changes structure is refused in every mode.
+#[tokio::test]
+async fn observe_mode_still_refuses_a_spelling_that_changes_structure() {
+    let py = PeerServer::start(Peer::Python).await;
+    let text = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmode = \"observe\"\n\
+         [servers.py]\nurl = \"{}\"\n{}{RULES}",
+        py.url,
+        clients()
+    );
+    let gateway = TestGateway::start_raw(&text).await;
+    let observed = modern_read(&gateway.url("py"), "users://%61dmin/profile").await;
+    assert_eq!(
+        observed.body["result"]["contents"][0]["uri"], "users://admin/profile",
+        "observed, and forwarded in canonical form: {}",
+        observed.text
+    );
+    let refused = modern_read(&gateway.url("py"), "res://open/..%2Fadmin%2Fa").await;
+    assert_eq!(refused.body["error"]["code"], -31010, "{}", refused.text);
+    assert_eq!(served(&py), ["users://admin/profile"]);
+    gateway.stop().await;
+    py.stop().await;
+}
+
 #[tokio::test]
 async fn the_merged_view_routes_on_the_canonical_uri() {
     let a = PeerServer::start(Peer::Python).await;
