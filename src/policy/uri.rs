@@ -34,12 +34,12 @@
 //!
 //! Refused, whatever the rules say ([`UriRefusal`]): an escape whose decoding
 //! would change the URI's structure (`%2F`, `%5C`, `%2E`, `%23`, and in the
-//! path or authority `%3F`, `%2C`, `%26`, `%3B`, `%3D`, and in the authority
-//! `%3A`, `%40`, `%5B`, `%5D`), a raw `\`, double encoding (text that still
+//! path or authority `%3F`, `%2C`, `%26`, `%3B`, `%3D`, in the authority
+//! `%3A`, `%40`, and in the host `%5B`, `%5D`), a raw `\`, double encoding (text that still
 //! reads as an escape once decoded: `%252e`, `%25%32%65`), an invalid escape,
 //! escapes that do not decode to UTF-8, a NUL or any other control character
 //! (C0, DEL, C1) raw or encoded, a `..` that climbs above the root, and an
-//! authority that is `.` or `..`.
+//! authority that is `.` or `..` or has two `@`.
 //!
 //! Invariants: [`canonical`] is idempotent (the canonical form of a canonical
 //! URI is itself); it never yields a URI that carries an encoded `/` or `\`,
@@ -97,6 +97,9 @@ pub enum UriRefusal {
     /// `scheme://./…` or `scheme://../…`.
     #[error("the authority `{0}` is a dot segment")]
     DotAuthority(String),
+    /// `user@name@host`: servers disagree on where the host begins.
+    #[error("the authority `{0}` has more than one `@`; servers disagree on where its host begins")]
+    TwoAts(String),
     /// A `.` or `..` segment in a rule's pattern.
     #[error(
         "the segment `{0}` never occurs in a canonical URI (dot segments are resolved before rules see it)"
@@ -222,9 +225,20 @@ pub fn pattern(glob: &str) -> Result<String, UriRefusal> {
     };
     if let Some(authority) = authority {
         out.push_str("//");
-        let mut host = String::new();
-        pattern_text(authority, Part::Host, &mut host)?;
-        out.push_str(&lowercase_outside_escapes(&host));
+        let host = match authority.rsplit_once('@') {
+            Some((userinfo, _)) if userinfo.contains('@') => {
+                return Err(UriRefusal::TwoAts(authority.to_owned()));
+            }
+            Some((userinfo, host)) => {
+                pattern_text(userinfo, Part::Userinfo, &mut out)?;
+                out.push('@');
+                host
+            }
+            None => authority,
+        };
+        let mut normalized = String::new();
+        pattern_text(host, Part::Host, &mut normalized)?;
+        out.push_str(&lowercase_outside_escapes(&normalized));
     }
     let mut normalized = String::new();
     pattern_text(path, Part::Path, &mut normalized)?;
@@ -347,6 +361,9 @@ fn authority(raw: &str, out: &mut String) -> Result<(), UriRefusal> {
         None => (None, raw),
     };
     if let Some(userinfo) = userinfo {
+        if userinfo.contains('@') {
+            return Err(UriRefusal::TwoAts(raw.to_owned()));
+        }
         normalize(userinfo, Part::Userinfo, out)?;
         out.push('@');
     }
@@ -500,7 +517,8 @@ fn escape_rule(byte: u8, part: Part) -> Escape {
         b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'~' => Escape::Decode,
         // Never structure to the SDKs' template matchers.
         b'!' | b'$' | b'\'' | b'(' | b')' | b'*' | b'+' => Escape::Decode,
-        b':' | b'@' | b'[' | b']' if authority => Escape::Refuse,
+        b':' | b'@' if authority => Escape::Refuse,
+        b'[' | b']' if part == Part::Host => Escape::Refuse,
         b':' | b'@' => Escape::Decode,
         // Separators of template variables (`{var}` stops at `,` `&`; `{;var}`
         // at `;` `=`; a query starts at `?`): raw and encoded differ there.
