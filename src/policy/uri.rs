@@ -386,8 +386,12 @@ fn authority(raw: &str, out: &mut String) -> Result<(), UriRefusal> {
     }
     out.push_str(&host);
     if let Some(port) = port.filter(|p| !p.is_empty()) {
+        // Digits in a URL; text to a template that reads the authority as a
+        // variable: folded like the host, so `h:X` and `h:x` are one.
+        let mut normalized = String::with_capacity(port.len());
+        normalize(port, Part::Host, &mut normalized)?;
         out.push(':');
-        normalize(port, Part::Host, out)?;
+        out.push_str(&lowercase_outside_escapes(&normalized));
     }
     Ok(())
 }
