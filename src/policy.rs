@@ -76,7 +76,8 @@ pub enum RateKey {
 pub enum Subject<'a> {
     /// A tool, by name.
     Tool(&'a str),
-    /// A resource, by URI (or URI template).
+    /// A resource, by URI (or URI template). A URI is given as its canonical
+    /// identity ([`uri::CanonicalUri::identity`]): rules never see another spelling.
     Resource(&'a str),
     /// A prompt, by name.
     Prompt(&'a str),

@@ -176,6 +176,31 @@ async fn a_spelling_that_changes_structure_gets_an_explicit_answer_and_is_not_fo
     py.stop().await;
 }
 
+/// Observe mode lets a denied read through (and records it), but a spelling
+/// that changes structure is refused in every mode.
+#[tokio::test]
+async fn observe_mode_still_refuses_a_spelling_that_changes_structure() {
+    let py = PeerServer::start(Peer::Python).await;
+    let text = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmode = \"observe\"\n\
+         [servers.py]\nurl = \"{}\"\n{}{RULES}",
+        py.url,
+        clients()
+    );
+    let gateway = TestGateway::start_raw(&text).await;
+    let observed = modern_read(&gateway.url("py"), "users://%61dmin/profile").await;
+    assert_eq!(
+        observed.body["result"]["contents"][0]["uri"], "users://admin/profile",
+        "observed, and forwarded in canonical form: {}",
+        observed.text
+    );
+    let refused = modern_read(&gateway.url("py"), "res://open/..%2Fadmin%2Fa").await;
+    assert_eq!(refused.body["error"]["code"], -31011, "{}", refused.text);
+    assert_eq!(served(&py), ["users://admin/profile"]);
+    gateway.stop().await;
+    py.stop().await;
+}
+
 #[tokio::test]
 async fn the_merged_view_routes_on_the_canonical_uri() {
     let a = PeerServer::start(Peer::Python).await;
@@ -325,7 +350,7 @@ fn spelling() -> impl Strategy<Value = Spelling> {
         proptest::collection::vec(proptest::bool::weighted(0.15), 64),
         proptest::collection::vec(proptest::bool::weighted(0.3), 64),
         any::<bool>(),
-        proptest::collection::vec((0usize..4, 0u8..3), 0..3),
+        proptest::collection::vec((0usize..4, 0u8..3), 0..2),
         proptest::bool::weighted(0.15),
         proptest::option::weighted(0.15, 0u8..3),
     )
@@ -511,7 +536,7 @@ async fn sdk_resolves(uris: &[String]) -> Vec<Value> {
 async fn spellings_the_sdk_resolves_alike_are_one_resource_to_the_gateway() {
     let mut runner = TestRunner::default();
     let mut uris = Vec::new();
-    for _ in 0..60 {
+    for _ in 0..100 {
         let base = resource().new_tree(&mut runner).expect("tree").current();
         for _ in 0..8 {
             let s = spelling().new_tree(&mut runner).expect("tree").current();
@@ -546,7 +571,7 @@ async fn spellings_the_sdk_resolves_alike_are_one_resource_to_the_gateway() {
         }
     }
     assert!(
-        alike >= 40,
+        alike >= 30,
         "enough spellings resolve alike in the SDK to test the property: {alike}"
     );
 }

@@ -5,8 +5,7 @@
 //! `resources/unsubscribe` canonicalize `params.uri` before anything is
 //! decided; the resource list is filtered on the canonical form of each listed
 //! URI; the merged `/mcp` view routes on it; `[[rules]] resources` patterns are
-//! checked against it at load ([`pattern`]). Pure: no I/O, no allocation
-//! beyond the result.
+//! checked against it at load ([`pattern`]). Pure: no I/O.
 //!
 //! The form (RFC 3986 §6.2.2, tightened where the official SDKs read a URI
 //! differently from the RFC):
@@ -16,7 +15,8 @@
 //!   hosts are. The Python SDK reads `users://Admin/profile` as the variable
 //!   `Admin`; the gateway forwards the lowercase spelling, so the server
 //!   resolves what was decided. An empty port (`host:`) is dropped;
-//! - an escape of an unreserved character (`%41` → `A`, `%7E` → `~`) and of
+//! - an escape of an unreserved character (`%41` → `A`, `%7E` → `~`; `%2E` is
+//!   refused, below, as servers that decode it find dot segments) and of
 //!   the sub-delimiters no SDK template reads as structure (`! $ ' ( ) * +`,
 //!   and `: @` outside the authority) is decoded; every other escape keeps
 //!   uppercase hex; a raw character a URI may not carry (space, non-ASCII,
@@ -34,11 +34,12 @@
 //!
 //! Refused, whatever the rules say ([`UriRefusal`]): an escape whose decoding
 //! would change the URI's structure (`%2F`, `%5C`, `%2E`, `%23`, and in the
-//! path or authority `%3F`, `%2C`, `%26`, `%3B`, `%3D`, and in the authority
-//! `%3A`, `%40`, `%5B`, `%5D`), a raw `\`, double encoding (`%25` followed by
-//! two hex digits), an invalid escape, bytes that do not decode to UTF-8, a NUL
-//! or any other control character (C0, DEL, C1) raw or encoded, a `..` that
-//! climbs above the root, and an authority that is `.` or `..`.
+//! path or authority `%3F`, `%2C`, `%26`, `%3B`, `%3D`, in the authority
+//! `%3A`, `%40`, and in the host `%5B`, `%5D`), a raw `\`, double encoding (text that still
+//! reads as an escape once decoded: `%252e`, `%25%32%65`), an invalid escape,
+//! escapes that do not decode to UTF-8, a NUL or any other control character
+//! (C0, DEL, C1) raw or encoded, a `..` that climbs above the root, and an
+//! authority that is `.` or `..` or has two `@`.
 //!
 //! Invariants: [`canonical`] is idempotent (the canonical form of a canonical
 //! URI is itself); it never yields a URI that carries an encoded `/` or `\`,
@@ -96,6 +97,9 @@ pub enum UriRefusal {
     /// `scheme://./…` or `scheme://../…`.
     #[error("the authority `{0}` is a dot segment")]
     DotAuthority(String),
+    /// `user@name@host`: servers disagree on where the host begins.
+    #[error("the authority `{0}` has more than one `@`; servers disagree on where its host begins")]
+    TwoAts(String),
     /// A `.` or `..` segment in a rule's pattern.
     #[error(
         "the segment `{0}` never occurs in a canonical URI (dot segments are resolved before rules see it)"
@@ -221,9 +225,20 @@ pub fn pattern(glob: &str) -> Result<String, UriRefusal> {
     };
     if let Some(authority) = authority {
         out.push_str("//");
-        let mut host = String::new();
-        pattern_text(authority, Part::Host, &mut host)?;
-        out.push_str(&host.to_ascii_lowercase_outside_escapes());
+        let host = match authority.rsplit_once('@') {
+            Some((userinfo, _)) if userinfo.contains('@') => {
+                return Err(UriRefusal::TwoAts(authority.to_owned()));
+            }
+            Some((userinfo, host)) => {
+                pattern_text(userinfo, Part::Userinfo, &mut out)?;
+                out.push('@');
+                host
+            }
+            None => authority,
+        };
+        let mut normalized = String::new();
+        pattern_text(host, Part::Host, &mut normalized)?;
+        out.push_str(&lowercase_outside_escapes(&normalized));
     }
     let mut normalized = String::new();
     pattern_text(path, Part::Path, &mut normalized)?;
@@ -293,28 +308,22 @@ fn pattern_text(text: &str, part: Part, out: &mut String) -> Result<(), UriRefus
     flush(&mut plain, out)
 }
 
-trait LowerOutsideEscapes {
-    fn to_ascii_lowercase_outside_escapes(&self) -> String;
-}
-
-impl LowerOutsideEscapes for str {
-    /// Lowercases letters, but not the hex digits of `%XX` escapes.
-    fn to_ascii_lowercase_outside_escapes(&self) -> String {
-        let mut out = String::with_capacity(self.len());
-        let mut hex = 0;
-        for c in self.chars() {
-            if hex > 0 {
-                hex -= 1;
-                out.push(c);
-            } else if c == '%' {
-                hex = 2;
-                out.push(c);
-            } else {
-                out.push(c.to_ascii_lowercase());
-            }
+/// Lowercases letters, but not the hex digits of `%XX` escapes.
+fn lowercase_outside_escapes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut hex = 0;
+    for c in text.chars() {
+        if hex > 0 {
+            hex -= 1;
+            out.push(c);
+        } else if c == '%' {
+            hex = 2;
+            out.push(c);
+        } else {
+            out.push(c.to_ascii_lowercase());
         }
-        out
     }
+    out
 }
 
 /// `scheme` and what follows its `:`, when `text` starts with a valid scheme.
@@ -340,6 +349,7 @@ fn check_raw(text: &str) -> Result<(), UriRefusal> {
     Ok(())
 }
 
+/// C0, DEL and C1: what a log line, a terminal or a C string would read differently.
 fn is_control(c: char) -> bool {
     c.is_control()
 }
@@ -351,6 +361,9 @@ fn authority(raw: &str, out: &mut String) -> Result<(), UriRefusal> {
         None => (None, raw),
     };
     if let Some(userinfo) = userinfo {
+        if userinfo.contains('@') {
+            return Err(UriRefusal::TwoAts(raw.to_owned()));
+        }
         normalize(userinfo, Part::Userinfo, out)?;
         out.push('@');
     }
@@ -367,14 +380,18 @@ fn authority(raw: &str, out: &mut String) -> Result<(), UriRefusal> {
     };
     let mut normalized = String::with_capacity(host.len());
     normalize(host, Part::Host, &mut normalized)?;
-    let host = normalized.to_ascii_lowercase_outside_escapes();
+    let host = lowercase_outside_escapes(&normalized);
     if host == "." || host == ".." {
         return Err(UriRefusal::DotAuthority(host));
     }
     out.push_str(&host);
     if let Some(port) = port.filter(|p| !p.is_empty()) {
+        // Digits in a URL; text to a template that reads the authority as a
+        // variable: folded like the host, so `h:X` and `h:x` are one.
+        let mut normalized = String::with_capacity(port.len());
+        normalize(port, Part::Host, &mut normalized)?;
         out.push(':');
-        normalize(port, Part::Host, out)?;
+        out.push_str(&lowercase_outside_escapes(&normalized));
     }
     Ok(())
 }
@@ -504,7 +521,8 @@ fn escape_rule(byte: u8, part: Part) -> Escape {
         b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'~' => Escape::Decode,
         // Never structure to the SDKs' template matchers.
         b'!' | b'$' | b'\'' | b'(' | b')' | b'*' | b'+' => Escape::Decode,
-        b':' | b'@' | b'[' | b']' if authority => Escape::Refuse,
+        b':' | b'@' if authority => Escape::Refuse,
+        b'[' | b']' if part == Part::Host => Escape::Refuse,
         b':' | b'@' => Escape::Decode,
         // Separators of template variables (`{var}` stops at `,` `&`; `{;var}`
         // at `;` `=`; a query starts at `?`): raw and encoded differ there.

@@ -5,7 +5,7 @@
 //!   tools/call:   catalog → authorize → pin → rule arguments → rate limit → Mcp-Param-* → validate → forward → relay
 //!   lists:        forward every page → remember tools (pins) → serve pinned → filter per client → answer
 //!   initialize, server/discover: forward → pin the instructions → relay
-//!   read / get:   authorize → rate limit → forward → relay
+//!   read / get:   canonical URI (resources) → authorize → rate limit → forward → relay
 //!   anything else:                       forward → relay
 //! ```
 //!

@@ -126,3 +126,74 @@ fn patterns_are_held_to_the_canonical_form() {
     assert!(pattern("res://h/a%2F*").is_err());
     assert!(pattern("res://h/%252e*").is_err());
 }
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::super::*;
+
+    /// Text made of URI syntax, escapes and a few hostile characters.
+    fn uri_like() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            Just("res://".to_owned()),
+            Just("/".to_owned()),
+            Just(".".to_owned()),
+            Just("..".to_owned()),
+            Just("?".to_owned()),
+            Just("#".to_owned()),
+            Just("@".to_owned()),
+            Just(":".to_owned()),
+            Just("\\".to_owned()),
+            Just("[".to_owned()),
+            "%[0-9a-fA-F]{2}",
+            "%[0-9a-zA-Z]{0,2}",
+            "[a-zA-Z0-9_~!$&'()*+,;=-]{1,3}",
+            any::<char>().prop_map(String::from),
+        ];
+        proptest::collection::vec(piece, 0..12).prop_map(|p| p.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Whatever the text, the canonicalizer answers; what it accepts is
+        /// a fixed point without structure-changing escapes, controls,
+        /// fragments, dot or empty segments, and it reads back as a pattern.
+        #[test]
+        fn any_text_is_refused_or_canonical(text in uri_like()) {
+            if let Ok(c) = canonical(&text) {
+                let again = canonical(c.as_str());
+                prop_assert_eq!(again.as_ref().map(CanonicalUri::as_str), Ok(c.as_str()));
+                let upper = c.as_str().to_ascii_uppercase();
+                for bad in ["%2F", "%5C", "%2E", "#", "\\"] {
+                    prop_assert!(!upper.contains(bad), "{} in {}", bad, c);
+                }
+                prop_assert!(!percent_then_hex(c.as_str()), "double encoding in {}", c);
+                prop_assert!(!c.as_str().chars().any(char::is_control));
+                let identity = c.identity();
+                let path_start = identity.find("://").map(|i| i + 3).map(|i| i + identity[i..].find('/').unwrap_or(identity.len() - i));
+                if let Some(start) = path_start {
+                    for segment in identity[start..].split('/').skip(1) {
+                        prop_assert!(segment != "." && segment != "..", "{}", c);
+                    }
+                    prop_assert!(!identity[start..].contains("//"), "{}", c);
+                }
+                if !identity.contains(['*', '?', '[', '\\', '{', '}']) {
+                    prop_assert_eq!(pattern(identity), Ok(identity.to_owned()));
+                }
+            }
+        }
+    }
+
+    /// Whether `%25` is followed by two hex digits somewhere.
+    fn percent_then_hex(text: &str) -> bool {
+        text.match_indices("%25").any(|(i, _)| {
+            text[i + 3..]
+                .chars()
+                .take(2)
+                .filter(char::is_ascii_hexdigit)
+                .count()
+                == 2
+        })
+    }
+}

@@ -158,7 +158,7 @@ pub(super) async fn post_merged(
         (_, Class::Prompt) => named(&view, ex, &message, ListKind::Prompts, false).await,
         (_, Class::Resource) => {
             let uri = param_str(&message, "uri")?.to_owned();
-            by_uri(&view, ex, &message, &uri, body).await
+            by_uri(&view, ex, &message, &uri, body, false).await
         }
         (_, Class::Completion) => completion(&view, ex, &message, body).await,
         (_, Class::Subscription) => listen(&view, ex, &message).await,
@@ -573,11 +573,12 @@ async fn by_uri(
     message: &Message,
     uri: &str,
     body: Bytes,
+    completion: bool,
 ) -> Result<Response, Rejection> {
     // Routed on the canonical form: an encoded `/` never reaches a template,
-    // so a `{var}` cannot cross a segment.
-    // A template (`completion/complete` on a `ref/resource`) is routed as listed.
-    let (target, identity) = if uri.contains('{') {
+    // so a `{var}` cannot cross a segment. A template that a completion
+    // names (`ref/resource`) is routed as listed.
+    let (target, identity) = if completion && uri.contains('{') {
         (uri.to_owned(), uri.to_owned())
     } else {
         let canonical = resource::canonical(uri)?;
@@ -617,7 +618,7 @@ async fn completion(
         }
         Some("ref/resource") => {
             let uri = field("uri").unwrap_or_default().to_owned();
-            by_uri(view, ex, message, &uri, body).await
+            by_uri(view, ex, message, &uri, body, true).await
         }
         // The per-server pipeline words the refusal.
         _ => match view.parts.first() {
