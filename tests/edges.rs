@@ -48,9 +48,12 @@ fn jwks_file() -> tempfile::NamedTempFile {
 
 // === DNS rebinding: every listener, every endpoint ===
 
+/// A named set of request headers, and whether it must be refused.
+type HeaderCase = (&'static str, Vec<(&'static str, String)>, bool);
+
 /// Header sets a rebinding page (or a confused browser) sends, and whether
 /// they must be refused.
-fn header_cases(port: u16) -> Vec<(&'static str, Vec<(&'static str, String)>, bool)> {
+fn header_cases(port: u16) -> Vec<HeaderCase> {
     let host = |h: &str| ("host", h.to_owned());
     let local = format!("127.0.0.1:{port}");
     vec![
@@ -459,7 +462,8 @@ fn any_overlong_identifier_is_refused_alike_and_kept_bounded() {
     let mut q = conn
         .prepare("SELECT method, tool, client, decision, violations FROM events")
         .expect("query");
-    let rows: Vec<(String, Option<String>, Option<String>, String, String)> = q
+    type Row = (String, Option<String>, Option<String>, String, String);
+    let rows: Vec<Row> = q
         .query_map([], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })
@@ -838,17 +842,18 @@ fn an_audience_binds_one_configured_server_or_the_gateway_or_is_refused() {
              [auth.jwt]\nissuer = \"https://idp.example.test\"\naudience = {audience}\njwks_file = \"{}\"\n",
             keys.path().display()
         );
-        portcullis::config::load_str(&text, "t.toml", &|_| None).map(|c| {
-            let jwt = c.clients.jwt().expect("[auth.jwt]");
-            jwt.settings()
-                .audiences
-                .iter()
-                .map(|a| a.server.clone())
-                .collect::<Vec<_>>()
-        })
+        match portcullis::config::load_str(&text, "t.toml", &|_| None) {
+            Ok(c) => {
+                let jwt = c.clients.jwt().expect("[auth.jwt]");
+                let servers = jwt.settings().audiences.iter().map(|a| a.server.clone());
+                Ok(servers.collect::<Vec<_>>())
+            }
+            Err(e) => Err(e.to_string()),
+        }
     };
     let bound = |a: &[Option<&str>]| a.iter().map(|s| s.map(str::to_owned)).collect::<Vec<_>>();
-    let table: Vec<(&str, Result<Vec<Option<String>>, &str>)> = vec![
+    type Bound = Result<Vec<Option<String>>, &'static str>;
+    let table: Vec<(&str, Bound)> = vec![
         (
             "\"https://gw.test/mcp/hotels\"",
             Ok(bound(&[Some("hotels")])),
@@ -898,8 +903,7 @@ fn an_audience_binds_one_configured_server_or_the_gateway_or_is_refused() {
     for (audience, expected) in table {
         match (load(audience), expected) {
             (Ok(got), Ok(want)) => assert_eq!(got, want, "{audience}"),
-            (Err(e), Err(words)) => {
-                let text = e.to_string();
+            (Err(text), Err(words)) => {
                 assert!(text.contains("auth.jwt.audience"), "{audience}: {text}");
                 assert!(text.contains(words), "{audience}: {text}");
             }
