@@ -112,6 +112,8 @@ broken!(
     jwt_two_key_sources,
     non_canonical_resource,
     encoded_slash_resource,
+    bad_method,
+    bad_method_class,
 );
 
 #[test]
@@ -188,6 +190,8 @@ fn the_example_config_passes() {
         "allow tools     book_flight  rate: 3 calls, then 1 every 10 s, per client  arguments constrained  (rules[1])",
         "deny  tools     admin_*, *_reset  (rules[2])",
         "allow resources file:///srv/public/status.json  (rules[6])",
+        "methods beside the MCP specification (every other unknown method is refused with -32601)",
+        "  acme/reindex             class tool",
     ] {
         assert!(
             stdout.contains(expected),

@@ -9,9 +9,11 @@ in text and in an embedded resource), leaky_structured (the same in structuredCo
 `users://{user_id}/profile`, `res://{+path}` and `file:///{+path}` (the last two resolve `..`
 themselves: an admin's profile or item says "ADMIN SECRET", `file:///secret/…` "SECRET KEY").
 
-    $PEERS/venv/bin/python py_server.py --port 0 [--record FILE] [--stateless] [--json] [--fixtures]
+    $PEERS/venv/bin/python py_server.py --port 0 [--record FILE] [--stateless] [--json] [--fixtures] [--paged N]
     $PEERS/venv/bin/python py_server.py --stdio [--record FILE]
 
+--paged N serves tools/list N tools per page (`nextCursor` is the offset of the next page), and
+adds the request method `x/echo` outside the MCP specification, which answers its params back.
 --record FILE appends {"tool": name, "arguments": {...}} to FILE each time a tool body runs.
 --stdio serves the same tools on stdin/stdout (newline-delimited JSON-RPC) instead of HTTP, and
 says `py-peer stdio pid=<pid>` on stderr once.
@@ -358,6 +360,34 @@ def add_fixtures(mcp: MCPServer) -> None:
         return Completion(values=[w for w in words if w.startswith(argument.value)], total=None, hasMore=False)
 
 
+def add_paging(mcp: MCPServer, size: int, record: str | None) -> None:
+    """tools/list in pages of `size`; the request method x/echo (not in the specification)."""
+    from mcp_types import ListToolsResult, PaginatedRequestParams, RequestParams, Result
+
+    async def list_page(ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
+        tools = await mcp.list_tools()
+        start = int(params.cursor) if params is not None and params.cursor else 0
+        end = start + size
+        return ListToolsResult(tools=tools[start:end], nextCursor=str(end) if end < len(tools) else None)
+
+    class EchoParams(RequestParams):
+        model_config = ConfigDict(extra="allow")
+
+    class EchoResult(Result):
+        model_config = ConfigDict(extra="allow")
+
+    async def echo(ctx: Any, params: EchoParams) -> EchoResult:
+        extra = dict(params.model_extra or {})
+        if record:
+            with open(record, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"tool": "x/echo", "arguments": extra}, separators=(",", ":")) + "\n")
+        return EchoResult(echoed=extra)
+
+    server = mcp._lowlevel_server
+    server.add_request_handler("tools/list", PaginatedRequestParams, list_page)
+    server.add_request_handler("x/echo", EchoParams, echo)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=0)
@@ -366,6 +396,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--stdio", action="store_true")
     ap.add_argument("--fixtures", action="store_true")
+    ap.add_argument("--paged", type=int, default=0)
     opts = ap.parse_args()
 
     if opts.stdio:
@@ -376,6 +407,8 @@ def main() -> None:
     mcp = build(opts.record)
     if opts.fixtures:
         add_fixtures(mcp)
+    if opts.paged:
+        add_paging(mcp, opts.paged, opts.record)
     # The fixtures' test_reconnection needs resumable streams.
     store = MemoryEventStore() if opts.fixtures else None
     app = mcp.streamable_http_app(

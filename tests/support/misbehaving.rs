@@ -58,6 +58,10 @@ pub const FAULTS: &[(&str, &str)] = &[
     ),
     ("hang", "accepts the call and never answers"),
     (
+        "unknown_messages",
+        "messages the MCP specification does not define on its stream, then a result",
+    ),
+    (
         "crash_mid_event",
         "a progress event, half of the result event, then a TCP reset",
     ),
@@ -567,6 +571,21 @@ async fn fault(stream: &mut TcpStream, name: &str, id: &Value, seen: &Seen) {
                 log("fetching \u{1b}]8;;http://evil.example/steal"),
                 log("\u{7}the report\u{1b}]8;;\u{7} now")
             );
+            let _ = stream.write_all(body.as_bytes()).await;
+        }
+        "unknown_messages" => {
+            sse_head(stream).await;
+            let event = |m: Value| format!("data: {m}\n\n");
+            let done = json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "done"}]}});
+            let body = [
+                json!({"jsonrpc": "2.0", "method": "x/evil", "params": {"text": "unknown-notification"}}),
+                json!({"jsonrpc": "2.0", "method": "Notifications/progress", "params": {"progressToken": "unknown-case"}}),
+                json!({"jsonrpc": "2.0", "id": "s-1", "method": "tools/call", "params": {"name": "unknown-request"}}),
+                json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "known-log"}}),
+                done,
+            ]
+            .map(event)
+            .concat();
             let _ = stream.write_all(body.as_bytes()).await;
         }
         "schema_wrong" => {

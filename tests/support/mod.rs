@@ -289,6 +289,9 @@ pub enum Peer {
     PythonStateless,
     /// Python SDK with the conformance suite's fixtures (`--fixtures`).
     PythonFixtures,
+    /// Python SDK, stateless, listing its tools two per page, and serving the
+    /// request method `x/echo` that the MCP specification does not define (`--paged 2`).
+    PythonPaged,
     /// TypeScript SDK v2 (`createMcpHandler`).
     TypeScript,
     /// FastMCP 4.2.3 (its own venv).
@@ -304,7 +307,7 @@ impl PeerServer {
         let record = tempfile::NamedTempFile::new().expect("temp file");
         let record_path = record.path().to_string_lossy().into_owned();
         let mut cmd = match peer {
-            Peer::Python | Peer::PythonStateless | Peer::PythonFixtures => {
+            Peer::Python | Peer::PythonStateless | Peer::PythonFixtures | Peer::PythonPaged => {
                 let mut c = Command::new(require(
                     peers.join("venv/bin/python"),
                     "the Python SDK venv",
@@ -317,6 +320,9 @@ impl PeerServer {
                 ]);
                 if peer == Peer::PythonStateless {
                     c.arg("--stateless");
+                }
+                if peer == Peer::PythonPaged {
+                    c.args(["--stateless", "--paged", "2"]);
                 }
                 if peer == Peer::PythonFixtures {
                     c.arg("--fixtures");
