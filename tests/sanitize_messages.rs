@@ -301,18 +301,18 @@ fn build(case: &Case) -> (&'static str, Value) {
 }
 
 fn fill(value: &mut Value, texts: &[String], next: &mut usize) {
-    let mut take = || {
+    fn take(texts: &[String], next: &mut usize) -> String {
         *next += 1;
         texts[*next % texts.len()].clone()
-    };
+    }
     match value {
-        Value::String(s) if s == T => *s = take(),
+        Value::String(s) if s == T => *s = take(texts, next),
         Value::Array(items) => items.iter_mut().for_each(|i| fill(i, texts, next)),
         Value::Object(map) => {
             let old = std::mem::take(map);
             for (k, mut v) in old {
                 fill(&mut v, texts, next);
-                let k = if k == T { take() } else { k };
+                let k = if k == T { take(texts, next) } else { k };
                 map.insert(k, v);
             }
         }
@@ -363,7 +363,10 @@ fn corrupt_at(value: &mut Value, target: usize, seen: &mut usize) -> bool {
         Value::Object(map) => map.iter_mut().any(|(k, v)| match v {
             Value::String(s) if IDENTIFIER_KEYS.contains(&k.as_str()) => {
                 if *seen == target {
-                    s.insert_str(s.len() / 2, "\u{1b}[31m\u{202e}");
+                    // At the start: in the middle it could split a sequence
+                    // of a text in a `name`, which would leave its payload as
+                    // plain (visible) words.
+                    s.insert_str(0, "\u{1b}[31m\u{202e}");
                     return true;
                 }
                 *seen += 1;
