@@ -3,8 +3,9 @@
 //! Place in the path: on the way back, after the upstream answered and before
 //! the client sees a byte ([`crate::proxy`]'s `respond` and the list
 //! collection), and on the way out for the secret scan of `tools/call`
-//! arguments. [`message`] knows which strings of which MCP message are text
-//! for the model; this module knows what to do with one string.
+//! arguments. [`message`] walks every string and key of a whole MCP message
+//! (all of them are text, except the identifiers of the one table in
+//! [`exempt`]); this module knows what to do with one string.
 //!
 //! One string goes through, in order:
 //! 1. one character pass that drops terminal control sequences (whole CSI,
@@ -16,8 +17,9 @@
 //!    variation selector after a base character and RGI subdivision flags;
 //! 2. the secret detectors ([`secrets`]), each finding replaced by
 //!    `[REDACTED:<kind>]`;
-//! 3. (for text content only) the `max_output_bytes` cut, at a character
-//!    boundary, with a notice of how much was omitted.
+//! 3. then, over the whole message, the `max_output_bytes` bound on the sum
+//!    of its texts ([`Sanitizer::bound`]): cut at a character boundary, with a
+//!    notice of how much was omitted.
 //!
 //! Invariants: sanitizing twice gives what sanitizing once gave; nothing here
 //! panics on any input; text never grows except by placeholders and notices;

@@ -340,7 +340,10 @@ async fn every_field_of_a_result_and_its_stream_is_sanitized() {
     assert_clean_bytes(&r.text);
     let result = &r.body["result"];
     assert_eq!(result["isError"], Value::Null, "{}", r.text);
-    assert_eq!(result["_meta"]["trace"], "red evil admin [REDACTED:aws-access-key-id] [REDACTED:github-token] link");
+    assert_eq!(
+        result["_meta"]["trace"],
+        "red evil admin  [REDACTED:aws-access-key-id] [REDACTED:github-token] link"
+    );
     assert!(!r.text.contains("\"leak\""), "{}", r.text);
     gateway.stop().await;
 }
@@ -350,13 +353,17 @@ async fn malformed_answers_are_upstream_protocol_errors() {
     let (up, gateway) = scripted_gateway("").await;
     up.script(
         "method_and_result",
-        Scripted::Json(json!({"jsonrpc": "2.0", "id": "$id", "method": "x", "result": {
-            "content": [{"type": "text", "text": HOSTILE}]}})),
+        Scripted::Json(
+            json!({"jsonrpc": "2.0", "id": "$id", "method": "x", "result": {
+            "content": [{"type": "text", "text": HOSTILE}]}}),
+        ),
     );
     up.script(
         "sse_method_and_result",
-        Scripted::Sse(vec![json!({"jsonrpc": "2.0", "id": "$id", "method": "x", "result": {
-            "content": [{"type": "text", "text": HOSTILE}]}})]),
+        Scripted::Sse(vec![
+            json!({"jsonrpc": "2.0", "id": "$id", "method": "x", "result": {
+            "content": [{"type": "text", "text": HOSTILE}]}}),
+        ]),
     );
     up.script(
         "bad_uri",
@@ -397,7 +404,10 @@ async fn input_required_results_are_sanitized_and_blocked() {
     assert_clean_bytes(&r.text);
     let result = &r.body["result"];
     assert_eq!(result["resultType"], "input_required", "{}", r.text);
-    assert_eq!(result["requestState"], "opaque-state.1", "identifiers pass as they are");
+    assert_eq!(
+        result["requestState"], "opaque-state.1",
+        "identifiers pass as they are"
+    );
     assert!(
         result["inputRequests"]["think"]["params"]["systemPrompt"]
             .as_str()
@@ -424,19 +434,31 @@ async fn a_bom_is_never_quoted_into_the_middle_of_a_gateway_text() {
     let (up, gateway) = scripted_gateway("").await;
     up.script(
         "bom_failure",
-        Scripted::Json(json!({"jsonrpc": "2.0", "id": "$id", "result": {"isError": true,
-            "content": [{"type": "text", "text": "\u{feff}the database is down"}]}})),
+        Scripted::Json(
+            json!({"jsonrpc": "2.0", "id": "$id", "result": {"isError": true,
+            "content": [{"type": "text", "text": "\u{feff}the database is down"}]}}),
+        ),
     );
     up.script(
         "bom_error",
-        Scripted::Json(json!({"jsonrpc": "2.0", "id": "$id", "error": {"code": -32603,
-            "message": "\u{feff}internal: \u{feff}lock held"}})),
+        Scripted::Json(
+            json!({"jsonrpc": "2.0", "id": "$id", "error": {"code": -32603,
+            "message": "\u{feff}internal: \u{feff}lock held"}}),
+        ),
     );
     for key in ["bom_failure", "bom_error"] {
         let r = scripted_call(&gateway, key).await;
-        let text = r.body["result"]["content"][0]["text"].as_str().unwrap_or_default();
-        assert!(text.contains("the database is down") || text.contains("lock held"), "{key}: {text}");
-        assert!(!text.contains('\u{feff}'), "{key}: a BOM in the gateway's text: {text:?}");
+        let text = r.body["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            text.contains("the database is down") || text.contains("lock held"),
+            "{key}: {text}"
+        );
+        assert!(
+            !text.contains('\u{feff}'),
+            "{key}: a BOM in the gateway's text: {text:?}"
+        );
         assert!(!r.text.contains("\\ufeff"), "{key}: {}", r.text);
     }
     gateway.stop().await;
@@ -467,7 +489,10 @@ async fn one_message_carries_at_most_max_output_bytes_in_all() {
         .map(|b| b["text"].as_str().unwrap_or_default().len())
         .sum();
     assert!(texts <= 262_144, "{texts} bytes of text in one message");
-    assert!(r.text.contains("more bytes were omitted"), "a notice says so");
+    assert!(
+        r.text.contains("more bytes were omitted"),
+        "a notice says so"
+    );
 
     // The official Python SDK client refuses an SSE event over 1 MiB and fails
     // the session; through the gateway it gets the cut text and a notice.
@@ -481,8 +506,16 @@ async fn one_message_carries_at_most_max_output_bytes_in_all() {
     .await;
     assert_eq!(r[0]["isError"], false, "{}", r[0]);
     let text = r[0]["text"].as_str().unwrap_or_default();
-    assert!(text.len() <= 262_144 && text.contains("more bytes were omitted"), "{}", text.len());
-    assert!(r[0]["structured"]["portcullis/omitted"].is_string(), "{}", r[0]["structured"]);
+    assert!(
+        text.len() <= 262_144 && text.contains("more bytes were omitted"),
+        "{}",
+        text.len()
+    );
+    assert!(
+        r[0]["structured"]["portcullis/omitted"].is_string(),
+        "{}",
+        r[0]["structured"]
+    );
     assert!(r[1]["tools"].is_array(), "the session goes on: {}", r[1]);
     gateway.stop().await;
 }
@@ -502,9 +535,75 @@ async fn initialize_and_other_methods_are_sanitized_whole() {
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "raw", "version": "1"}}});
-    let r = raw_post(&gateway.url("s"), &[("authorization", &auth)], init.to_string()).await;
+    let r = raw_post(
+        &gateway.url("s"),
+        &[("authorization", &auth)],
+        init.to_string(),
+    )
+    .await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_clean_bytes(&r.text);
-    assert!(r.body["result"]["serverInfo"]["title"].as_str().is_some_and(|t| t.contains("red evil")), "{}", r.text);
+    assert!(
+        r.body["result"]["serverInfo"]["title"]
+            .as_str()
+            .is_some_and(|t| t.contains("red evil")),
+        "{}",
+        r.text
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_and_elicitation_reach_the_official_client_clean_in_both_eras() {
+    // 2025-11-25: the server's own requests on the call's stream; 2026-07-28:
+    // an input_required result whose inputRequests the client answers.
+    let up = PeerServer::start(Peer::Python).await;
+    let gateway = TestGateway::start_raw(&config(&up.url, "")).await;
+    for mode in [Mode::Legacy, Mode::Modern] {
+        let r = sdk(
+            Sdk::Python,
+            mode,
+            &gateway.url("s"),
+            ALICE,
+            json!([call("leaky_ask", json!({})), {"op": "asked"}]),
+        )
+        .await;
+        assert_eq!(r[0]["isError"], false, "{mode:?}: {}", r[0]);
+        assert_eq!(r[0]["text"], "answered: ask, think", "{mode:?}: {}", r[0]);
+        let asked = &r[1]["asked"];
+        let kinds: Vec<&str> = asked
+            .as_array()
+            .expect("asked")
+            .iter()
+            .filter_map(|a| a["kind"].as_str())
+            .collect();
+        assert!(
+            kinds.contains(&"sampling") && kinds.contains(&"elicitation"),
+            "{mode:?}: {asked}"
+        );
+        // Decoded by the client: escapes, bidi, tags and secrets all gone.
+        for a in asked.as_array().expect("asked") {
+            let params = &a["params"];
+            assert_clean_bytes(&params.to_string());
+            let texts = params.to_string();
+            assert!(
+                texts.contains("[REDACTED:aws-access-key-id]"),
+                "{mode:?}: {texts}"
+            );
+        }
+        let elicited = asked
+            .as_array()
+            .expect("asked")
+            .iter()
+            .find(|a| a["kind"] == "elicitation")
+            .expect("an elicitation");
+        let field = &elicited["params"]["requestedSchema"]["properties"]["name"];
+        assert!(
+            field["description"]
+                .as_str()
+                .is_some_and(|d| d.contains("click here to continue")),
+            "{mode:?}: {field}"
+        );
+    }
     gateway.stop().await;
 }

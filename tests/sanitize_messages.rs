@@ -47,10 +47,15 @@ fn leak(out: &str) -> Option<String> {
             return Some(format!("{c:?}"));
         }
     }
-    ["\\u001b", "AKIAZ7QWERTYUIOPCANA", "C4n4ryT0k3n", "evil.example"]
-        .into_iter()
-        .find(|needle| out.contains(needle))
-        .map(str::to_owned)
+    [
+        "\\u001b",
+        "AKIAZ7QWERTYUIOPCANA",
+        "C4n4ryT0k3n",
+        "evil.example",
+    ]
+    .into_iter()
+    .find(|needle| out.contains(needle))
+    .map(str::to_owned)
 }
 
 const T: &str = "$T";
@@ -136,7 +141,8 @@ fn shapes() -> Vec<(&'static str, Value)> {
         r["resultType"] = "complete".into();
         json!({"jsonrpc": "2.0", "id": "r-1", "result": r})
     };
-    let note = |method: &str, params: Value| json!({"jsonrpc": "2.0", "method": method, "params": params});
+    let note =
+        |method: &str, params: Value| json!({"jsonrpc": "2.0", "method": method, "params": params});
     let request = |method: &str, params: Value| json!({"jsonrpc": "2.0", "id": 0, "method": method, "params": params});
     let resources = json!({"resources": [{"uri": "res://a", "name": "a", "title": T, "description": T, "mimeType": "text/plain",
         "annotations": {"audience": ["user"], "lastModified": T}, "size": 1, "_meta": {"k": T}}], "nextCursor": "c-1"});
@@ -156,15 +162,24 @@ fn shapes() -> Vec<(&'static str, Value)> {
     };
     vec![
         // 2025-11-25: results of every request.
-        ("initialize", result(json!({"protocolVersion": "2025-11-25",
+        (
+            "initialize",
+            result(json!({"protocolVersion": "2025-11-25",
             "capabilities": {"tools": {"listChanged": true}, "logging": {}, "tasks": {"list": {}, "requests": {"tools": {"call": {}}}}, "experimental": {T: {"k": T}}},
-            "serverInfo": server_info(), "instructions": T, "_meta": {"k": T}}))),
+            "serverInfo": server_info(), "instructions": T, "_meta": {"k": T}})),
+        ),
         ("ping", result(json!({}))),
-        ("tools/list", result(json!({"tools": [tool()], "nextCursor": "c-1"}))),
+        (
+            "tools/list",
+            result(json!({"tools": [tool()], "nextCursor": "c-1"})),
+        ),
         ("tools/call", result(call_result())),
         ("tools/call (task)", result(task(false))),
         ("tasks/get", result(task(false)["task"].clone())),
-        ("tasks/list", result(json!({"tasks": [task(false)["task"].clone()], "nextCursor": "c-2"}))),
+        (
+            "tasks/list",
+            result(json!({"tasks": [task(false)["task"].clone()], "nextCursor": "c-2"})),
+        ),
         ("tasks/result", result(call_result())),
         ("tasks/cancel", result(task(false)["task"].clone())),
         ("resources/list", result(resources.clone())),
@@ -175,63 +190,188 @@ fn shapes() -> Vec<(&'static str, Value)> {
         ("prompts/get", result(prompt.clone())),
         ("completion/complete", result(complete.clone())),
         ("logging/setLevel", result(json!({}))),
-        ("error", json!({"jsonrpc": "2.0", "id": 7, "error": {"code": -32603, "message": T, "data": {"trace": T, "list": [T]}}})),
-        ("error without id", json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": T, "data": T}})),
+        (
+            "error",
+            json!({"jsonrpc": "2.0", "id": 7, "error": {"code": -32603, "message": T, "data": {"trace": T, "list": [T]}}}),
+        ),
+        (
+            "error without id",
+            json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": T, "data": T}}),
+        ),
         // 2025-11-25: notifications.
-        ("notifications/message", note("notifications/message", json!({"level": "info", "logger": T, "data": {T: T}}))),
-        ("notifications/progress", note("notifications/progress", json!({"progressToken": "p-1", "progress": 1, "total": 2, "message": T}))),
-        ("notifications/cancelled", note("notifications/cancelled", json!({"requestId": "r-1", "reason": T}))),
-        ("notifications/resources/updated", note("notifications/resources/updated", json!({"uri": "res://a", "_meta": {"k": T}}))),
-        ("notifications/resources/list_changed", note("notifications/resources/list_changed", json!({"_meta": {"k": T}}))),
-        ("notifications/tools/list_changed", note("notifications/tools/list_changed", json!({}))),
-        ("notifications/prompts/list_changed", note("notifications/prompts/list_changed", json!({}))),
-        ("notifications/tasks/status", note("notifications/tasks/status", task(false)["task"].clone())),
-        ("notifications/elicitation/complete", note("notifications/elicitation/complete", json!({"elicitationId": "e-1"}))),
+        (
+            "notifications/message",
+            note(
+                "notifications/message",
+                json!({"level": "info", "logger": T, "data": {T: T}}),
+            ),
+        ),
+        (
+            "notifications/progress",
+            note(
+                "notifications/progress",
+                json!({"progressToken": "p-1", "progress": 1, "total": 2, "message": T}),
+            ),
+        ),
+        (
+            "notifications/cancelled",
+            note(
+                "notifications/cancelled",
+                json!({"requestId": "r-1", "reason": T}),
+            ),
+        ),
+        (
+            "notifications/resources/updated",
+            note(
+                "notifications/resources/updated",
+                json!({"uri": "res://a", "_meta": {"k": T}}),
+            ),
+        ),
+        (
+            "notifications/resources/list_changed",
+            note(
+                "notifications/resources/list_changed",
+                json!({"_meta": {"k": T}}),
+            ),
+        ),
+        (
+            "notifications/tools/list_changed",
+            note("notifications/tools/list_changed", json!({})),
+        ),
+        (
+            "notifications/prompts/list_changed",
+            note("notifications/prompts/list_changed", json!({})),
+        ),
+        (
+            "notifications/tasks/status",
+            note("notifications/tasks/status", task(false)["task"].clone()),
+        ),
+        (
+            "notifications/elicitation/complete",
+            note(
+                "notifications/elicitation/complete",
+                json!({"elicitationId": "e-1"}),
+            ),
+        ),
         // 2025-11-25: the server's own requests.
-        ("sampling/createMessage", request("sampling/createMessage", sampling())),
-        ("elicitation/create", request("elicitation/create", elicitation())),
-        ("elicitation/create (url)", request("elicitation/create", json!({"mode": "url", "message": T, "url": T, "elicitationId": "e-1"}))),
+        (
+            "sampling/createMessage",
+            request("sampling/createMessage", sampling()),
+        ),
+        (
+            "elicitation/create",
+            request("elicitation/create", elicitation()),
+        ),
+        (
+            "elicitation/create (url)",
+            request(
+                "elicitation/create",
+                json!({"mode": "url", "message": T, "url": T, "elicitationId": "e-1"}),
+            ),
+        ),
         ("roots/list", request("roots/list", json!({}))),
         ("ping (server)", request("ping", json!({}))),
         // 2026-07-28.
-        ("server/discover", modern(json!({"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}, "extensions": {"io.modelcontextprotocol/tasks": {T: T}}},
+        (
+            "server/discover",
+            modern(
+                json!({"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}, "extensions": {"io.modelcontextprotocol/tasks": {T: T}}},
             "instructions": T, "ttlMs": 0, "cacheScope": "private",
-            "_meta": {"io.modelcontextprotocol/serverInfo": server_info()}}))),
-        ("tools/list 2026", modern(caching(json!({"tools": [tool()]})))),
+            "_meta": {"io.modelcontextprotocol/serverInfo": server_info()}}),
+            ),
+        ),
+        (
+            "tools/list 2026",
+            modern(caching(json!({"tools": [tool()]}))),
+        ),
         ("tools/call 2026", modern(call_result())),
-        ("tools/call input_required", json!({"jsonrpc": "2.0", "id": "r-1", "result": {"resultType": "input_required",
+        (
+            "tools/call input_required",
+            json!({"jsonrpc": "2.0", "id": "r-1", "result": {"resultType": "input_required",
             "inputRequests": {"ask": {"method": "elicitation/create", "params": elicitation()},
                               "think": {"method": "sampling/createMessage", "params": sampling()},
                               "roots": {"method": "roots/list", "params": {}},
                               T: {"method": "elicitation/create", "params": {"message": T, "requestedSchema": {"type": "object", "properties": {}}}}},
-            "requestState": "st-abc.123", "_meta": {"k": T}}})),
-        ("tools/call task 2026", json!({"jsonrpc": "2.0", "id": "r-1", "result": task(true)})),
-        ("tasks/get 2026", json!({"jsonrpc": "2.0", "id": "r-1", "result": {"resultType": "complete", "taskId": "t1", "status": "completed",
-            "statusMessage": T, "result": call_result()}})),
-        ("tasks/update 2026", modern(json!({"taskId": "t1", "status": "input_required", "statusMessage": T,
-            "inputRequests": {"ask": {"method": "elicitation/create", "params": elicitation()}}}))),
-        ("tasks/cancel 2026", modern(json!({"taskId": "t1", "status": "cancelled", "statusMessage": T}))),
+            "requestState": "st-abc.123", "_meta": {"k": T}}}),
+        ),
+        (
+            "tools/call task 2026",
+            json!({"jsonrpc": "2.0", "id": "r-1", "result": task(true)}),
+        ),
+        (
+            "tasks/get 2026",
+            json!({"jsonrpc": "2.0", "id": "r-1", "result": {"resultType": "complete", "taskId": "t1", "status": "completed",
+            "statusMessage": T, "result": call_result()}}),
+        ),
+        (
+            "tasks/update 2026",
+            modern(
+                json!({"taskId": "t1", "status": "input_required", "statusMessage": T,
+            "inputRequests": {"ask": {"method": "elicitation/create", "params": elicitation()}}}),
+            ),
+        ),
+        (
+            "tasks/cancel 2026",
+            modern(json!({"taskId": "t1", "status": "cancelled", "statusMessage": T})),
+        ),
         ("resources/list 2026", modern(caching(resources))),
         ("resources/templates/list 2026", modern(caching(templates))),
         ("resources/read 2026", modern(caching(read))),
         ("prompts/list 2026", modern(caching(prompts))),
         ("prompts/get 2026", modern(prompt)),
         ("completion/complete 2026", modern(complete)),
-        ("subscriptions/listen ack", note("notifications/subscriptions/acknowledged",
-            json!({"_meta": {"io.modelcontextprotocol/subscriptionId": "s-1"}}))),
-        ("notifications/tools/list_changed 2026", note("notifications/tools/list_changed",
-            json!({"_meta": {"io.modelcontextprotocol/subscriptionId": "s-1", "note": T}}))),
-        ("notifications/message 2026", note("notifications/message", json!({"level": "warning", "logger": T, "data": T}))),
-        ("error 2026", json!({"jsonrpc": "2.0", "id": "r-1", "error": {"code": -32022, "message": T, "data": {"supported": ["2026-07-28"], "requested": T}}})),
+        (
+            "subscriptions/listen ack",
+            note(
+                "notifications/subscriptions/acknowledged",
+                json!({"_meta": {"io.modelcontextprotocol/subscriptionId": "s-1"}}),
+            ),
+        ),
+        (
+            "notifications/tools/list_changed 2026",
+            note(
+                "notifications/tools/list_changed",
+                json!({"_meta": {"io.modelcontextprotocol/subscriptionId": "s-1", "note": T}}),
+            ),
+        ),
+        (
+            "notifications/message 2026",
+            note(
+                "notifications/message",
+                json!({"level": "warning", "logger": T, "data": T}),
+            ),
+        ),
+        (
+            "error 2026",
+            json!({"jsonrpc": "2.0", "id": "r-1", "error": {"code": -32022, "message": T, "data": {"supported": ["2026-07-28"], "requested": T}}}),
+        ),
     ]
 }
 
 /// Keys that carry exempt identifiers: extra fields never use them (a
 /// credential there would be a value the table exempts on purpose).
 const IDENTIFIER_KEYS: &[&str] = &[
-    "jsonrpc", "id", "method", "requestId", "nextCursor", "cursor", "uri", "uriTemplate", "name",
-    "mimeType", "progressToken", "taskId", "io.modelcontextprotocol/subscriptionId", "toolUseId",
-    "elicitationId", "blob", "data", "requestState", "resultType", "type", "protocolVersion",
+    "jsonrpc",
+    "id",
+    "method",
+    "requestId",
+    "nextCursor",
+    "cursor",
+    "uri",
+    "uriTemplate",
+    "name",
+    "mimeType",
+    "progressToken",
+    "taskId",
+    "io.modelcontextprotocol/subscriptionId",
+    "toolUseId",
+    "elicitationId",
+    "blob",
+    "data",
+    "requestState",
+    "resultType",
+    "type",
+    "protocolVersion",
 ];
 
 fn text() -> impl Strategy<Value = String> {
@@ -267,7 +407,14 @@ fn case() -> impl Strategy<Value = Case> {
     (
         0..shapes().len(),
         proptest::collection::vec(text(), 8),
-        proptest::collection::vec((any::<usize>(), prop_oneof![text(), Just("extra".to_owned())], extra_value()), 0..6),
+        proptest::collection::vec(
+            (
+                any::<usize>(),
+                prop_oneof![text(), Just("extra".to_owned())],
+                extra_value(),
+            ),
+            0..6,
+        ),
         proptest::option::weighted(0.25, any::<usize>()),
     )
         .prop_map(|(shape, texts, extras, corrupt)| Case {
@@ -301,18 +448,18 @@ fn build(case: &Case) -> (&'static str, Value) {
 }
 
 fn fill(value: &mut Value, texts: &[String], next: &mut usize) {
-    let mut take = || {
+    fn take(texts: &[String], next: &mut usize) -> String {
         *next += 1;
         texts[*next % texts.len()].clone()
-    };
+    }
     match value {
-        Value::String(s) if s == T => *s = take(),
+        Value::String(s) if s == T => *s = take(texts, next),
         Value::Array(items) => items.iter_mut().for_each(|i| fill(i, texts, next)),
         Value::Object(map) => {
             let old = std::mem::take(map);
             for (k, mut v) in old {
                 fill(&mut v, texts, next);
-                let k = if k == T { take() } else { k };
+                let k = if k == T { take(texts, next) } else { k };
                 map.insert(k, v);
             }
         }
@@ -330,14 +477,17 @@ fn count_objects(value: &Value) -> usize {
 
 fn insert_at(value: &mut Value, target: usize, seen: &mut usize, key: &str, extra: &Value) -> bool {
     match value {
-        Value::Array(items) => items.iter_mut().any(|i| insert_at(i, target, seen, key, extra)),
+        Value::Array(items) => items
+            .iter_mut()
+            .any(|i| insert_at(i, target, seen, key, extra)),
         Value::Object(map) => {
             if *seen == target {
                 map.insert(key.to_owned(), extra.clone());
                 return true;
             }
             *seen += 1;
-            map.values_mut().any(|v| insert_at(v, target, seen, key, extra))
+            map.values_mut()
+                .any(|v| insert_at(v, target, seen, key, extra))
         }
         _ => false,
     }
@@ -363,7 +513,10 @@ fn corrupt_at(value: &mut Value, target: usize, seen: &mut usize) -> bool {
         Value::Object(map) => map.iter_mut().any(|(k, v)| match v {
             Value::String(s) if IDENTIFIER_KEYS.contains(&k.as_str()) => {
                 if *seen == target {
-                    s.insert_str(s.len() / 2, "\u{1b}[31m\u{202e}");
+                    // At the start: in the middle it could split a sequence
+                    // of a text in a `name`, which would leave its payload as
+                    // plain (visible) words.
+                    s.insert_str(0, "\u{1b}[31m\u{202e}");
                     return true;
                 }
                 *seen += 1;

@@ -1213,6 +1213,17 @@ async fn list_items(
             return Ok(Listed::Refused(error, reply_headers));
         }
     };
+    // The rest of the list result (`_meta`, fields no schema names) is upstream
+    // text like the items.
+    let mut rest = Value::Object(result);
+    if let Err(m) = sanitizer.definition(&mut rest, &mut report) {
+        let e = UpstreamError::new(crate::error::UpstreamKind::Protocol, m.0);
+        return Err(upstream(sanitize, name, None, e));
+    }
+    let result = match rest {
+        Value::Object(result) => result,
+        _ => Map::new(),
+    };
     let observe = ex.mode == Mode::Observe;
     let mut hidden = 0usize;
     let mut permitted = |item: &Value| {
@@ -1237,7 +1248,9 @@ async fn list_items(
         let listed = set.listed(|definitions| {
             definitions
                 .into_iter()
-                .filter_map(|mut item| keep_item(&sanitizer, name, &mut item, &mut report).then_some(item))
+                .filter_map(|mut item| {
+                    keep_item(&sanitizer, name, &mut item, &mut report).then_some(item)
+                })
                 .collect()
         });
         if observe {
@@ -1254,7 +1267,9 @@ async fn list_items(
         items
             .into_iter()
             .filter(|i| permitted(i))
-            .filter_map(|mut item| keep_item(&sanitizer, name, &mut item, &mut report).then_some(item))
+            .filter_map(|mut item| {
+                keep_item(&sanitizer, name, &mut item, &mut report).then_some(item)
+            })
             .collect()
     };
     ex.trail.sanitized(&report);
@@ -1273,7 +1288,12 @@ async fn list_items(
 
 /// Sanitizes one list item whole; false when one of its identifiers (its URI,
 /// its cursor-like fields) is unusable, and the item is left out of the list.
-fn keep_item(sanitizer: &Sanitizer<'_>, server: &str, item: &mut Value, report: &mut Report) -> bool {
+fn keep_item(
+    sanitizer: &Sanitizer<'_>,
+    server: &str,
+    item: &mut Value,
+    report: &mut Report,
+) -> bool {
     match sanitizer.definition(item, report) {
         Ok(()) => true,
         Err(m) => {

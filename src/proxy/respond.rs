@@ -260,7 +260,12 @@ impl Recipient {
         }
     }
 
-    fn judge(&self, message: &mut Value, raw_len: usize, report: &mut Report) -> Result<(), Rejection> {
+    fn judge(
+        &self,
+        message: &mut Value,
+        raw_len: usize,
+        report: &mut Report,
+    ) -> Result<(), Rejection> {
         let tool = self.tool.clone().unwrap_or_default();
         if let Err(m) = shape(message) {
             return Err(self.fault(Fault::Malformed(m), report));
@@ -460,7 +465,11 @@ fn check_message(
         .sanitize_message(message, report)
         .map_err(Fault::Malformed)?;
     sanitizer.bound(message, texts, report);
-    let size = if report.is_empty() { raw_len } else { json_len(message) };
+    let size = if report.is_empty() {
+        raw_len
+    } else {
+        json_len(message)
+    };
     if size > MAX_CLIENT_MESSAGE {
         return Err(Fault::Output(OutputKind::TooLarge {
             bytes: size,

@@ -123,7 +123,12 @@ pub(crate) const EXEMPT: &[Exempt] = &[
     // Progress and tasks: the client matches them.
     entry("progressToken", Anywhere, Id, Refuse),
     entry("taskId", Anywhere, Id, Refuse),
-    entry("io.modelcontextprotocol/subscriptionId", Anywhere, Id, Refuse),
+    entry(
+        "io.modelcontextprotocol/subscriptionId",
+        Anywhere,
+        Id,
+        Refuse,
+    ),
     // Sampling tool use (2025-11-25): the ids that pair a use with its result.
     entry("id", Block(&["tool_use"]), Id, Refuse),
     entry("toolUseId", Anywhere, Id, Refuse),

@@ -69,11 +69,7 @@ pub fn shape(message: &Value) -> Result<Shape, Malformed> {
     if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return bad("its message does not say `\"jsonrpc\": \"2.0\"`");
     }
-    let (method, result, error) = (
-        obj.get("method"),
-        obj.get("result"),
-        obj.get("error"),
-    );
+    let (method, result, error) = (obj.get("method"), obj.get("result"), obj.get("error"));
     let id_ok = |id: Option<&Value>| matches!(id, Some(Value::String(_) | Value::Number(_)));
     match (method, result, error) {
         (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
@@ -108,12 +104,17 @@ pub fn shape(message: &Value) -> Result<Shape, Malformed> {
             if !ok {
                 return bad("its error is not an object with an integer code and a message");
             }
-            if obj.get("id").is_some_and(|id| !id.is_null() && !id_ok(Some(id))) {
+            if obj
+                .get("id")
+                .is_some_and(|id| !id.is_null() && !id_ok(Some(id)))
+            {
                 return bad("its error's id is neither a string nor a number");
             }
             Ok(Shape::Error)
         }
-        (None, None, None) => bad("its message is neither a request, a notification nor a response"),
+        (None, None, None) => {
+            bad("its message is neither a request, a notification nor a response")
+        }
     }
 }
 
@@ -159,7 +160,11 @@ impl Sanitizer<'_> {
 
     /// A list item (a tool, prompt, resource or template), sanitized whole.
     /// `Err` when one of its identifiers is unusable: the item is left out.
-    pub(crate) fn definition(&self, item: &mut Value, report: &mut Report) -> Result<(), Malformed> {
+    pub(crate) fn definition(
+        &self,
+        item: &mut Value,
+        report: &mut Report,
+    ) -> Result<(), Malformed> {
         self.walk(item, false, &mut Texts::default(), report)
             .map(|_| ())
     }
@@ -290,13 +295,22 @@ impl Sanitizer<'_> {
         if texts.total <= max {
             return false;
         }
-        let mut cut = Cut {
+        let start = Cut {
             // Room is kept for the notice, so that the texts and it fit in `max`.
             remaining: max.saturating_sub(texts.small + super::NOTICE_ROOM),
             max,
-            omitted: texts.total - max,
+            omitted: 0,
             noticed: false,
             replaced: false,
+            dry: true,
+        };
+        // A first walk counts what will be omitted, for the notice to say.
+        let mut dry = start;
+        dry.value(message, true, &mut Report::default());
+        let mut cut = Cut {
+            omitted: dry.omitted,
+            dry: false,
+            ..start
         };
         cut.value(message, true, report);
         cut.replaced
@@ -304,12 +318,16 @@ impl Sanitizer<'_> {
 }
 
 /// The state of one bounding walk.
+#[derive(Debug, Clone, Copy)]
 struct Cut {
     remaining: usize,
     max: usize,
+    /// Bytes the message loses: counted by the dry walk, said by the notice.
     omitted: usize,
     noticed: bool,
     replaced: bool,
+    /// Counts only, changes nothing.
+    dry: bool,
 }
 
 impl Cut {
@@ -355,7 +373,11 @@ impl Cut {
         }
         report.add(TRUNCATED, 1);
         if self.noticed {
-            s.clear();
+            if self.dry {
+                self.omitted += n;
+            } else {
+                s.clear();
+            }
             return;
         }
         self.noticed = true;
@@ -363,8 +385,12 @@ impl Cut {
         while keep > 0 && !s.is_char_boundary(keep) {
             keep -= 1;
         }
-        s.truncate(keep);
         self.remaining -= keep;
+        if self.dry {
+            self.omitted += n - keep;
+            return;
+        }
+        s.truncate(keep);
         s.push_str(&format!(
             "\n[portcullis: output cut here; {} more bytes were omitted (limit {} bytes)]",
             self.omitted, self.max
@@ -379,6 +405,10 @@ impl Cut {
         }
         report.add(TRUNCATED, 1);
         self.replaced = true;
+        if self.dry {
+            self.omitted += size;
+            return;
+        }
         *value = json!({ "portcullis/omitted": format!(
             "[portcullis: structuredContent omitted here; {size} bytes were omitted (limit {} bytes)]",
             self.max

@@ -405,7 +405,8 @@ fn messages_are_sanitized_whole() {
         "description": "Adds.\u{E0049}\u{E0067}\u{E006E}",
         "inputSchema": {"type": "object", "properties": {"a": {"type": "string", "description": "\x1b[8mhidden\x1b[0m", "pattern": "^\\x1b$"}}}
     }, {"name": "get_weather", "description": "ok"}]}});
-    s.message(&mut list, &mut Report::default()).expect("well-formed");
+    s.message(&mut list, &mut Report::default())
+        .expect("well-formed");
     let tool = &list["result"]["tools"][0];
     assert_eq!(
         tool["name"], "t",
@@ -423,7 +424,8 @@ fn messages_are_sanitized_whole() {
         {"uri": "file:///a", "text": "x\x1b[2Jy", "_meta": {"note": "\u{202e}evil"}},
         {"uri": "file:///b", "blob": "AAAA"}
     ]}});
-    s.message(&mut read, &mut Report::default()).expect("well-formed");
+    s.message(&mut read, &mut Report::default())
+        .expect("well-formed");
     assert_eq!(read["result"]["contents"][0]["text"], "xy");
     assert_eq!(read["result"]["contents"][0]["_meta"]["note"], "evil");
     assert_eq!(read["result"]["contents"][1]["blob"], "AAAA");
@@ -437,7 +439,8 @@ fn messages_are_sanitized_whole() {
     assert!(e.0.contains("`blob`"), "{}", e.0);
 
     let mut error = json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32603, "message": "boom \x1b[31mpassword=hunter2", "data": {"trace": "ad\u{200B}min"}}});
-    s.message(&mut error, &mut Report::default()).expect("well-formed");
+    s.message(&mut error, &mut Report::default())
+        .expect("well-formed");
     assert_eq!(
         error["error"]["message"],
         "boom password=[REDACTED:generic-secret]"
@@ -445,7 +448,8 @@ fn messages_are_sanitized_whole() {
     assert_eq!(error["error"]["data"]["trace"], "admin");
 
     let mut log = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "logger": "db\x1b[2J", "data": "\x1b]8;;http://x\x07y"}});
-    s.message(&mut log, &mut Report::default()).expect("well-formed");
+    s.message(&mut log, &mut Report::default())
+        .expect("well-formed");
     assert_eq!(log["params"]["data"], "y");
     assert_eq!(log["params"]["logger"], "db");
 }
@@ -455,16 +459,30 @@ fn malformed_messages_are_protocol_errors() {
     let settings = SanitizeSettings::default();
     let s = Sanitizer::new(&settings, Skip::default());
     for (m, why) in [
-        (json!({"jsonrpc": "2.0", "id": 1, "method": "x", "result": {}}), "both a `method`"),
-        (json!({"jsonrpc": "2.0", "id": 1, "result": {}, "error": {"code": 1, "message": "m"}}), "both a result and an error"),
+        (
+            json!({"jsonrpc": "2.0", "id": 1, "method": "x", "result": {}}),
+            "both a `method`",
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 1, "result": {}, "error": {"code": 1, "message": "m"}}),
+            "both a result and an error",
+        ),
         (json!({"jsonrpc": "2.0", "id": 1}), "neither"),
-        (json!({"jsonrpc": "2.0", "id": 1, "result": 5}), "not a JSON object"),
-        (json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "later"}}), "`resultType`"),
+        (
+            json!({"jsonrpc": "2.0", "id": 1, "result": 5}),
+            "not a JSON object",
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "later"}}),
+            "`resultType`",
+        ),
         (json!({"id": 1, "result": {}}), "jsonrpc"),
         (json!([1]), "not a JSON object"),
     ] {
         let mut m = m;
-        let e = s.message(&mut m, &mut Report::default()).expect_err("malformed");
+        let e = s
+            .message(&mut m, &mut Report::default())
+            .expect_err("malformed");
         assert!(e.0.contains(why), "{} / {why}", e.0);
     }
 }
@@ -478,10 +496,15 @@ fn keys_are_sanitized_and_collisions_renamed_in_order() {
     }}});
     let mut report = Report::default();
     s.message(&mut m, &mut report).expect("well-formed");
-    let keys: Vec<&String> = m["result"]["_meta"].as_object().expect("object").keys().collect();
+    let keys: Vec<&String> = m["result"]["_meta"]
+        .as_object()
+        .expect("object")
+        .keys()
+        .collect();
     assert_eq!(keys, ["ab#2", "ab", "ab#3", "[REDACTED:aws-access-key-id]"]);
     let again = m.clone();
-    s.message(&mut m, &mut Report::default()).expect("well-formed");
+    s.message(&mut m, &mut Report::default())
+        .expect("well-formed");
     assert_eq!(m, again, "idempotent");
 }
 
@@ -506,11 +529,17 @@ fn the_bound_is_on_the_whole_message() {
         .map(|b| b["text"].as_str().expect("text").len())
         .sum();
     assert!(texts <= 4096 + 200, "{texts}");
-    assert!(m["result"]["content"][1]["text"].as_str().expect("text").contains("more bytes were omitted"));
+    assert!(
+        m["result"]["content"][1]["text"]
+            .as_str()
+            .expect("text")
+            .contains("more bytes were omitted")
+    );
     assert_eq!(m["result"]["content"][59]["text"], "");
     assert!(m["result"]["structuredContent"]["portcullis/omitted"].is_string());
     let again = m.clone();
-    s.message(&mut m, &mut Report::default()).expect("well-formed");
+    s.message(&mut m, &mut Report::default())
+        .expect("well-formed");
     assert_eq!(m, again, "idempotent");
 }
 
@@ -529,7 +558,9 @@ fn text_content_is_cut_but_images_are_not_touched() {
     ]}});
     let mut report = Report::default();
     s.message(&mut result, &mut report).expect("well-formed");
-    let text = result["result"]["content"][0]["text"].as_str().expect("text");
+    let text = result["result"]["content"][0]["text"]
+        .as_str()
+        .expect("text");
     assert!(
         text.len() <= 1024 && text.contains("more bytes were omitted"),
         "{text}"

@@ -11,6 +11,9 @@
   {"op":"resources"}                              -> {"resources":[uris],"templates":[uri templates]}
   {"op":"read","uri":U}                           -> {"texts":[text of each content]}
   {"op":"ping"}                                   -> {"pong":true}
+  {"op":"asked"}                                  -> {"asked":[params of each sampling / elicitation
+                                                     request the server made so far, as JSON]}
+Sampling requests are answered with the text "ok" and elicitations accepted with {"name":"bob"}.
 An error on one op gives {"error":message,"code":code|null} and the next op runs.
 Prints one JSON line (the array of results); exits 1 only when connecting fails.
 """
@@ -22,7 +25,7 @@ from typing import Any
 
 import anyio
 import httpx2
-from mcp import Client
+from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
@@ -38,7 +41,23 @@ def describe(exc: BaseException) -> dict[str, Any]:
     return {"error": f"{type(exc).__name__}: {exc}", "code": None}
 
 
+# What the sampling and elicitation callbacks received, in order.
+ASKED: list[dict[str, Any]] = []
+
+
+async def on_sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+    ASKED.append({"kind": "sampling", "params": params.model_dump(mode="json", by_alias=True, exclude_none=True)})
+    return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="ok"), model="test")
+
+
+async def on_elicitation(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+    ASKED.append({"kind": "elicitation", "params": params.model_dump(mode="json", by_alias=True, exclude_none=True)})
+    return types.ElicitResult(action="accept", content={"name": "bob"})
+
+
 async def run_op(client: Client, op: dict[str, Any]) -> dict[str, Any]:
+    if op["op"] == "asked":
+        return {"asked": list(ASKED)}
     if op["op"] == "list":
         listed = await client.list_tools()
         return {"tools": [t.name for t in listed.tools]}
@@ -97,7 +116,9 @@ async def main() -> int:
     try:
         async with create_mcp_http_client(headers=headers) as http:
             transport = streamable_http_client(opts.url, http_client=http)
-            async with Client(transport, mode=opts.mode) as client:
+            async with Client(
+                transport, mode=opts.mode, sampling_callback=on_sampling, elicitation_callback=on_elicitation
+            ) as client:
                 connected = True
                 for op in ops:
                     try:

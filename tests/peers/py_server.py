@@ -3,7 +3,8 @@
 Serves Streamable HTTP at /mcp on 127.0.0.1 (both the 2025 handshake era and 2026-07-28), prints
 `LISTENING <port>` once ready. Tools: echo, book_flight (advertises a strict schema but checks
 nothing), progress, explode (raises with a secret in the message), admin_reset, and for the
-sanitizer: leaky_text (terminal escapes, OSC 8, tag characters, bidi, zero-width, canary secrets
+sanitizer: leaky_ask (sampling and elicitation whose texts carry the same, as server requests in
+the 2025 era and as an `input_required` result in 2026-07-28), leaky_text (terminal escapes, OSC 8, tag characters, bidi, zero-width, canary secrets
 in text and in an embedded resource), leaky_structured (the same in structuredContent), hang
 (sleeps `seconds`), huge (returns `bytes` bytes of text). Resources: the templates
 `users://{user_id}/profile`, `res://{+path}` and `file:///{+path}` (the last two resolve `..`
@@ -40,6 +41,11 @@ from mcp.server.mcpserver.resources.templates import ResourceSecurity
 from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
 from mcp.types import (
     AudioContent,
+    CreateMessageRequest,
+    CreateMessageRequestParams,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    InputRequiredResult,
     Completion,
     EmbeddedResource,
     EmptyResult,
@@ -50,7 +56,7 @@ from mcp.types import (
     TextContent,
     TextResourceContents,
 )
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 # Canary secrets: any of these in a byte the gateway's client receives is a leak.
 CANARY_AWS = "AKIA2CANARY7QWERTYZX"
@@ -107,6 +113,12 @@ class AnyArguments(ArgModelBase):
 
     def model_dump_one_level(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
+
+
+class LeakyAnswer(BaseModel):
+    """The form of `leaky_ask`'s legacy elicitation: its field's title and description are hostile."""
+
+    name: str = Field(title=LEAKY, description=LEAKY)
 
 
 def build(record: str | None) -> MCPServer:
@@ -185,6 +197,35 @@ def build(record: str | None) -> MCPServer:
     def leaky_structured() -> dict[str, Any]:
         ran("leaky_structured", {})
         return dict(LEAKY_RECORD)
+
+    @mcp.tool(
+        description="Ask the client's model and its user, with hidden channels and canary secrets in both questions.",
+        structured_output=False,
+    )
+    async def leaky_ask(ctx: Context) -> str | InputRequiredResult:
+        ran("leaky_ask", {})
+        question = [SamplingMessage(role="user", content=TextContent(type="text", text=LEAKY))]
+        schema = {
+            "type": "object",
+            "properties": {"name": {"type": "string", "title": LEAKY, "description": LEAKY}},
+        }
+        if ctx.protocol_version == "2026-07-28":
+            if ctx.input_responses:
+                return "answered: " + ", ".join(sorted(ctx.input_responses))
+            return InputRequiredResult(
+                input_requests={
+                    "think": CreateMessageRequest(
+                        params=CreateMessageRequestParams(messages=question, system_prompt=LEAKY, max_tokens=5)
+                    ),
+                    "ask": ElicitRequest(params=ElicitRequestFormParams(message=LEAKY, requested_schema=schema)),
+                },
+                request_state="leaky-ask-1",
+            )
+        await ctx.session.create_message(
+            messages=question, max_tokens=5, system_prompt=LEAKY, related_request_id=ctx.request_id
+        )
+        await ctx.elicit(LEAKY, schema=LeakyAnswer)
+        return "answered: ask, think"
 
     @mcp.tool(description="Sleep for `seconds`, then answer.", structured_output=False)
     async def hang(seconds: float) -> str:

@@ -411,13 +411,23 @@ async fn send_scripted(stream: &mut TcpStream, reply: Scripted, id: &Value) {
     match reply {
         Scripted::Json(mut m) => {
             with_id(&mut m, id);
-            respond(stream, "200 OK", "application/json", m.to_string().as_bytes()).await;
+            respond(
+                stream,
+                "200 OK",
+                "application/json",
+                m.to_string().as_bytes(),
+            )
+            .await;
         }
         Scripted::Sse(messages) => {
             sse_head(stream).await;
             for mut m in messages {
                 with_id(&mut m, id);
-                if stream.write_all(format!("data: {m}\n\n").as_bytes()).await.is_err() {
+                if stream
+                    .write_all(format!("data: {m}\n\n").as_bytes())
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -435,7 +445,15 @@ async fn fault(stream: &mut TcpStream, name: &str, id: &Value, seen: &Seen) {
         let reply = key.and_then(|k| seen.scripts.lock().expect("lock").get(&k).cloned());
         match reply {
             Some(reply) => send_scripted(stream, reply, id).await,
-            None => respond(stream, "200 OK", json_ct, &rpc_error(id, -32602, "no script")).await,
+            None => {
+                respond(
+                    stream,
+                    "200 OK",
+                    json_ct,
+                    &rpc_error(id, -32602, "no script"),
+                )
+                .await
+            }
         }
         return;
     }
