@@ -353,7 +353,8 @@ impl TaskScope {
         let Some(holder) = holder.and_then(Value::as_object_mut) else {
             return false;
         };
-        if !holder.get("result").is_some_and(Value::is_object) {
+        // Only task state carries a task's result: a `taskId` beside `result`.
+        if !holder.get("result").is_some_and(Value::is_object) || !holder.contains_key("taskId") {
             return false;
         }
         let task = holder
