@@ -320,7 +320,12 @@ async fn http2_prior_knowledge_is_served_and_its_authority_checked_like_host() {
     assert_eq!(r.version(), reqwest::Version::HTTP_2);
     assert_eq!(r.status(), 200);
     let body: Value = serde_json::from_str(&r.text().await.expect("body")).expect("json");
-    assert!(body["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "{body}");
+    assert!(
+        body["result"]["tools"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty()),
+        "{body}"
+    );
 
     // A foreign :authority is refused like a foreign Host, before anything reaches the upstream.
     let before = upstream.hits();
@@ -385,15 +390,27 @@ async fn a_secret_anywhere_in_a_client_message_is_not_sent_upstream() {
             json!({"ref": {"type": "ref/prompt", "name": "greet"}, "argument": {"name": "who", "value": key}}),
             "/params/argument/value",
         ),
-        ("tools/list", json!({"_meta": {"k": key}}), "/params/_meta/k"),
+        (
+            "tools/list",
+            json!({"_meta": {"k": key}}),
+            "/params/_meta/k",
+        ),
     ] {
         let before = upstream.hits();
         let r = raw_post(&url, &[ALICE_AUTH], message(method, params)).await;
         assert_eq!(r.status, 200, "{method}: {}", r.text);
         assert_eq!(r.body["error"]["code"], -32602, "{method}: {}", r.text);
         let data = &r.body["error"]["data"];
-        assert_eq!(data["code"], "argument_not_permitted", "{method}: {}", r.text);
-        assert_eq!(data["secrets"][0]["pointer"], pointer, "{method}: {}", r.text);
+        assert_eq!(
+            data["code"], "argument_not_permitted",
+            "{method}: {}",
+            r.text
+        );
+        assert_eq!(
+            data["secrets"][0]["pointer"], pointer,
+            "{method}: {}",
+            r.text
+        );
         assert!(!r.text.contains(key), "{method}: {}", r.text);
         assert_eq!(upstream.hits(), before, "{method} reached the upstream");
     }
@@ -406,7 +423,10 @@ async fn a_secret_anywhere_in_a_client_message_is_not_sent_upstream() {
     let answer = json!({"jsonrpc": "2.0", "id": "s-1", "result": {"action": "accept", "content": {"token": key}}});
     let r = raw_post(&url, &[ALICE_AUTH], answer.to_string()).await;
     assert_eq!(r.status, 400, "{}", r.text);
-    assert_eq!(r.body["error"]["data"]["secrets"][0]["pointer"], "/result/content/token");
+    assert_eq!(
+        r.body["error"]["data"]["secrets"][0]["pointer"],
+        "/result/content/token"
+    );
     assert_eq!(upstream.hits(), before);
     gateway.stop().await;
 }

@@ -60,7 +60,8 @@ async fn create_legacy(url: &str, key: &str, tool: &str, topic: &str) -> String 
     .await;
     assert_eq!(r.status, 200, "{}", r.text);
     let id = r.body["result"]["task"]["taskId"].as_str();
-    id.unwrap_or_else(|| panic!("a task: {}", r.text)).to_owned()
+    id.unwrap_or_else(|| panic!("a task: {}", r.text))
+        .to_owned()
 }
 
 fn no_canary(text: &str) {
@@ -87,7 +88,11 @@ async fn alices_task_is_invisible_and_unreadable_to_anyone_else() {
         assert_eq!(stolen.status, unknown.status, "{method}");
         assert_eq!(stolen.body, unknown.body, "{method}: {}", stolen.text);
         assert!(!stolen.text.contains("tides"), "{}", stolen.text);
-        assert_eq!(upstream.count(method), before, "{method} reached the upstream");
+        assert_eq!(
+            upstream.count(method),
+            before,
+            "{method} reached the upstream"
+        );
         // Without credentials: 401, as for any other request.
         let anonymous = legacy(&url, None, method, json!({"taskId": alices})).await;
         assert_eq!(anonymous.status, 401, "{}", anonymous.text);
@@ -109,7 +114,10 @@ async fn alices_task_is_invisible_and_unreadable_to_anyone_else() {
     let bob_list = legacy(&url, Some(BOB), "tasks/list", json!({})).await;
     assert_eq!(ids(&bob_list), vec![bobs.clone()], "{}", bob_list.text);
     let alice_list = legacy(&url, Some(ALICE), "tasks/list", json!({})).await;
-    assert_eq!(ids(&alice_list), vec![alices.clone(), alices_second.clone()]);
+    assert_eq!(
+        ids(&alice_list),
+        vec![alices.clone(), alices_second.clone()]
+    );
     assert!(alice_list.body["result"].get("nextCursor").is_none());
     // The gateway hands out no cursor, so one sent is an invalid cursor (-32602).
     let cursor = legacy(&url, Some(ALICE), "tasks/list", json!({"cursor": "2"})).await;
@@ -125,7 +133,11 @@ async fn alices_task_is_invisible_and_unreadable_to_anyone_else() {
         result.text
     );
     let cancel = legacy(&url, Some(ALICE), "tasks/cancel", json!({"taskId": alices})).await;
-    assert_eq!(cancel.body["result"]["status"], "cancelled", "{}", cancel.text);
+    assert_eq!(
+        cancel.body["result"]["status"], "cancelled",
+        "{}",
+        cancel.text
+    );
     gateway.stop().await;
 }
 
@@ -142,7 +154,11 @@ async fn a_task_result_gets_the_output_checks_of_its_tool() {
         json!({"name": "research", "arguments": {"topic": "leak"}, "task": {}}),
     )
     .await;
-    assert!(!r.text.contains('\u{1b}') && !r.text.contains("\\u001b"), "{}", r.text);
+    assert!(
+        !r.text.contains('\u{1b}') && !r.text.contains("\\u001b"),
+        "{}",
+        r.text
+    );
     let leak = r.body["result"]["task"]["taskId"]
         .as_str()
         .expect("a task")
@@ -206,16 +222,35 @@ async fn modern_tasks_are_bound_and_their_completed_results_checked() {
         let before = upstream.count(method);
         let params = json!({"taskId": id, "inputResponses": {}});
         let stolen = modern(&url, BOB, method, &id, params).await;
-        let unknown = modern(&url, BOB, method, "nope", json!({"taskId": "nope", "inputResponses": {}})).await;
-        assert_eq!(stolen.body["error"]["code"], -32602, "{method}: {}", stolen.text);
+        let unknown = modern(
+            &url,
+            BOB,
+            method,
+            "nope",
+            json!({"taskId": "nope", "inputResponses": {}}),
+        )
+        .await;
+        assert_eq!(
+            stolen.body["error"]["code"], -32602,
+            "{method}: {}",
+            stolen.text
+        );
         assert_eq!(stolen.body, unknown.body, "{method}");
-        assert_eq!(upstream.count(method), before, "{method} reached the upstream");
+        assert_eq!(
+            upstream.count(method),
+            before,
+            "{method} reached the upstream"
+        );
     }
 
     // Alice's completed task: its result is checked like the tool's result (secret → withheld).
     let got = modern(&url, ALICE, "tasks/get", &id, json!({"taskId": id})).await;
     assert_eq!(got.body["result"]["status"], "completed", "{}", got.text);
-    assert_eq!(got.body["result"]["result"]["isError"], true, "{}", got.text);
+    assert_eq!(
+        got.body["result"]["result"]["isError"], true,
+        "{}",
+        got.text
+    );
     assert_eq!(
         got.body["result"]["result"]["_meta"]["portcullis/error"]["code"], "output_withheld",
         "{}",
@@ -225,7 +260,11 @@ async fn modern_tasks_are_bound_and_their_completed_results_checked() {
     assert!(!got.text.contains("\\u001b"), "{}", got.text);
     // A task created in one era is not reachable in the other.
     let legacy_get = legacy(&url, Some(ALICE), "tasks/get", json!({"taskId": id})).await;
-    assert_eq!(legacy_get.body["error"]["code"], -32602, "{}", legacy_get.text);
+    assert_eq!(
+        legacy_get.body["error"]["code"], -32602,
+        "{}",
+        legacy_get.text
+    );
     gateway.stop().await;
 }
 
@@ -246,7 +285,11 @@ async fn anonymous_tasks_bind_to_the_anonymous_identity_only_when_it_is_configur
         .unwrap_or_else(|| panic!("a task: {}", r.text))
         .to_owned();
     let own = legacy(&url, None, "tasks/result", json!({"taskId": id})).await;
-    assert_eq!(own.body["result"]["content"][0]["text"], "report on open", "{}", own.text);
+    assert_eq!(
+        own.body["result"]["content"][0]["text"], "report on open",
+        "{}",
+        own.text
+    );
     // A named client does not reach the anonymous identity's task.
     let alice = legacy(&url, Some(ALICE), "tasks/result", json!({"taskId": id})).await;
     assert_eq!(alice.body["error"]["code"], -32602, "{}", alice.text);
@@ -317,20 +360,34 @@ async fn a_real_sdk_servers_task_serves_its_creator_and_no_one_else() {
     for method in ["tasks/get", "tasks/result", "tasks/cancel"] {
         let stolen = in_session(&url, BOB, &bob, method, json!({"taskId": id})).await;
         let unknown = in_session(&url, BOB, &bob, method, json!({"taskId": "made-up"})).await;
-        assert_eq!(stolen.body["error"]["code"], -32602, "{method}: {}", stolen.text);
+        assert_eq!(
+            stolen.body["error"]["code"], -32602,
+            "{method}: {}",
+            stolen.text
+        );
         assert_eq!(stolen.body, unknown.body, "{method}");
     }
     let bobs = in_session(&url, BOB, &bob, "tasks/list", json!({})).await;
     assert_eq!(bobs.body["result"]["tasks"], json!([]), "{}", bobs.text);
     let alices = in_session(&url, ALICE, &alice, "tasks/list", json!({})).await;
-    let listed = alices.body["result"]["tasks"].as_array().cloned().unwrap_or_default();
-    assert!(listed.iter().any(|t| t["taskId"] == id.as_str()), "{}", alices.text);
+    let listed = alices.body["result"]["tasks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        listed.iter().any(|t| t["taskId"] == id.as_str()),
+        "{}",
+        alices.text
+    );
 
     // Alice polls her task to completion (bounded), then reads its result.
     let mut status = String::new();
     for _ in 0..120 {
         let got = in_session(&url, ALICE, &alice, "tasks/get", json!({"taskId": id})).await;
-        status = got.body["result"]["status"].as_str().unwrap_or_default().to_owned();
+        status = got.body["result"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         if status == "completed" || status == "failed" {
             break;
         }
@@ -338,7 +395,9 @@ async fn a_real_sdk_servers_task_serves_its_creator_and_no_one_else() {
     }
     assert_eq!(status, "completed");
     let result = in_session(&url, ALICE, &alice, "tasks/result", json!({"taskId": id})).await;
-    let text = result.body["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    let text = result.body["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
     assert!(text.contains("Research Report: tides"), "{}", result.text);
     gateway.stop().await;
     server.stop().await;
