@@ -237,3 +237,196 @@ async fn a_session_belongs_to_the_client_that_opened_it() {
     let _ = BOB;
     gateway.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_clients_initialize_flood_never_evicts_another_clients_session() {
+    let upstream = InProcess::demo().await;
+    let gateway = TestGateway::start_raw(&format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmax_sessions = 50\nmax_sessions_per_client = 3\n\
+         [servers.demo]\nurl = \"{}\"\n{}{}",
+        upstream.url,
+        clients(),
+        allow_all()
+    ))
+    .await;
+    let url = gateway.url("demo");
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let open = |key: &'static str| {
+        let url = url.clone();
+        async move {
+            let auth = format!("Bearer {key}");
+            let r = raw_post(&url, &[("authorization", auth.as_str())], init).await;
+            assert_eq!(r.status, 200, "{}", r.text);
+            r.headers["mcp-session-id"]
+                .to_str()
+                .expect("ascii")
+                .to_owned()
+        }
+    };
+    let alices = open(ALICE).await;
+    // Bob opens far more sessions than the whole table holds.
+    let mut bobs = Vec::new();
+    for _ in 0..60 {
+        bobs.push(open(BOB).await);
+    }
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let uses = |key: &'static str, session: String| {
+        let url = url.clone();
+        async move {
+            let auth = format!("Bearer {key}");
+            let headers = [
+                ("authorization", auth.as_str()),
+                ("mcp-session-id", session.as_str()),
+                ("mcp-protocol-version", "2025-11-25"),
+            ];
+            raw_post(&url, &headers, list).await.status
+        }
+    };
+    assert_eq!(uses(ALICE, alices).await, 200, "alice's session survived");
+    // Bob keeps his own newest sessions, and lost his oldest.
+    assert_eq!(uses(BOB, bobs[59].clone()).await, 200);
+    assert_eq!(uses(BOB, bobs[57].clone()).await, 200);
+    assert_eq!(uses(BOB, bobs[0].clone()).await, 404);
+    gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_prior_knowledge_is_served_and_its_authority_checked_like_host() {
+    let (upstream, gateway) = setup().await;
+    let url = gateway.url("demo");
+    let addr: std::net::SocketAddr = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .and_then(|a| a.parse().ok())
+        .expect("address");
+    support::init();
+    let h2 = reqwest::Client::builder()
+        .no_proxy()
+        .http2_prior_knowledge()
+        .resolve("evil.example", addr)
+        .build()
+        .expect("client");
+    let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    let send = |target: String| {
+        h2.post(target)
+            .header("authorization", "Bearer alice-key")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(list)
+            .send()
+    };
+    let r = send(url.clone()).await.expect("an h2c exchange");
+    assert_eq!(r.version(), reqwest::Version::HTTP_2);
+    assert_eq!(r.status(), 200);
+    let body: Value = serde_json::from_str(&r.text().await.expect("body")).expect("json");
+    assert!(
+        body["result"]["tools"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty()),
+        "{body}"
+    );
+
+    // A foreign :authority is refused like a foreign Host, before anything reaches the upstream.
+    let before = upstream.hits();
+    let foreign = format!("http://evil.example:{}/mcp/demo", addr.port());
+    let r = send(foreign).await.expect("an h2c exchange");
+    assert_eq!(r.version(), reqwest::Version::HTTP_2);
+    assert_eq!(r.status(), 403);
+    assert_eq!(upstream.hits(), before);
+    gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_anywhere_in_a_client_message_is_not_sent_upstream() {
+    use support::misbehaving::CANARIES;
+    let (upstream, gateway) = setup().await;
+    let url = gateway.url("demo");
+    let key = CANARIES[0];
+    let message = |method: &str, params: Value| {
+        json!({"jsonrpc": "2.0", "id": 3, "method": method, "params": params}).to_string()
+    };
+    // tools/call: a value and a key of its `_meta`: the call's isError answer.
+    for (params, pointer) in [
+        (
+            json!({"name": "echo", "arguments": {"text": "hi"}, "_meta": {"trace": key}}),
+            "/params/_meta/trace",
+        ),
+        (
+            json!({"name": "echo", "arguments": {"text": "hi"}, "_meta": {key: 1}}),
+            "/params/_meta/[REDACTED:",
+        ),
+    ] {
+        let before = upstream.hits();
+        let r = raw_post(&url, &[ALICE_AUTH], message("tools/call", params)).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        assert_eq!(r.body["result"]["isError"], true, "{}", r.text);
+        let error = &r.body["result"]["_meta"]["portcullis/error"];
+        assert_eq!(error["code"], "argument_not_permitted", "{}", r.text);
+        assert!(
+            error["secrets"][0]["pointer"]
+                .as_str()
+                .is_some_and(|p| p.contains(pointer)),
+            "{}",
+            r.text
+        );
+        assert!(!r.text.contains(key), "{}", r.text);
+        assert_eq!(upstream.hits(), before);
+    }
+    // Any other request: prompt arguments, a resource URI, a completion value, a list's _meta.
+    for (method, params, pointer) in [
+        (
+            "prompts/get",
+            json!({"name": "greet", "arguments": {"who": key}}),
+            "/params/arguments/who",
+        ),
+        (
+            "resources/read",
+            json!({"uri": format!("file:///{key}")}),
+            "/params/uri",
+        ),
+        (
+            "completion/complete",
+            json!({"ref": {"type": "ref/prompt", "name": "greet"}, "argument": {"name": "who", "value": key}}),
+            "/params/argument/value",
+        ),
+        (
+            "tools/list",
+            json!({"_meta": {"k": key}}),
+            "/params/_meta/k",
+        ),
+    ] {
+        let before = upstream.hits();
+        let r = raw_post(&url, &[ALICE_AUTH], message(method, params)).await;
+        assert_eq!(r.status, 200, "{method}: {}", r.text);
+        assert_eq!(r.body["error"]["code"], -32602, "{method}: {}", r.text);
+        let data = &r.body["error"]["data"];
+        assert_eq!(
+            data["code"], "argument_not_permitted",
+            "{method}: {}",
+            r.text
+        );
+        assert_eq!(
+            data["secrets"][0]["pointer"], pointer,
+            "{method}: {}",
+            r.text
+        );
+        assert!(!r.text.contains(key), "{method}: {}", r.text);
+        assert_eq!(upstream.hits(), before, "{method} reached the upstream");
+    }
+    // A notification and a response to a server's request: HTTP 400, nothing sent.
+    let before = upstream.hits();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 1, "reason": key}});
+    let r = raw_post(&url, &[ALICE_AUTH], note.to_string()).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    let answer = json!({"jsonrpc": "2.0", "id": "s-1", "result": {"action": "accept", "content": {"token": key}}});
+    let r = raw_post(&url, &[ALICE_AUTH], answer.to_string()).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert_eq!(
+        r.body["error"]["data"]["secrets"][0]["pointer"],
+        "/result/content/token"
+    );
+    assert_eq!(upstream.hits(), before);
+    gateway.stop().await;
+}

@@ -9,7 +9,9 @@ mod support;
 use serde_json::{Value, json};
 use support::misbehaving::CANARY_FRAGMENTS;
 use support::tasks::TasksUpstream;
-use support::{ALICE, BOB, Raw, TestGateway, allow_all, clients, modern_meta, raw_post};
+use support::{
+    ALICE, BOB, Peer, PeerServer, Raw, TestGateway, allow_all, clients, modern_meta, raw_post,
+};
 
 async fn setup(extra: &str) -> (TasksUpstream, TestGateway) {
     let upstream = TasksUpstream::start().await;
@@ -58,7 +60,8 @@ async fn create_legacy(url: &str, key: &str, tool: &str, topic: &str) -> String 
     .await;
     assert_eq!(r.status, 200, "{}", r.text);
     let id = r.body["result"]["task"]["taskId"].as_str();
-    id.unwrap_or_else(|| panic!("a task: {}", r.text)).to_owned()
+    id.unwrap_or_else(|| panic!("a task: {}", r.text))
+        .to_owned()
 }
 
 fn no_canary(text: &str) {
@@ -85,7 +88,11 @@ async fn alices_task_is_invisible_and_unreadable_to_anyone_else() {
         assert_eq!(stolen.status, unknown.status, "{method}");
         assert_eq!(stolen.body, unknown.body, "{method}: {}", stolen.text);
         assert!(!stolen.text.contains("tides"), "{}", stolen.text);
-        assert_eq!(upstream.count(method), before, "{method} reached the upstream");
+        assert_eq!(
+            upstream.count(method),
+            before,
+            "{method} reached the upstream"
+        );
         // Without credentials: 401, as for any other request.
         let anonymous = legacy(&url, None, method, json!({"taskId": alices})).await;
         assert_eq!(anonymous.status, 401, "{}", anonymous.text);
@@ -107,7 +114,10 @@ async fn alices_task_is_invisible_and_unreadable_to_anyone_else() {
     let bob_list = legacy(&url, Some(BOB), "tasks/list", json!({})).await;
     assert_eq!(ids(&bob_list), vec![bobs.clone()], "{}", bob_list.text);
     let alice_list = legacy(&url, Some(ALICE), "tasks/list", json!({})).await;
-    assert_eq!(ids(&alice_list), vec![alices.clone(), alices_second.clone()]);
+    assert_eq!(
+        ids(&alice_list),
+        vec![alices.clone(), alices_second.clone()]
+    );
     assert!(alice_list.body["result"].get("nextCursor").is_none());
     // The gateway hands out no cursor, so one sent is an invalid cursor (-32602).
     let cursor = legacy(&url, Some(ALICE), "tasks/list", json!({"cursor": "2"})).await;
@@ -123,7 +133,11 @@ async fn alices_task_is_invisible_and_unreadable_to_anyone_else() {
         result.text
     );
     let cancel = legacy(&url, Some(ALICE), "tasks/cancel", json!({"taskId": alices})).await;
-    assert_eq!(cancel.body["result"]["status"], "cancelled", "{}", cancel.text);
+    assert_eq!(
+        cancel.body["result"]["status"], "cancelled",
+        "{}",
+        cancel.text
+    );
     gateway.stop().await;
 }
 
@@ -140,7 +154,11 @@ async fn a_task_result_gets_the_output_checks_of_its_tool() {
         json!({"name": "research", "arguments": {"topic": "leak"}, "task": {}}),
     )
     .await;
-    assert!(!r.text.contains('\u{1b}') && !r.text.contains("\\u001b"), "{}", r.text);
+    assert!(
+        !r.text.contains('\u{1b}') && !r.text.contains("\\u001b"),
+        "{}",
+        r.text
+    );
     let leak = r.body["result"]["task"]["taskId"]
         .as_str()
         .expect("a task")
@@ -204,16 +222,35 @@ async fn modern_tasks_are_bound_and_their_completed_results_checked() {
         let before = upstream.count(method);
         let params = json!({"taskId": id, "inputResponses": {}});
         let stolen = modern(&url, BOB, method, &id, params).await;
-        let unknown = modern(&url, BOB, method, "nope", json!({"taskId": "nope", "inputResponses": {}})).await;
-        assert_eq!(stolen.body["error"]["code"], -32602, "{method}: {}", stolen.text);
+        let unknown = modern(
+            &url,
+            BOB,
+            method,
+            "nope",
+            json!({"taskId": "nope", "inputResponses": {}}),
+        )
+        .await;
+        assert_eq!(
+            stolen.body["error"]["code"], -32602,
+            "{method}: {}",
+            stolen.text
+        );
         assert_eq!(stolen.body, unknown.body, "{method}");
-        assert_eq!(upstream.count(method), before, "{method} reached the upstream");
+        assert_eq!(
+            upstream.count(method),
+            before,
+            "{method} reached the upstream"
+        );
     }
 
     // Alice's completed task: its result is checked like the tool's result (secret → withheld).
     let got = modern(&url, ALICE, "tasks/get", &id, json!({"taskId": id})).await;
     assert_eq!(got.body["result"]["status"], "completed", "{}", got.text);
-    assert_eq!(got.body["result"]["result"]["isError"], true, "{}", got.text);
+    assert_eq!(
+        got.body["result"]["result"]["isError"], true,
+        "{}",
+        got.text
+    );
     assert_eq!(
         got.body["result"]["result"]["_meta"]["portcullis/error"]["code"], "output_withheld",
         "{}",
@@ -223,7 +260,11 @@ async fn modern_tasks_are_bound_and_their_completed_results_checked() {
     assert!(!got.text.contains("\\u001b"), "{}", got.text);
     // A task created in one era is not reachable in the other.
     let legacy_get = legacy(&url, Some(ALICE), "tasks/get", json!({"taskId": id})).await;
-    assert_eq!(legacy_get.body["error"]["code"], -32602, "{}", legacy_get.text);
+    assert_eq!(
+        legacy_get.body["error"]["code"], -32602,
+        "{}",
+        legacy_get.text
+    );
     gateway.stop().await;
 }
 
@@ -244,9 +285,120 @@ async fn anonymous_tasks_bind_to_the_anonymous_identity_only_when_it_is_configur
         .unwrap_or_else(|| panic!("a task: {}", r.text))
         .to_owned();
     let own = legacy(&url, None, "tasks/result", json!({"taskId": id})).await;
-    assert_eq!(own.body["result"]["content"][0]["text"], "report on open", "{}", own.text);
+    assert_eq!(
+        own.body["result"]["content"][0]["text"], "report on open",
+        "{}",
+        own.text
+    );
     // A named client does not reach the anonymous identity's task.
     let alice = legacy(&url, Some(ALICE), "tasks/result", json!({"taskId": id})).await;
     assert_eq!(alice.body["error"]["code"], -32602, "{}", alice.text);
     gateway.stop().await;
+}
+
+/// A 2025-11-25 request by `key` in `session`.
+async fn in_session(url: &str, key: &str, session: &str, method: &str, params: Value) -> Raw {
+    let auth = format!("Bearer {key}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+        ("mcp-session-id", session),
+    ];
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": method, "params": params});
+    raw_post(url, &headers, body.to_string()).await
+}
+
+/// Opens a session for `key`: initialize, then notifications/initialized.
+async fn open_session(url: &str, key: &str) -> String {
+    let auth = format!("Bearer {key}");
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "tasks-test", "version": "1"}}});
+    let r = raw_post(url, &[("authorization", auth.as_str())], init.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let session = r.headers["mcp-session-id"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+        ("mcp-session-id", session.as_str()),
+    ];
+    let r = raw_post(url, &headers, note.to_string()).await;
+    assert!(r.status < 300, "{}", r.text);
+    session
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_sdk_servers_task_serves_its_creator_and_no_one_else() {
+    // server-everything (TypeScript SDK v1 experimental tasks): `simulate-research-query`
+    // runs as a task through four one-second stages.
+    let server = PeerServer::start(Peer::Everything).await;
+    let gateway = TestGateway::start(
+        &[("everything", &server.url)],
+        &format!("{}{}", clients(), allow_all()),
+    )
+    .await;
+    let url = gateway.url("everything");
+    let alice = open_session(&url, ALICE).await;
+    let bob = open_session(&url, BOB).await;
+    let r = in_session(
+        &url,
+        ALICE,
+        &alice,
+        "tools/call",
+        json!({"name": "simulate-research-query", "arguments": {"topic": "tides"}, "task": {"ttl": 60000}}),
+    )
+    .await;
+    let id = r.body["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a CreateTaskResult: {}", r.text))
+        .to_owned();
+
+    for method in ["tasks/get", "tasks/result", "tasks/cancel"] {
+        let stolen = in_session(&url, BOB, &bob, method, json!({"taskId": id})).await;
+        let unknown = in_session(&url, BOB, &bob, method, json!({"taskId": "made-up"})).await;
+        assert_eq!(
+            stolen.body["error"]["code"], -32602,
+            "{method}: {}",
+            stolen.text
+        );
+        assert_eq!(stolen.body, unknown.body, "{method}");
+    }
+    let bobs = in_session(&url, BOB, &bob, "tasks/list", json!({})).await;
+    assert_eq!(bobs.body["result"]["tasks"], json!([]), "{}", bobs.text);
+    let alices = in_session(&url, ALICE, &alice, "tasks/list", json!({})).await;
+    let listed = alices.body["result"]["tasks"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        listed.iter().any(|t| t["taskId"] == id.as_str()),
+        "{}",
+        alices.text
+    );
+
+    // Alice polls her task to completion (bounded), then reads its result.
+    let mut status = String::new();
+    for _ in 0..120 {
+        let got = in_session(&url, ALICE, &alice, "tasks/get", json!({"taskId": id})).await;
+        status = got.body["result"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if status == "completed" || status == "failed" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert_eq!(status, "completed");
+    let result = in_session(&url, ALICE, &alice, "tasks/result", json!({"taskId": id})).await;
+    let text = result.body["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("Research Report: tides"), "{}", result.text);
+    gateway.stop().await;
+    server.stop().await;
 }

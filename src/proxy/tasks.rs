@@ -353,7 +353,8 @@ impl TaskScope {
         let Some(holder) = holder.and_then(Value::as_object_mut) else {
             return false;
         };
-        if !holder.get("result").is_some_and(Value::is_object) {
+        // Only task state carries a task's result: a `taskId` beside `result`.
+        if !holder.get("result").is_some_and(Value::is_object) || !holder.contains_key("taskId") {
             return false;
         }
         let task = holder
@@ -363,17 +364,24 @@ impl TaskScope {
         let mut judge = to.clone();
         judge.tasks = None;
         // A result the gateway cannot attribute is still checked, with no schema.
-        let (tool, facts) = task.map_or((String::new(), CallFacts::default()), |t| (t.tool, t.facts));
+        let (tool, facts) =
+            task.map_or((String::new(), CallFacts::default()), |t| (t.tool, t.facts));
         judge.tool = Some(tool);
         judge.call = facts;
-        let nested = holder.get_mut("result").map(Value::take).unwrap_or(Value::Null);
+        let nested = holder
+            .get_mut("result")
+            .map(Value::take)
+            .unwrap_or(Value::Null);
         let id = to.id.clone().unwrap_or(Value::Null);
         let wrapped = json!({"jsonrpc": "2.0", "id": id, "result": nested});
         let (changed, mut out) = match judge.finish_message(wrapped.clone()) {
             Some(rewritten) => (true, rewritten),
             None => (false, wrapped),
         };
-        let result = out.get_mut("result").map(Value::take).unwrap_or(Value::Null);
+        let result = out
+            .get_mut("result")
+            .map(Value::take)
+            .unwrap_or(Value::Null);
         holder.insert("result".into(), result);
         changed
     }
@@ -412,7 +420,11 @@ pub(super) async fn serve(
     let task = store
         .owned(&server, task_id, client)
         .filter(|t| t.era == to.era)
-        .filter(|t| policy.decide(client, &server, Subject::Tool(&t.tool)).allowed)
+        .filter(|t| {
+            policy
+                .decide(client, &server, Subject::Tool(&t.tool))
+                .allowed
+        })
         .ok_or(Rejection::UnknownTask)?;
     *audit_tool = Some(task.tool.clone());
     if method == TaskMethod::Result {
@@ -479,7 +491,6 @@ async fn list(
     Ok(respond::json(&response, HeaderMap::new()))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -502,7 +513,10 @@ mod tests {
         let (alice, bob) = (ClientId::named("alice"), ClientId::named("bob"));
         let facts = CallFacts::default();
         store.bind(created("t1", &alice, &facts));
-        assert_eq!(store.owned("s", "t1", &alice).map(|t| t.tool), Some("research".into()));
+        assert_eq!(
+            store.owned("s", "t1", &alice).map(|t| t.tool),
+            Some("research".into())
+        );
         assert!(store.owned("s", "t1", &bob).is_none());
         assert!(store.owned("other", "t1", &alice).is_none());
         assert!(store.owned("s", "t2", &alice).is_none());

@@ -85,29 +85,28 @@ impl Sanitizer<'_> {
         skip: &[&str],
         out: &mut Vec<(String, String)>,
     ) {
-                for (k, v) in map {
-                    let len = pointer.len();
-                    pointer.push('/');
-                    let in_key = self.kinds_in(k);
-                    match in_key.first() {
-                        // The key is never repeated: its placeholder stands in the pointer.
-                        Some(kind) => pointer.push_str(&secrets::placeholder_for(kind)),
-                        None => pointer.push_str(&k.replace('~', "~0").replace('/', "~1")),
-                    }
-                    for kind in in_key {
-                        out.push((pointer.clone(), kind));
-                    }
-                    match v {
-                        Value::String(s)
-                            if self.settings.secrets != SecretsAction::Off
-                                && secrets::assigned(k, s) =>
-                        {
-                            out.push((pointer.clone(), secrets::GENERIC.to_owned()));
-                        }
-                        _ => self.outgoing_in(v, pointer, skip, out),
-                    }
-                    pointer.truncate(len);
+        for (k, v) in map {
+            let len = pointer.len();
+            pointer.push('/');
+            let in_key = self.kinds_in(k);
+            match in_key.first() {
+                // The key is never repeated: its placeholder stands in the pointer.
+                Some(kind) => pointer.push_str(&secrets::placeholder_for(kind)),
+                None => pointer.push_str(&k.replace('~', "~0").replace('/', "~1")),
+            }
+            for kind in in_key {
+                out.push((pointer.clone(), kind));
+            }
+            match v {
+                Value::String(s)
+                    if self.settings.secrets != SecretsAction::Off && secrets::assigned(k, s) =>
+                {
+                    out.push((pointer.clone(), secrets::GENERIC.to_owned()));
                 }
+                _ => self.outgoing_in(v, pointer, skip, out),
+            }
+            pointer.truncate(len);
+        }
     }
 
     /// The kinds of secret in one string, searched as a model would read it.

@@ -92,7 +92,10 @@ fn task_fields(id: &str, status: &str, modern: bool) -> serde_json::Map<String, 
     let mut t = serde_json::Map::new();
     t.insert("taskId".into(), id.into());
     t.insert("status".into(), status.into());
-    t.insert("statusMessage".into(), format!("{status} {STATUS_ESCAPE}").into());
+    t.insert(
+        "statusMessage".into(),
+        format!("{status} {STATUS_ESCAPE}").into(),
+    );
     t.insert("createdAt".into(), "2026-01-01T00:00:00Z".into());
     t.insert("lastUpdatedAt".into(), "2026-01-01T00:00:01Z".into());
     if modern {
@@ -140,8 +143,10 @@ async fn serve(State(shared): State<Shared>, body: Bytes) -> Response {
         "tools/call" => {
             let tool = params["name"].as_str().unwrap_or_default();
             let output = match (tool, params["arguments"]["topic"].as_str()) {
-                ("count", _) => json!({"content": [{"type": "text", "text": "{\"count\":\"many\"}"}],
-                    "structuredContent": {"count": "many"}}),
+                ("count", _) => {
+                    json!({"content": [{"type": "text", "text": "{\"count\":\"many\"}"}],
+                    "structuredContent": {"count": "many"}})
+                }
                 (_, Some("leak")) => json!({"content": [{"type": "text",
                     "text": format!("report: the key is {}", CANARIES[0])}]}),
                 (_, topic) => json!({"content": [{"type": "text",
