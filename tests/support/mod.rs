@@ -227,6 +227,8 @@ pub enum Peer {
     Python,
     /// Python SDK, stateless.
     PythonStateless,
+    /// Python SDK, stateless, answering with JSON bodies instead of SSE (no GET stream).
+    PythonJson,
     /// Python SDK with the conformance suite's fixtures (`--fixtures`).
     PythonFixtures,
     /// TypeScript SDK v2 (`createMcpHandler`).
@@ -244,7 +246,7 @@ impl PeerServer {
         let record = tempfile::NamedTempFile::new().expect("temp file");
         let record_path = record.path().to_string_lossy().into_owned();
         let mut cmd = match peer {
-            Peer::Python | Peer::PythonStateless | Peer::PythonFixtures => {
+            Peer::Python | Peer::PythonStateless | Peer::PythonJson | Peer::PythonFixtures => {
                 let mut c = Command::new(require(
                     peers.join("venv/bin/python"),
                     "the Python SDK venv",
@@ -255,8 +257,11 @@ impl PeerServer {
                     "--record",
                     &record_path,
                 ]);
-                if peer == Peer::PythonStateless {
+                if matches!(peer, Peer::PythonStateless | Peer::PythonJson) {
                     c.arg("--stateless");
+                }
+                if peer == Peer::PythonJson {
+                    c.arg("--json");
                 }
                 if peer == Peer::PythonFixtures {
                     c.arg("--fixtures");
