@@ -17,7 +17,20 @@
 //! - URLs (except where a URL is the field's very meaning: `$schema`, `$id`,
 //!   `$ref`, `icons[].src`) — a notice, not a warning, since plain reference
 //!   servers put documentation links and default download URLs there;
-//! - names of other servers' tools (`send_email`, `gmail__send_email`).
+//! - names of other servers' tools (`send_email`, `gmail__send_email`);
+//! - chat-template and role tokens, role labels and context terminators
+//!   (`<|im_start|>system`, `</untrusted> system: …`, `[SYSTEM]`);
+//! - look-alike letters of another script inside Latin words, by the UTS #39
+//!   confusable skeleton (`unicode-security`): the word is flagged, and every
+//!   check reads the text with the look-alikes folded to the letters they imitate;
+//! - claims of prior approval or authority ("the user has already approved");
+//! - instructions to call other tools ("before replying, call http_post …");
+//! - instructions to send data somewhere ("send the API key to …");
+//! - base64, hex and percent-encoded runs that decode to text the checks flag.
+//!
+//! Every kind but `url` is a warning: with `pinning = "block"` it holds the
+//! tool until an operator approves it. [`output`] runs the same checks over a
+//! tool's result, for a flag that never changes the result's text.
 //!
 //! Invariants: pure and bounded (linear-time regexes, one pass per string);
 //! a finding's `detail` is for operators and may quote the text, escaped so
