@@ -52,6 +52,8 @@ pub(crate) mod codes {
     pub(crate) const OUTPUT_REFUSED: i64 = -31010;
     /// A resource URI spelled so that decoding it would change its structure.
     pub(crate) const NON_CANONICAL_URI: i64 = -31011;
+    /// The upstream refused the request with an HTTP 4xx and no JSON-RPC error of its own.
+    pub(crate) const UPSTREAM_REFUSED: i64 = -31016;
 }
 
 /// Who a failure is attributed to.
@@ -181,7 +183,8 @@ pub(crate) struct Limit {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct UpstreamFailure {
     pub kind: UpstreamKind,
-    pub server: String,
+    /// Boxed, not a `String`: a `Rejection` stays small enough to return by value.
+    pub server: Box<str>,
     /// The tool, on `tools/call`.
     pub tool: Option<String>,
     /// Gateway-written description (never upstream text).
@@ -195,6 +198,9 @@ pub(crate) struct UpstreamFailure {
     pub unchecked: bool,
     /// What the tool's annotations say about running it again.
     pub hints: ToolHints,
+    /// With [`UpstreamKind::Refused`]: the upstream's own JSON-RPC error
+    /// object, already sanitized, relayed as it is under the request's id.
+    pub relayed: Option<Box<Value>>,
 }
 
 /// Kinds of upstream failure, as in the product's error table.
@@ -210,6 +216,10 @@ pub(crate) enum UpstreamKind {
     Error(RpcError),
     /// An `isError` result from the upstream's tool.
     ToolFailed(ToolFailure),
+    /// The upstream refused the request at the HTTP level (a 4xx other than
+    /// 401/403/407, which concern the gateway's own credentials): its answer,
+    /// relayed with its status. The request did not run.
+    Refused(u16),
 }
 
 /// A JSON-RPC error answering `tools/call`, as the gateway reads it.
@@ -582,6 +592,8 @@ impl Rejection {
                 )
             }
             Rejection::Upstream(u) => match &u.tool {
+                // A refusal is the upstream's transport answer, for a call as for any request.
+                _ if matches!(u.kind, UpstreamKind::Refused(_)) => u.refusal_response(id),
                 Some(_) => tool_result(cx, u.kind.code(), u.text(), u.detail()),
                 None => {
                     let status = match u.kind {
@@ -859,19 +871,20 @@ impl UpstreamFailure {
     ) -> Self {
         Self {
             kind,
-            server: server.to_owned(),
+            server: server.into(),
             tool: tool.map(str::to_owned),
             reason,
             snippet: None,
             not_run: false,
             unchecked: false,
             hints: ToolHints::default(),
+            relayed: None,
         }
     }
 
     fn detail(&self) -> serde_json::Map<String, Value> {
         let mut detail = serde_json::Map::new();
-        detail.insert("server".into(), self.server.clone().into());
+        detail.insert("server".into(), self.server.to_string().into());
         if let Some(tool) = &self.tool {
             detail.insert("tool".into(), tool.clone().into());
         }
@@ -892,6 +905,7 @@ impl UpstreamFailure {
             _ if self.unchecked => "later",
             UpstreamKind::Error(RpcError { code: -32602, .. }) => "no",
             UpstreamKind::Unavailable if self.not_run => "later",
+            UpstreamKind::Refused(_) => "no",
             _ if safe => "safe",
             _ => "check_first",
         }
@@ -939,6 +953,10 @@ impl UpstreamFailure {
                 "The gateway could not read the reply of server `{server}` to the call of `{tool}`: {}{said}. The \
                  arguments were valid, and the call may have run: {again}",
                 self.reason
+            ),
+            UpstreamKind::Refused(status) => format!(
+                "Server `{server}` refused the call of `{tool}` with HTTP {}{said}. The tool did not run.",
+                status_words(status)
             ),
             UpstreamKind::Error(RpcError {
                 unknown_tool: true, ..
@@ -990,12 +1008,74 @@ impl UpstreamFailure {
                 "The gateway could not read the reply of server `{server}`: {}. The request may have run.",
                 self.reason
             ),
+            UpstreamKind::Refused(status) => {
+                let said = match &self.snippet {
+                    Some(s) => format!(" (its reply said: \"{s}\")"),
+                    None => String::new(),
+                };
+                format!(
+                    "Server `{server}` refused the request with HTTP {}{said}. It did not run.",
+                    status_words(status)
+                )
+            }
             _ => format!(
                 "The gateway could not get an answer from server `{server}`: {}. Retrying later may help; if it keeps \
                  failing, report that the server is unavailable.",
                 self.reason
             ),
         }
+    }
+}
+
+impl UpstreamFailure {
+    /// An upstream's HTTP refusal as the client gets it: the upstream's status,
+    /// and its own JSON-RPC error (sanitized) under the request's id, or, when
+    /// it sent none, the gateway's words for the refusal.
+    fn refusal_response(&self, id: Option<&Value>) -> Response {
+        let UpstreamKind::Refused(status) = self.kind else {
+            return error_response(
+                StatusCode::BAD_GATEWAY,
+                id,
+                self.kind.json_rpc_code(),
+                &self.text(),
+                None,
+            );
+        };
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+        match &self.relayed {
+            Some(error) => {
+                let mut message = serde_json::Map::new();
+                message.insert("jsonrpc".into(), "2.0".into());
+                if let Some(id) = id {
+                    message.insert("id".into(), id.clone());
+                }
+                message.insert("error".into(), (**error).clone());
+                json_response(status, &Value::Object(message))
+            }
+            None => {
+                let mut data = self.detail();
+                data.insert("code".into(), self.kind.code().into());
+                data.insert("upstream_status".into(), status.as_u16().into());
+                error_response(
+                    status,
+                    id,
+                    codes::UPSTREAM_REFUSED,
+                    &self.text(),
+                    Some(Value::Object(data)),
+                )
+            }
+        }
+    }
+}
+
+/// `405 Method Not Allowed`, or the bare number when it has no reason phrase.
+pub(crate) fn status_words(status: u16) -> String {
+    match StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+    {
+        Some(reason) => format!("{status} {reason}"),
+        None => status.to_string(),
     }
 }
 
@@ -1053,6 +1133,7 @@ impl UpstreamKind {
             UpstreamKind::Protocol => "upstream_protocol_error",
             UpstreamKind::Error(_) => "upstream_error",
             UpstreamKind::ToolFailed(_) => "upstream_tool_failed",
+            UpstreamKind::Refused(_) => "upstream_refused",
         }
     }
 
@@ -1060,6 +1141,7 @@ impl UpstreamKind {
         match self {
             UpstreamKind::Timeout => codes::UPSTREAM_TIMEOUT,
             UpstreamKind::Protocol => codes::UPSTREAM_PROTOCOL,
+            UpstreamKind::Refused(_) => codes::UPSTREAM_REFUSED,
             _ => codes::UPSTREAM_UNAVAILABLE,
         }
     }

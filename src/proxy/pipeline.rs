@@ -1760,8 +1760,20 @@ fn upstream(
 ) -> Rejection {
     let mut f = UpstreamFailure::new(e.kind, server, tool, e.reason);
     f.not_run = e.not_run;
+    let sanitizer = Sanitizer::new(sanitize, Skip::default());
+    f.relayed = e
+        .error
+        .and_then(|error| super::respond::relayed_error(&sanitizer, *error, &mut Report::default()))
+        .map(Box::new);
     f.snippet = e.snippet.as_deref().and_then(|raw| {
-        let clean = Sanitizer::new(sanitize, Skip::default()).text(raw, &mut Report::default());
+        let mut report = Report::default();
+        let clean = sanitizer.text(raw, &mut report);
+        if sanitizer.blocks_secrets() && !report.secret_kinds().is_empty() {
+            return Some(format!(
+                "[withheld: it contained {}]",
+                report.secret_kinds().join(", ")
+            ));
+        }
         error::snippet(clean.as_deref().unwrap_or(raw))
     });
     Rejection::Upstream(f)

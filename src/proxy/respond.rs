@@ -36,6 +36,7 @@ use crate::error::{
 use crate::mcp::methods::{self, Kind};
 use crate::mcp::sse::{SseEvent, SseItem};
 use crate::mcp::version::Era;
+use crate::pins::scan;
 use crate::sanitize::message::{Malformed, Shape, shape};
 use crate::sanitize::{Report, Sanitizer, Skip, TRUNCATED};
 use crate::validate::CompiledSchema;
@@ -46,6 +47,9 @@ use crate::validate::CompiledSchema;
 /// TypeScript SDK client has no such limit. Room is kept for the SSE framing
 /// (`event:`, `id:`, `data:` and the line ends around the JSON).
 pub(crate) const MAX_CLIENT_MESSAGE: usize = 1_048_576 - 1024;
+
+/// `_meta` key of the poisoning scan's flags on a tool result.
+pub(crate) const META_POISONING: &str = "portcullis/poisoning";
 
 /// Who the reply is for, and what the gateway must guarantee about it.
 #[derive(Debug, Clone)]
@@ -128,6 +132,14 @@ impl Recipient {
             return Some(format!("[withheld: it contained {}]", kinds.join(", ")));
         }
         error::snippet(clean.as_deref().unwrap_or(raw))
+    }
+
+    /// The upstream's HTTP refusal, relayed with its status and its headers
+    /// that may cross (`Allow`, `Retry-After`, …).
+    fn refused(&self, e: UpstreamError, headers: HeaderMap) -> Response {
+        let mut r = self.render(self.failure(e));
+        r.headers_mut().extend(headers);
+        r
     }
 
     fn render(&self, rejection: Rejection) -> Response {
@@ -260,6 +272,48 @@ impl Recipient {
         }
     }
 
+    /// [`Recipient::finish`], with the poisoning scan's flags on the result
+    /// (`_meta["portcullis/poisoning"]`) when the upstream's words look like
+    /// an injection. The scan reads the result as the upstream sent it and
+    /// never changes its text.
+    fn finish_flagged(&self, message: Value, raw_len: usize) -> Option<Value> {
+        let Some(flags) = self.output_flags(&message) else {
+            return self.finish(message, raw_len);
+        };
+        let mut message = self.finish(message.clone(), raw_len).unwrap_or(message);
+        if let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) {
+            let meta = result
+                .entry("_meta")
+                .or_insert_with(|| Value::Object(Default::default()));
+            if let Some(meta) = meta.as_object_mut() {
+                meta.insert(META_POISONING.to_owned(), flags);
+            }
+        }
+        Some(message)
+    }
+
+    /// The scan's findings on a tool result, as kinds and paths (never the
+    /// text, which is the upstream's), also counted in the audit event's
+    /// sanitizer actions as `flagged_<kind>`. `None` when clean.
+    fn output_flags(&self, message: &Value) -> Option<Value> {
+        let findings = scan::output(message.get("result")?);
+        if findings.is_empty() {
+            return None;
+        }
+        let mut report = Report::default();
+        for f in &findings {
+            report.add(&format!("flagged_{}", f.kind.as_str()), 1);
+        }
+        self.trail.sanitized(&report);
+        tracing::warn!(server = %self.server, tool = self.tool.as_deref(), flags = %report.summary(),
+            "tool output looks like an injection");
+        let flags = findings
+            .iter()
+            .map(|f| serde_json::json!({"kind": f.kind.as_str(), "severity": f.severity, "path": f.path}))
+            .collect();
+        Some(Value::Array(flags))
+    }
+
     fn judge(
         &self,
         message: &mut Value,
@@ -343,6 +397,10 @@ impl Recipient {
     fn failure_with(&self, e: UpstreamError, report: &mut Report) -> Rejection {
         let snippet = e.snippet.as_deref().and_then(|s| self.snippet(s, report));
         let mut f = UpstreamFailure::new(e.kind, &self.server, self.tool.as_deref(), e.reason);
+        f.relayed = e
+            .error
+            .and_then(|error| relayed_error(&self.sanitizer(), *error, report))
+            .map(Box::new);
         f.snippet = snippet;
         f.not_run = e.not_run;
         f.hints = self.call.hints;
@@ -533,6 +591,74 @@ fn error_text(error: &Value) -> String {
     }
 }
 
+/// A JSON-RPC error object as the spec shapes it: an integer `code` and a
+/// string `message` (`data` optional). Only such an object is relayed.
+fn is_rpc_error(error: &Value) -> bool {
+    error.get("code").is_some_and(|c| c.is_i64())
+        && error.get("message").is_some_and(Value::is_string)
+}
+
+/// The JSON-RPC error of a message that is an error response (no result, no method).
+fn rpc_error_of(message: &Value) -> Option<&Value> {
+    (message.get("method").is_none() && message.get("result").is_none())
+        .then(|| message.get("error"))
+        .flatten()
+        .filter(|e| is_rpc_error(e))
+}
+
+/// An upstream's answer with a 4xx `status`: the upstream refused the request,
+/// which therefore did not run. 401, 403 and 407 concern the gateway's own
+/// credentials (the client's never cross), so the server is unavailable to
+/// the gateway; any other 4xx is the upstream's answer to the client, relayed
+/// with its status and, when it sent one, its JSON-RPC `error`.
+pub(crate) fn refusal(
+    status: StatusCode,
+    error: Option<&Value>,
+    words: Option<String>,
+) -> UpstreamError {
+    let code = status.as_u16();
+    let mut e = if matches!(code, 401 | 403 | 407) {
+        UpstreamError::new(
+            UpstreamKind::Unavailable,
+            format!(
+                "it refused the gateway's own credentials (HTTP {})",
+                status_words(status)
+            ),
+        )
+        .with_snippet(words)
+    } else {
+        let error = error.filter(|e| is_rpc_error(e)).cloned();
+        let words = error.as_ref().map(error_text).or(words);
+        let mut e = UpstreamError::new(
+            UpstreamKind::Refused(code),
+            format!("it refused the request with HTTP {}", status_words(status)),
+        )
+        .with_snippet(words);
+        e.error = error.map(Box::new);
+        e
+    };
+    e.not_run = true;
+    e
+}
+
+/// An upstream's error object made fit to relay: sanitized like any upstream
+/// message; `None` (so that the gateway's words replace it) when it carries a
+/// secret and secrets are blocked.
+pub(crate) fn relayed_error(
+    sanitizer: &Sanitizer<'_>,
+    mut error: Value,
+    report: &mut Report,
+) -> Option<Value> {
+    let Value::Object(map) = &mut error else {
+        return None;
+    };
+    let mut local = Report::default();
+    sanitizer.error(map, &mut local);
+    report.merge(&local);
+    let withheld = sanitizer.blocks_secrets() && !local.secret_kinds().is_empty();
+    (!withheld).then_some(error)
+}
+
 /// The text blocks of a result, joined.
 fn content_text(result: &serde_json::Map<String, Value>) -> String {
     result
@@ -580,6 +706,15 @@ fn is_response(message: &Value) -> bool {
 /// Relays a reply to the client.
 pub(crate) fn relay(reply: Reply, to: Recipient) -> Response {
     match reply {
+        // An HTTP refusal is the upstream's answer, whatever the method.
+        Reply::Empty { status, headers } if status.is_client_error() => {
+            to.refused(refusal(status, None, None), headers)
+        }
+        Reply::Other {
+            status,
+            headers,
+            text,
+        } if status.is_client_error() => to.refused(refusal(status, None, text), headers),
         // A tools/call is owed exactly one answer, even when the upstream sends none.
         Reply::Empty { status, .. } if to.tool.is_some() => {
             let e = UpstreamError::new(
@@ -650,6 +785,13 @@ fn relay_json(status: StatusCode, headers: HeaderMap, body: Bytes, to: Recipient
     let message = std::str::from_utf8(&body)
         .ok()
         .and_then(|text| to.inspect(text));
+    if status.is_client_error() {
+        // Its error (the Python SDK's "Missing session ID" comes with the id
+        // "server-error") is relayed under this request's id.
+        let error = message.as_ref().and_then(rpc_error_of);
+        let words = error.is_none().then(|| body_words(&body)).flatten();
+        return to.refused(refusal(status, error, words), headers);
+    }
     if to.tool.is_some() {
         let Some(message) = message else {
             let (kind, reason) = if status.is_server_error() {
@@ -682,7 +824,7 @@ fn relay_json(status: StatusCode, headers: HeaderMap, body: Bytes, to: Recipient
             };
             return to.render(to.failure(e));
         }
-        return match to.finish(message, body.len()) {
+        return match to.finish_flagged(message, body.len()) {
             // A rewritten or sanitized answer is a JSON-RPC response like any other: HTTP 200.
             Some(rewritten) => json(&rewritten, headers),
             None if status.is_success() => json_bytes(status, headers, body),
@@ -799,7 +941,7 @@ fn sse_relay(
                         st.answered = true;
                         // The final response ends the exchange.
                         st.done = true;
-                        st.to.finish(message, raw_len)
+                        st.to.finish_flagged(message, raw_len)
                     } else if st.to.tool.is_some() && is_response(&message) {
                         // A response to another id is not this client's to see.
                         st.other_id = true;
@@ -864,6 +1006,16 @@ pub(crate) async fn collect(
 ) -> Result<Value, UpstreamError> {
     let protocol = |reason: &str| UpstreamError::new(UpstreamKind::Protocol, reason);
     match reply {
+        Reply::Json { status, body, .. } if status.is_client_error() => {
+            let message = serde_json::from_slice::<Value>(&body).ok();
+            let error = message.as_ref().and_then(rpc_error_of);
+            let words = error.is_none().then(|| body_words(&body)).flatten();
+            Err(refusal(status, error, words))
+        }
+        Reply::Other { status, text, .. } if status.is_client_error() => {
+            Err(refusal(status, None, text))
+        }
+        Reply::Empty { status, .. } if status.is_client_error() => Err(refusal(status, None, None)),
         Reply::Json { status, body, .. } => {
             let message: Value = serde_json::from_slice(&body).map_err(|_| {
                 protocol("its reply is not valid JSON").with_snippet(body_words(&body))

@@ -73,7 +73,7 @@ enum Link {
 }
 
 /// A failed exchange with the upstream, before it is attributed to a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct UpstreamError {
     pub kind: UpstreamKind,
     /// Gateway-written (never upstream text).
@@ -82,6 +82,9 @@ pub(crate) struct UpstreamError {
     pub snippet: Option<String>,
     /// True when the request certainly never reached the upstream.
     pub not_run: bool,
+    /// With [`UpstreamKind::Refused`]: the upstream's JSON-RPC error object,
+    /// raw (sanitized before it is relayed).
+    pub error: Option<Box<serde_json::Value>>,
 }
 
 /// What the upstream answered.
@@ -137,6 +140,7 @@ impl UpstreamError {
             reason: reason.into(),
             snippet: None,
             not_run: false,
+            error: None,
         }
     }
 

@@ -5,6 +5,7 @@
 #   $PORTCULLIS_PEERS/npm   npm folder with the official TypeScript SDK v2 and server-everything
 #   $PORTCULLIS_PEERS/fastmcp-venv  Python venv with FastMCP (its own venv: it pins its own mcp)
 #   $PORTCULLIS_PEERS/browser  npm folder with playwright-core (drives Debian's Chromium)
+#   $PORTCULLIS_PEERS/inspector  npm folder with the MCP Inspector CLI and the Node 22 it needs
 # Idempotent: stamp files record the pinned versions; when they match, nothing is done.
 set -euo pipefail
 
@@ -39,6 +40,24 @@ else
   (cd "$PEERS/browser" && npm install --no-audit --no-fund --silent "${BROWSER_PKGS[@]}")
   printf '%s' "$BROWSER_STAMP_TEXT" > "$BROWSER_STAMP"
   echo "portcullis peers: playwright-core installed in $PEERS/browser"
+fi
+
+# The MCP Inspector (its CLI needs Node >= 22.19, installed beside it from npm), with a stamp of its own.
+INSPECTOR_PKGS=(@modelcontextprotocol/inspector@2.12.0 node@22)
+INSPECTOR_STAMP="$PEERS/stamp-inspector"
+INSPECTOR_STAMP_TEXT="stamp-v1 npm=${INSPECTOR_PKGS[*]}"
+if [[ -f "$INSPECTOR_STAMP" && "$(cat "$INSPECTOR_STAMP")" == "$INSPECTOR_STAMP_TEXT" \
+      && -x "$PEERS/inspector/node_modules/.bin/node" \
+      && -d "$PEERS/inspector/node_modules/@modelcontextprotocol/inspector" ]]; then
+  echo "portcullis peers: MCP Inspector up to date in $PEERS/inspector"
+else
+  rm -f "$INSPECTOR_STAMP"
+  mkdir -p "$PEERS/inspector"
+  [[ -f "$PEERS/inspector/package.json" ]] || echo '{"private": true}' > "$PEERS/inspector/package.json"
+  (cd "$PEERS/inspector" && npm install --no-audit --no-fund --loglevel=error --save-exact "${INSPECTOR_PKGS[@]}" >/dev/null)
+  "$PEERS/inspector/node_modules/.bin/node" --version | grep -q '^v22\.'
+  printf '%s' "$INSPECTOR_STAMP_TEXT" > "$INSPECTOR_STAMP"
+  echo "portcullis peers: MCP Inspector installed in $PEERS/inspector"
 fi
 
 # FastMCP, in a venv of its own, with a stamp of its own.

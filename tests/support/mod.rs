@@ -287,6 +287,8 @@ pub enum Peer {
     Python,
     /// Python SDK, stateless.
     PythonStateless,
+    /// Python SDK, stateless, answering with JSON bodies instead of SSE (no GET stream).
+    PythonJson,
     /// Python SDK with the conformance suite's fixtures (`--fixtures`).
     PythonFixtures,
     /// Python SDK, stateless, listing its tools two per page, and serving the
@@ -307,7 +309,11 @@ impl PeerServer {
         let record = tempfile::NamedTempFile::new().expect("temp file");
         let record_path = record.path().to_string_lossy().into_owned();
         let mut cmd = match peer {
-            Peer::Python | Peer::PythonStateless | Peer::PythonFixtures | Peer::PythonPaged => {
+            Peer::Python
+            | Peer::PythonStateless
+            | Peer::PythonJson
+            | Peer::PythonFixtures
+            | Peer::PythonPaged => {
                 let mut c = Command::new(require(
                     peers.join("venv/bin/python"),
                     "the Python SDK venv",
@@ -318,11 +324,14 @@ impl PeerServer {
                     "--record",
                     &record_path,
                 ]);
-                if peer == Peer::PythonStateless {
+                if matches!(peer, Peer::PythonStateless | Peer::PythonJson) {
                     c.arg("--stateless");
                 }
                 if peer == Peer::PythonPaged {
                     c.args(["--stateless", "--paged", "2"]);
+                }
+                if peer == Peer::PythonJson {
+                    c.arg("--json");
                 }
                 if peer == Peer::PythonFixtures {
                     c.arg("--fixtures");
