@@ -649,14 +649,16 @@ pub(crate) fn relayed_error(
     mut error: Value,
     report: &mut Report,
 ) -> Option<Value> {
-    let Value::Object(map) = &mut error else {
+    if !error.is_object() {
         return None;
-    };
+    }
+    // Walked as the error message it is, so the one table of exempt fields applies.
+    let mut wrapped = serde_json::json!({"jsonrpc": "2.0", "id": 0, "error": error.take()});
     let mut local = Report::default();
-    sanitizer.error(map, &mut local);
+    sanitizer.message(&mut wrapped, &mut local).ok()?;
     report.merge(&local);
     let withheld = sanitizer.blocks_secrets() && !local.secret_kinds().is_empty();
-    (!withheld).then_some(error)
+    (!withheld).then(|| wrapped["error"].take())
 }
 
 /// The text blocks of a result, joined.
