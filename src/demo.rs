@@ -65,37 +65,45 @@ pub async fn start(port: u16) -> io::Result<Demo> {
 pub fn banner(addr: SocketAddr, admin: SocketAddr) -> String {
     let url = format!("http://{addr}/mcp/demo");
     format!(
-        r#"Portcullis demo
-  MCP endpoint   {url}
-  health         http://{admin}/healthz
-  pins           http://{admin}/api/pins   (tool pins and scan findings: `sync_notes` is held)
-  clients        analyst  key {ANALYST_KEY}   (may read; slow_query capped at 5 s)
-                 admin    key {ADMIN_KEY}     (may also call delete_record)
+        r#"Portcullis demo: a deliberately flawed MCP server, and the gateway in front of it.
 
-Try it (2026-07-28 stateless requests; any MCP client works too):
+  Dashboard      http://{admin}/      <- open this: every decision shows up live
+  MCP endpoint   {url}
+  Clients        analyst  key {ANALYST_KEY}   (may read; slow_query capped at 5 s)
+                 admin    key {ADMIN_KEY}     (may also call delete_record)
+  Health, pins   http://{admin}/healthz   http://{admin}/api/pins
+
+The story, one command each below (watch the dashboard's live feed as you go):
+  1. the analyst lists the tools: delete_record is not there
+  2. a call that breaks the advertised schema is refused with what a valid call looks like;
+     the server never sees it
+  3. a tool the analyst may not call gets the answer a tool that does not exist gets
+  4. the server also lists a poisoned tool: the gateway pinned its tools, scanned them, holds it
+  5. logs full of terminal escapes, a hidden link and secrets come out clean
+  6. a tool that fails saying nothing: the failure is explained, with retry advice
 
   H='-H Content-Type:application/json -H Accept:application/json,text/event-stream -H MCP-Protocol-Version:2026-07-28'
   M='"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}'
 
-  # the tools the analyst may see (delete_record is hidden)
+  # 1. the tools the analyst may see (delete_record is hidden)
   curl -s {url} $H -H 'Authorization: Bearer {ANALYST_KEY}' -H Mcp-Method:tools/list \
     -d '{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{'"$M"'}}}}'
 
-  # a call that breaks the advertised schema: refused with an actionable error, never run
+  # 2. a call that breaks the advertised schema: refused with an actionable error, never run
   curl -s {url} $H -H 'Authorization: Bearer {ANALYST_KEY}' -H Mcp-Method:tools/call -H Mcp-Name:lookup_order \
     -d '{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"lookup_order","arguments":{{"order_id":"1 OR 1=1"}},'"$M"'}}}}'
 
-  # a tool the analyst may not call: the same answer as a tool that does not exist
+  # 3. a tool the analyst may not call: the same answer as a tool that does not exist
   curl -s {url} $H -H 'Authorization: Bearer {ANALYST_KEY}' -H Mcp-Method:tools/call -H Mcp-Name:delete_record \
     -d '{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"delete_record","arguments":{{"record_id":"42"}},'"$M"'}}}}'
 
-  # the demo server also lists a poisoned tool; the gateway pinned its tools, scanned them and holds it
+  # 4. the poisoned tool, held (also on the dashboard's tools page)
   curl -s http://{admin}/api/pins
-  # logs full of terminal escapes, a hidden link and secrets: they come out clean
+  # 5. logs full of terminal escapes, a hidden link and secrets: they come out clean
   curl -s {url} $H -H 'Authorization: Bearer {ANALYST_KEY}' -H Mcp-Method:tools/call -H Mcp-Name:fetch_logs \
     -d '{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"fetch_logs","arguments":{{}},'"$M"'}}}}'
 
-  # a tool that fails saying nothing: the failure is explained, with retry advice
+  # 6. a tool that fails saying nothing: the failure is explained, with retry advice
   curl -s {url} $H -H 'Authorization: Bearer {ANALYST_KEY}' -H Mcp-Method:tools/call -H Mcp-Name:generate_report \
     -d '{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{{"name":"generate_report","arguments":{{"month":"2026-07"}},'"$M"'}}}}'
 

@@ -36,10 +36,18 @@ enum Command {
     /// Read an API key on stdin and print its SHA-256, for `api_key_sha256`.
     HashKey,
     /// Exit 0 if the admin listener answers `/healthz` (for container health checks).
+    ///
+    /// Probes `--url` when given; otherwise the `/healthz` of the admin listener the
+    /// configuration names (`--config` or `PORTCULLIS_CONFIG`; an unspecified address such
+    /// as 0.0.0.0 is probed on loopback), so a health check follows the configured port;
+    /// with neither, `http://127.0.0.1:9090/healthz`.
     Health {
         /// The URL to probe.
-        #[arg(long, default_value = "http://127.0.0.1:9090/healthz")]
-        url: String,
+        #[arg(long)]
+        url: Option<String>,
+        /// The configuration whose `admin_listen` to probe.
+        #[arg(long, short, env = "PORTCULLIS_CONFIG")]
+        config: Option<PathBuf>,
     },
     /// Review and approve pinned tool definitions and server instructions.
     Pins {
@@ -95,7 +103,13 @@ fn main() -> ExitCode {
         Command::Check { config } => check(&config),
         Command::Pins { command } => pins(command),
         Command::HashKey => hash_key(),
-        Command::Health { url } => health(&url),
+        Command::Health { url, config } => match health_url(url, config.as_deref()) {
+            Ok(url) => health(&url),
+            Err(e) => {
+                eprintln!("unhealthy: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Run { config, no_watch } => serve(|| run(config, !no_watch)),
         Command::Demo { port } => serve(|| run_demo(port)),
     }
@@ -162,6 +176,37 @@ fn hash_key() -> ExitCode {
     }
     println!("{}", hex::encode(portcullis::auth::hash_key(key)));
     ExitCode::SUCCESS
+}
+
+/// The URL `portcullis health` probes.
+fn health_url(url: Option<String>, config: Option<&std::path::Path>) -> Result<String, String> {
+    if let Some(url) = url {
+        return Ok(url);
+    }
+    let Some(path) = config else {
+        return Ok("http://127.0.0.1:9090/healthz".to_owned());
+    };
+    // Only `[gateway] admin_listen` is read: a health probe runs often, and must not
+    // fail because of what a full load checks (secrets in the environment, stores).
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let table: toml::Table =
+        toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let listen = table
+        .get("gateway")
+        .and_then(|g| g.get("admin_listen"))
+        .and_then(toml::Value::as_str)
+        .unwrap_or("127.0.0.1:9090");
+    let mut addr: std::net::SocketAddr = listen
+        .parse()
+        .map_err(|e| format!("{}: gateway.admin_listen {listen:?}: {e}", path.display()))?;
+    // A listener on every address answers on loopback too.
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    Ok(format!("http://{addr}/healthz"))
 }
 
 fn health(url: &str) -> ExitCode {

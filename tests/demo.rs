@@ -22,12 +22,17 @@ async fn the_demo_answers_a_real_client() {
         .spawn()
         .expect("the demo starts");
     let stdout = demo.stdout.take().expect("stdout");
-    let url = tokio::time::timeout(Duration::from_secs(30), async move {
+    let (dashboard, url) = tokio::time::timeout(Duration::from_secs(30), async move {
         let mut lines = BufReader::new(stdout).lines();
+        let mut dashboard = None;
         while let Ok(Some(line)) = lines.next_line().await {
+            // The page most people want to open comes first.
+            if let Some(rest) = line.trim().strip_prefix("Dashboard") {
+                dashboard = rest.split_whitespace().next().map(str::to_owned);
+            }
             if let Some(rest) = line.trim().strip_prefix("MCP endpoint") {
                 tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-                return Some(rest.trim().to_owned());
+                return Some((dashboard?, rest.trim().to_owned()));
             }
         }
         None
@@ -35,7 +40,21 @@ async fn the_demo_answers_a_real_client() {
     .await
     .ok()
     .flatten()
-    .expect("the demo prints its MCP endpoint");
+    .expect("the demo prints its dashboard, then its MCP endpoint");
+    support::init();
+    let page = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client")
+        .get(&dashboard)
+        .send()
+        .await
+        .expect("the dashboard answers");
+    assert_eq!(page.status().as_u16(), 200, "{dashboard}");
+    assert!(
+        page.text().await.unwrap_or_default().contains("<html"),
+        "{dashboard} serves the dashboard page"
+    );
     assert!(
         url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp/demo"),
         "{url}"

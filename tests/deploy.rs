@@ -1,7 +1,7 @@
 //! The sidecar packaging: the example configurations under `deploy/` pass
 //! `portcullis check`, the manifests agree with the Dockerfile (ports, config
 //! path, probes), and `portcullis health` is the container's health check.
-//! (The image itself is not built here: no container engine runs in CI.)
+//! The image itself is built and run with podman in `tests/container.rs`.
 
 mod support;
 
@@ -98,14 +98,17 @@ fn the_manifests_agree_with_the_dockerfile() {
     assert!(docker.contains(path) && deployment.contains(path) && compose.contains(path));
     assert!(deployment.contains("mountPath: /etc/portcullis\n"));
     // Health: the image's check and the probes hit the admin listener.
-    assert!(docker.contains("\"health\", \"--url\", \"http://127.0.0.1:9090/healthz\""));
-    assert!(compose.contains("\"http://127.0.0.1:9090/healthz\""));
+    // (`portcullis health` probes the admin listener of PORTCULLIS_CONFIG).
+    assert!(docker.contains("CMD [\"/usr/local/bin/portcullis\", \"health\"]"));
+    assert!(docker.contains("ENV PORTCULLIS_CONFIG=/etc/portcullis/portcullis.toml"));
+    assert!(compose.contains("test: [\"CMD\", \"/usr/local/bin/portcullis\", \"health\"]"));
     assert!(deployment.contains("path: /readyz") && deployment.contains("path: /healthz"));
     // The pin store is writable by the non-root user.
     assert!(config.contains("database = \"/var/lib/portcullis/pins.db\""));
     assert!(
         docker.contains("USER 10001:10001")
-            && docker.contains("chown portcullis:portcullis /var/lib/portcullis")
+            && docker.contains("chown 10001:10001 /rootfs/var/lib/portcullis")
+            && docker.contains("VOLUME /var/lib/portcullis")
     );
     assert!(deployment.contains("mountPath: /var/lib/portcullis"));
     // Admin off loopback needs the token; it comes from the Secret.
@@ -135,4 +138,50 @@ async fn health_exits_0_on_a_live_admin_listener_and_1_otherwise() {
         .expect("runs");
     assert_eq!(down.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&down.stderr).starts_with("unhealthy: "));
+}
+
+/// Without `--url`, `portcullis health` probes the admin listener the configuration
+/// names, on loopback when it listens on every address: the image's health check
+/// follows whatever port the operator configured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_finds_the_admin_listener_in_the_configuration() {
+    let up = support::upstreams::InProcess::demo().await;
+    let gw = support::TestGateway::start(&[("s", &up.url)], &support::clients()).await;
+    let port = gw
+        .admin_url()
+        .rsplit(':')
+        .next()
+        .expect("a port")
+        .to_owned();
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("portcullis.toml");
+    fs::write(
+        &config,
+        format!(
+            "[gateway]\nadmin_listen = \"0.0.0.0:{port}\"\nadmin_token_sha256 = \"{}\"\n[servers.s]\nurl = \"{}\"\n",
+            "ab".repeat(32),
+            up.url
+        ),
+    )
+    .expect("write");
+    let ok = tokio::process::Command::new(BIN)
+        .arg("health")
+        .env("PORTCULLIS_CONFIG", &config)
+        .status()
+        .await
+        .expect("runs");
+    assert!(ok.success());
+    gw.stop().await;
+    let down = tokio::process::Command::new(BIN)
+        .args(["health", "--config"])
+        .arg(&config)
+        .output()
+        .await
+        .expect("runs");
+    assert_eq!(down.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&down.stderr);
+    assert!(
+        stderr.contains(&format!("http://127.0.0.1:{port}/healthz")),
+        "{stderr}"
+    );
 }
