@@ -24,7 +24,9 @@ use crate::mcp::jsonrpc::Message;
 use crate::mcp::version::{Era, LEGACY_DEFAULT};
 
 /// Checks `Origin` (any present value must be allowed) and, on a loopback
-/// listener, `Host` (loopback names or `allowed_hosts`).
+/// listener, `Host` (loopback names or `allowed_hosts`). Both listeners apply
+/// it: the MCP endpoint first thing in the pipeline, the admin listener on
+/// every path (`admin::guard`).
 pub(crate) fn admit(
     headers: &HeaderMap,
     settings: &GatewaySettings,
