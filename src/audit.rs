@@ -279,15 +279,40 @@ pub fn record_arguments(
     }
 }
 
-/// Keys and JSON types, no values.
+/// Most bytes of keys a shape keeps (the keys are the client's).
+const SHAPE_BUDGET: usize = 8192;
+
+/// Keys and JSON types, no values; each key cut to
+/// [`MAX_KEPT`](crate::mcp::limits::MAX_KEPT) bytes, and keys past
+/// [`SHAPE_BUDGET`] left out with a count, so a shape is small whatever the
+/// arguments.
 fn shape(value: &Value) -> Value {
+    let mut budget = SHAPE_BUDGET;
+    shape_within(value, &mut budget)
+}
+
+fn shape_within(value: &Value, budget: &mut usize) -> Value {
     match value {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| (k.clone(), shape(v)))
-                .collect::<Map<_, _>>(),
+        Value::Object(map) => {
+            let mut out = Map::new();
+            for (i, (k, v)) in map.iter().enumerate() {
+                if *budget == 0 {
+                    out.insert("…".into(), format!("{} more keys", map.len() - i).into());
+                    break;
+                }
+                let key = crate::mcp::limits::clip(k);
+                *budget = budget.saturating_sub(key.len() + 1);
+                out.insert(key, shape_within(v, budget));
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .take(1)
+                .map(|v| shape_within(v, budget))
+                .collect(),
         ),
-        Value::Array(items) => Value::Array(items.iter().take(1).map(shape).collect()),
         Value::String(_) => "string".into(),
         Value::Number(_) => "number".into(),
         Value::Bool(_) => "boolean".into(),
@@ -490,5 +515,16 @@ mod tests {
             shape(&v),
             serde_json::json!({"q": "string", "n": "number", "tags": ["string"], "o": {"x": "boolean"}})
         );
+    }
+
+    #[test]
+    fn a_shape_is_small_whatever_the_keys() {
+        let mut many = Map::new();
+        for i in 0..10_000 {
+            many.insert(format!("{i}{}", "k".repeat(1000)), Value::from(i));
+        }
+        let kept = shape(&Value::Object(many)).to_string();
+        assert!(kept.len() < 2 * SHAPE_BUDGET, "{} bytes", kept.len());
+        assert!(kept.contains("more keys"));
     }
 }

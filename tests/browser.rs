@@ -112,3 +112,88 @@ async fn dashboard_in_chromium_shows_calls_and_approves_a_quarantined_tool() {
     gateway.stop().await;
     drop(upstream);
 }
+
+/// A DNS rebinding page in Chromium (its local-network checks off) reads
+/// nothing from either listener of a gateway without an admin token: every
+/// same-origin request it makes under the rebound name gets 403, while the
+/// operator's own page on loopback reads the events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebinding_page_in_chromium_reads_nothing() {
+    let modules = support::peers_dir().join("browser/node_modules");
+    assert!(
+        std::path::Path::new("/usr/bin/chromium").exists()
+            && modules.join("playwright-core").is_dir(),
+        "Chromium or playwright-core is missing: run tests/peers/setup.sh"
+    );
+    let profile = tempfile::tempdir().expect("profile dir");
+    let upstream = InProcess::demo().await;
+    let gateway = TestGateway::start_raw(&format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+         [servers.demo]\nurl = \"{}\"\npinning = \"off\"\n{}{}[audit]\ndatabase = \":memory:\"\narguments = \"full\"\n",
+        upstream.url,
+        clients(),
+        support::allow_all()
+    ))
+    .await;
+    // Something worth stealing: a call with its arguments in the audit trail.
+    let secret = json!({"text": "the arguments a rebinding page wants"});
+    assert!(code(&call(&gateway.url("demo"), "echo", secret).await).is_none());
+    let port = |url: &str| {
+        url.rsplit(':')
+            .next()
+            .unwrap_or("")
+            .split('/')
+            .next()
+            .unwrap_or("")
+            .to_owned()
+    };
+    let (admin_port, mcp_port) = (
+        port(&gateway.admin_url()),
+        port(&gateway.url("demo").replace("/mcp/demo", "")),
+    );
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/rebinding.mjs");
+    let run = tokio::process::Command::new("node")
+        .arg(&script)
+        .arg(&admin_port)
+        .arg(&mcp_port)
+        .arg(profile.path())
+        .env("PORTCULLIS_BROWSER_NODE_MODULES", &modules)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("the browser finishes")
+        .expect("node runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result: Value = serde_json::from_str(text.trim()).expect("one JSON line");
+    let attacker = result["attacker"].as_array().expect("attacker results");
+    assert_eq!(attacker.len(), 10, "{result}");
+    for r in attacker {
+        assert_eq!(r[1], 403, "the rebinding page got {r}");
+        let body = r[2].as_str().unwrap_or_default();
+        assert!(
+            body.contains("gateway.allowed_"),
+            "refused as rebinding: {r}"
+        );
+        assert!(
+            !body.contains("wants"),
+            "nothing of the audit trail leaks: {r}"
+        );
+    }
+    let local = &result["local"][0];
+    assert_eq!(
+        local[1], 200,
+        "the operator's page reads the events: {local}"
+    );
+    assert!(
+        local[2].as_str().unwrap_or_default().contains("events"),
+        "{local}"
+    );
+    gateway.stop().await;
+}

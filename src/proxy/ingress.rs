@@ -28,6 +28,8 @@ use crate::mcp::version::{Era, LEGACY_DEFAULT};
 /// `allowed_hosts`): the `Host` header and the request URI's authority, which
 /// is where HTTP/2 puts `:authority` (and HTTP/1.1 an absolute-form target).
 /// Each present one is checked, and when both are present they must agree.
+/// Both listeners apply it: the MCP endpoint first thing in the pipeline, the
+/// admin listener on every path (`admin::guard`).
 pub(crate) fn admit(
     headers: &HeaderMap,
     authority: Option<&str>,

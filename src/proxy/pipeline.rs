@@ -1,7 +1,7 @@
 //! The whole story of one request, as a straight sequence of small steps:
 //!
 //! ```text
-//! admit → route → authenticate → read body → classify → negotiate → session
+//! admit → route → authenticate → read body → classify → bound identifiers → negotiate → session
 //!   tools/call:   catalog → authorize → pin → rule arguments → rate limit → Mcp-Param-* → validate → forward → relay
 //!   lists:        forward every page → remember tools (pins) → serve pinned → filter per client → answer
 //!   initialize, server/discover: forward → pin the instructions → relay
