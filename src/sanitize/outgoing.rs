@@ -172,4 +172,85 @@ mod tests {
             "_meta": {"progressToken": 7}, "cursor": "abc"}});
         assert!(found(message, &[]).is_empty());
     }
+
+    /// Any JSON value, with the canary planted at one string or key position.
+    fn planted() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            "[a-z ]{0,12}".prop_map(serde_json::Value::from),
+        ];
+        let tree = leaf.prop_recursive(4, 32, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+                proptest::collection::btree_map("[a-z_]{1,8}", inner, 0..4)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        });
+        (tree, any::<u64>(), any::<bool>()).prop_map(|(mut v, pick, as_key)| {
+            plant(&mut v, pick, as_key);
+            v
+        })
+    }
+
+    /// Puts the canary in the `pick`-th container (wrapping the root when there is none).
+    fn plant(v: &mut serde_json::Value, pick: u64, as_key: bool) {
+        let mut containers = Vec::new();
+        collect(v, &mut String::new(), &mut containers);
+        let target = if containers.is_empty() {
+            *v = json!({"wrapped": v.take()});
+            String::new()
+        } else {
+            containers[(pick % containers.len() as u64) as usize].clone()
+        };
+        let spot = v.pointer_mut(&target).expect("a container");
+        match spot {
+            serde_json::Value::Object(m) if as_key => {
+                m.insert(format!("k-{KEY}"), json!(1));
+            }
+            serde_json::Value::Object(m) => {
+                m.insert("planted".into(), json!(format!("see {KEY}")));
+            }
+            serde_json::Value::Array(a) => a.push(json!(format!("see {KEY}"))),
+            _ => {}
+        }
+    }
+
+    fn collect(v: &serde_json::Value, at: &mut String, out: &mut Vec<String>) {
+        let len = at.len();
+        match v {
+            serde_json::Value::Object(m) => {
+                out.push(at.clone());
+                for (k, child) in m {
+                    at.push('/');
+                    at.push_str(k);
+                    collect(child, at, out);
+                    at.truncate(len);
+                }
+            }
+            serde_json::Value::Array(a) => {
+                out.push(at.clone());
+                for (i, child) in a.iter().enumerate() {
+                    at.push_str(&format!("/{i}"));
+                    collect(child, at, out);
+                    at.truncate(len);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    proptest::proptest! {
+        /// Wherever the secret sits, value or key, at any depth, it is found,
+        /// and no finding repeats it.
+        #[test]
+        fn a_planted_secret_is_found_wherever_it_is(v in planted()) {
+            let settings = SanitizeSettings::default();
+            let found = Sanitizer::new(&settings, Skip::default()).find_outgoing(&v, "", &[]);
+            proptest::prop_assert!(!found.is_empty(), "not found in {}", v);
+            proptest::prop_assert!(found.iter().all(|(p, _)| !p.contains(KEY)), "{:?}", found);
+        }
+    }
 }
