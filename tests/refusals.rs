@@ -364,3 +364,48 @@ async fn a_delete_the_upstream_refuses_is_relayed_and_a_get_stream_it_offers_is_
     gateway.stop().await;
     up.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_the_upstream_ended_is_answered_404_so_the_client_starts_a_new_one() {
+    let up = PeerServer::start(Peer::Python).await;
+    let gateway = TestGateway::start(&[("py", &up.url)], &policy()).await;
+    let key = format!("Bearer {ALICE}");
+    let init = raw_post(
+        &gateway.url("py"),
+        &[("authorization", key.as_str())],
+        LEGACY_INIT,
+    )
+    .await;
+    assert_eq!(init.status, 200, "{}", init.text);
+    let session = init.headers["mcp-session-id"]
+        .to_str()
+        .expect("session id")
+        .to_owned();
+    // The server ends the session behind the gateway's back.
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let ended = client
+        .delete(&up.url)
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .expect("sent");
+    assert!(ended.status().is_success(), "{}", ended.status());
+    let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "hi"}}});
+    let headers = [
+        ("authorization", key.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+        ("mcp-session-id", session.as_str()),
+    ];
+    let r = raw_post(&gateway.url("py"), &headers, call.to_string()).await;
+    assert_eq!(r.status, 404, "{}", r.text);
+    assert_eq!(r.body["id"], 5, "{}", r.text);
+    assert!(!r.text.contains("may have run"), "{}", r.text);
+    assert!(up.ran().is_empty(), "nothing ran: {:?}", up.ran());
+    gateway.stop().await;
+    up.stop().await;
+}
