@@ -154,6 +154,16 @@ async fn unknown_methods_are_refused_for_every_client_and_never_reach_the_server
     )
     .await;
     assert_method_not_found(&r, true, false, "tasks/list in 2026-07-28");
+    // 2026-07-28 servers send no requests, so a client there sends no responses.
+    let response = json!({"jsonrpc": "2.0", "id": "s-1", "result": {}}).to_string();
+    let auth = format!("Bearer {ALICE}");
+    let h = [
+        ("authorization", auth.as_str()),
+        ("mcp-protocol-version", "2026-07-28"),
+    ];
+    let r = raw_post(&url, &h, response).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert_eq!(r.body["error"]["code"], -32600, "{}", r.text);
     assert_eq!(
         up.methods(),
         Vec::<String>::new(),

@@ -2,12 +2,20 @@
 //!
 //! ```text
 //! admit → route → authenticate → read body → classify → bound identifiers → negotiate → session
-//!   tools/call:   catalog → authorize → pin → rule arguments → rate limit → Mcp-Param-* → validate → forward → relay
-//!   lists:        forward every page → remember tools (pins) → serve pinned → filter per client → answer
+//!   → method table → outgoing secret scan
+//!   unknown method:  refused (-32601), nothing sent upstream
+//!   tools/call:      catalog → authorize → pin → rule arguments → rate limit → Mcp-Param-* → validate → forward → relay
+//!   lists:           the gateway's own request, every page → remember tools (pins) → serve pinned → filter per client → answer
 //!   initialize, server/discover: forward → pin the instructions → relay
-//!   read / get:   canonical URI (resources) → authorize → rate limit → forward → relay
-//!   anything else:                       forward → relay
+//!   read / get / an operator's tool, resource or prompt method: canonical URI (resources) → authorize → rate limit → forward → relay
+//!   subscribe, completion, subscriptions/listen: authorize → forward → relay
+//!   tasks:           the task's owner → forward → relay (results through the tools/call checks)
+//!   lifecycle, notifications: forward → relay
 //! ```
+//!
+//! Dispatch is a match on the method as [`crate::mcp::methods`] typed it
+//! (its class, and which method of the specification it is); no method
+//! name is compared as a string here.
 //!
 //! Invariants: a step either passes the exchange on or stops it with a
 //! [`Rejection`]; nothing is sent upstream before every step for that method has
@@ -51,7 +59,7 @@ use crate::error::{
 use crate::mcp::headers::{
     self, MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
-use crate::mcp::jsonrpc::Message;
+use crate::mcp::jsonrpc::{ClassifyError, Message};
 use crate::mcp::limits;
 use crate::mcp::methods::{self, Called, Class, Kind, ListKind, Method as Rpc};
 use crate::mcp::sse::SseItem;
@@ -327,6 +335,7 @@ async fn post(
     let (era, _version) = negotiate(headers, &message)?;
     ex.era = era;
     let session = session(state, server, client, headers, era)?;
+    let called = resolve(config, &message, era)?;
     ex.trail.stage("scan_outgoing");
     observe_or_enforce(ex, scan_outgoing(live, &message, &body))?;
     let forward = Forward {
@@ -336,8 +345,9 @@ async fn post(
         ex_era: era,
         session: session.as_deref(),
         trail: ex.trail.clone(),
+        listen: called.as_ref().map(Called::class) == Some(Class::Subscription),
     };
-    let Some(called) = resolve(config, &message, era)? else {
+    let Some(called) = called else {
         // A client's answer to a server's request (handshake era).
         return forward
             .relay(headers, body, recipient(live, ex, server, None))
@@ -461,6 +471,12 @@ fn resolve(config: &Config, message: &Message, era: Era) -> Result<Option<Called
     let (name, kind) = match message {
         Message::Request { method, .. } => (method, Kind::Request),
         Message::Notification { method, .. } => (method, Kind::Notification),
+        // 2026-07-28 has no server→client requests: a client there sends no responses.
+        Message::Response { .. } if era == Era::Modern => {
+            return Err(Rejection::Malformed(ClassifyError::Invalid(
+                "a 2026-07-28 client sends no JSON-RPC responses (servers send no requests in that era)",
+            )));
+        }
         Message::Response { .. } => return Ok(None),
     };
     match methods::client_call(name, kind, era, &config.methods) {
@@ -1493,6 +1509,8 @@ pub(super) struct Forward<'a> {
     session: Option<&'a str>,
     /// Notes the upstream's status and latency.
     trail: Arc<Trail>,
+    /// A `subscriptions/listen`: its stream has no idle limit.
+    listen: bool,
 }
 
 impl Forward<'_> {
@@ -1543,10 +1561,8 @@ impl Forward<'_> {
         to: Recipient,
     ) -> Result<Response, Rejection> {
         // `subscriptions/listen` streams stay open for as long as the client listens.
-        let listen =
-            headers::single(headers, MCP_METHOD).ok().flatten() == Some("subscriptions/listen");
         let reply = self
-            .send(self.headers(headers), body, !listen)
+            .send(self.headers(headers), body, !self.listen)
             .await
             .map_err(|e| to.failure(e))?;
         Ok(relay(reply, to))

@@ -100,6 +100,8 @@ impl Part<'_> {
             ex_era: ex.era,
             session: self.session.as_deref(),
             trail: ex.trail.clone(),
+            // The merged view's own listen sends with no idle limit itself.
+            listen: false,
         }
     }
 }
