@@ -128,6 +128,7 @@ async fn each_client_sees_and_calls_what_its_rules_allow() {
                 "explode",
                 "hang",
                 "huge",
+                "leaky_ask",
                 "leaky_structured",
                 "leaky_text",
                 "progress"

@@ -31,7 +31,9 @@ use super::unicode;
 pub(crate) enum Form {
     /// Exactly `"2.0"`.
     JsonRpc,
-    /// A JSON-RPC id, progress token, task id: 1–256 visible ASCII characters.
+    /// A JSON-RPC id, progress token, task id: 1–256 bytes of visible
+    /// characters and spaces (clients choose ids and tokens too, and the spec
+    /// allows any string), no control or invisible character.
     Id,
     /// A method name: 1–128 of `A-Z a-z 0-9 _ . / - $`.
     Method,
@@ -172,7 +174,7 @@ pub(crate) fn fits(form: Form, value: &str) -> bool {
     let len = value.len();
     match form {
         JsonRpc => value == "2.0",
-        Id => (1..=256).contains(&len) && value.bytes().all(|b| b.is_ascii_graphic()),
+        Id => (1..=256).contains(&len) && value.chars().all(|c| c == ' ' || uri_char(c)),
         Method => {
             (1..=128).contains(&len)
                 && value
@@ -267,6 +269,9 @@ mod tests {
         assert!(fits(Version, "2026-07-28"));
         assert!(!fits(Version, "2026-07-28\u{1b}"));
         assert!(fits(Id, "abc-1"));
+        assert!(fits(Id, "req 1 é"));
+        assert!(!fits(Id, "req\u{1b}[2J"));
+        assert!(!fits(Id, "re\u{202e}q"));
         assert!(!fits(Id, ""));
         assert!(fits(ResultType, "input_required"));
         assert!(!fits(ResultType, "later"));
