@@ -60,6 +60,12 @@ struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WouldRefuseLabels {
+    server: String,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamErrorLabels {
     server: String,
     kind: String,
@@ -97,6 +103,7 @@ pub struct Metrics {
     sanitizer_actions: Family<KindLabels, Counter>,
     upstream_errors: Family<UpstreamErrorLabels, Counter>,
     rate_limited: Family<ServerLabels, Counter>,
+    would_refuse: Family<WouldRefuseLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
 }
 
@@ -147,6 +154,12 @@ impl Metrics {
             "Requests refused because a rate limit was reached (enforced, not observed)",
             rate_limited.clone(),
         );
+        let would_refuse = Family::<WouldRefuseLabels, Counter>::default();
+        registry.register(
+            "observed_refusals",
+            "Requests observe mode let through that enforcement would have refused, by server and result code",
+            would_refuse.clone(),
+        );
         let reloads = Family::<ResultLabels, Counter>::default();
         registry.register(
             "config_reloads",
@@ -181,6 +194,7 @@ impl Metrics {
             sanitizer_actions,
             upstream_errors,
             rate_limited,
+            would_refuse,
             reloads,
         }
     }
@@ -233,6 +247,15 @@ impl Metrics {
             self.rate_limited
                 .get_or_create(&ServerLabels {
                     server: server.clone(),
+                })
+                .inc();
+        }
+        // Codes are the gateway's own (a fixed set), never client text.
+        if let Some(code) = &e.would_refuse {
+            self.would_refuse
+                .get_or_create(&WouldRefuseLabels {
+                    server: server.clone(),
+                    code: code.clone(),
                 })
                 .inc();
         }
