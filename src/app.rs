@@ -153,10 +153,28 @@ impl Gateway {
         let wait = |mut rx: watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|stopped| *stopped).await;
         };
-        // Connection deadlines are read at start; a reload does not change them.
-        let client_timeout = self.state.config().gateway.client_timeout;
-        let mcp_server = serve::serve(self.listener, mcp, client_timeout, wait(stop_rx.clone()));
-        let admin_server = serve::serve(self.admin, admin, client_timeout, wait(stop_rx.clone()));
+        // Connection deadlines and caps are read at start; a reload does not change them.
+        let gateway = &self.state.config().gateway;
+        let limits = serve::Limits {
+            client_timeout: gateway.client_timeout,
+            header_timeout: gateway.header_timeout,
+            max_connections: gateway.max_connections,
+        };
+        let metrics = &self.state.metrics;
+        let mcp_server = serve::serve(
+            self.listener,
+            mcp,
+            limits,
+            metrics.mcp_connections.clone(),
+            wait(stop_rx.clone()),
+        );
+        let admin_server = serve::serve(
+            self.admin,
+            admin,
+            limits,
+            metrics.admin_connections.clone(),
+            wait(stop_rx.clone()),
+        );
         let servers = async { tokio::try_join!(mcp_server, admin_server).map(|_| ()) };
         tokio::pin!(servers);
         let (pins, audit) = (self.state.pins.clone(), self.state.audit.clone());

@@ -66,6 +66,9 @@ const MIGRATIONS: &[&str] = &[
         arguments           TEXT
     );
     CREATE INDEX events_time ON events (time_ms);",
+    // 2: what enforcement would have refused, in observe mode (stores written
+    // before it keep their rows; theirs have none).
+    "ALTER TABLE events ADD COLUMN would_refuse TEXT;",
 ];
 
 /// One client request, as recorded.
@@ -94,6 +97,10 @@ pub struct Event {
     /// Who made the decision: `forwarded`, or the source of the refusal
     /// (`client`, `policy`, `upstream`, …).
     pub stage: String,
+    /// In observe mode, the result code enforcement would have answered with
+    /// (`unknown_tool`, `invalid_arguments`, `rate_limited`, …) while the call
+    /// went through; `None` when nothing would have been refused.
+    pub would_refuse: Option<String>,
     /// Schema violations, one line each.
     pub violations: Vec<String>,
     /// Sanitizer actions by kind.
@@ -467,8 +474,8 @@ fn write(conn: &mut Connection, batch: &[Box<Event>]) -> rusqlite::Result<()> {
         let mut insert = tx.prepare_cached(
             "INSERT INTO events (time_ms, trace_id, client, server, method, tool, decision,
                 stage, violations, sanitizer, pin_findings, upstream_status,
-                upstream_latency_us, latency_us, http_status, era, arguments)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                upstream_latency_us, latency_us, http_status, era, arguments, would_refuse)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
         )?;
         for e in batch {
             let json = |v: &Value| v.to_string();
@@ -490,6 +497,7 @@ fn write(conn: &mut Connection, batch: &[Box<Event>]) -> rusqlite::Result<()> {
                 e.http_status,
                 e.era,
                 e.arguments.as_ref().map(json),
+                e.would_refuse,
             ])?;
         }
     }
@@ -506,6 +514,37 @@ fn purge(conn: &Connection, retention: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_store_of_the_first_schema_gains_the_would_refuse_column_and_keeps_its_rows() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("audit.db");
+        {
+            let mut old = store::open_migrated(&path, &MIGRATIONS[..1]).expect("v1 store");
+            old.execute(
+                "INSERT INTO events (time_ms, method, decision, stage, latency_us, era)
+                 VALUES (?1, 'tools/call', 'forwarded', 'forwarded', 1, '2026')",
+                params![crate::pins::now_ms()],
+            )
+            .expect("a v1 row");
+            store::migrate(&mut old, &MIGRATIONS[..1]).expect("nothing new");
+        }
+        let conn = store::open_migrated(&path, MIGRATIONS).expect("migrated");
+        let (rows, empty): (i64, i64) = conn
+            .query_row(
+                "SELECT COUNT(*), COUNT(*) FILTER (WHERE would_refuse IS NULL) FROM events",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("the new column is there");
+        assert_eq!((rows, empty), (1, 1));
+        let versions: i64 = conn
+            .query_row("SELECT MAX(version) FROM schema_migrations", [], |r| {
+                r.get(0)
+            })
+            .expect("version");
+        assert_eq!(versions, MIGRATIONS.len() as i64);
+    }
 
     #[test]
     fn shape_keeps_keys_and_types_only() {

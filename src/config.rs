@@ -94,6 +94,13 @@ pub struct GatewaySettings {
     /// read what the gateway writes; also how long an idle connection stays
     /// open (default 30 s).
     pub client_timeout: Duration,
+    /// Longest a new connection may take to send its first request's
+    /// headers (default 10 s, at most `client_timeout`): shorter than the
+    /// keep-alive idle time, so half-open connections go first.
+    pub header_timeout: Duration,
+    /// Most connections open at once on each listener (default 1024); past
+    /// it a new connection gets 503 with `Retry-After`, or is closed.
+    pub max_connections: usize,
 }
 
 /// What the gateway does with its decisions.

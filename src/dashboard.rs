@@ -94,6 +94,8 @@ pub(crate) struct Filter {
     server: Option<String>,
     tool: Option<String>,
     decision: Option<String>,
+    /// Observe mode's would-be refusals: a result code, or `*` for any.
+    would_refuse: Option<String>,
     /// Events at or after this time (Unix milliseconds).
     since: Option<i64>,
     /// Events at or before this time (Unix milliseconds).
@@ -111,6 +113,11 @@ impl Filter {
             && is(&self.server, "server")
             && is(&self.tool, "tool")
             && is(&self.decision, "decision")
+            && match self.would_refuse.as_deref() {
+                None | Some("") => true,
+                Some("*") => e.get("would_refuse").is_some_and(Value::is_string),
+                Some(_) => is(&self.would_refuse, "would_refuse"),
+            }
             && self.since.is_none_or(|t| time >= t)
             && self.until.is_none_or(|t| time <= t)
     }
@@ -221,6 +228,8 @@ fn summarize(events: &[Arc<Value>], now_minute: i64) -> Value {
     let mut per_minute: BTreeMap<i64, BTreeMap<String, u64>> = BTreeMap::new();
     let mut latencies: Vec<u64> = Vec::new();
     let mut refused: HashMap<String, u64> = HashMap::new();
+    let mut would_refuse_minute: BTreeMap<i64, BTreeMap<String, u64>> = BTreeMap::new();
+    let mut would_refuse_tools: HashMap<String, u64> = HashMap::new();
     let mut clients: HashMap<String, u64> = HashMap::new();
     let field = |e: &Value, k: &str| e.get(k).and_then(Value::as_str).map(str::to_owned);
     for e in events {
@@ -232,6 +241,18 @@ fn summarize(events: &[Arc<Value>], now_minute: i64) -> Value {
                 .or_default()
                 .entry(decision.clone())
                 .or_default() += 1;
+        }
+        if let Some(code) = field(e, "would_refuse") {
+            if minute > now_minute - MINUTES {
+                *would_refuse_minute
+                    .entry(minute)
+                    .or_default()
+                    .entry(code)
+                    .or_default() += 1;
+            }
+            if let Some(tool) = field(e, "tool") {
+                *would_refuse_tools.entry(tool).or_default() += 1;
+            }
         }
         latencies.push(e.get("latency_us").and_then(Value::as_u64).unwrap_or(0));
         if decision != "forwarded"
@@ -261,7 +282,12 @@ fn summarize(events: &[Arc<Value>], now_minute: i64) -> Value {
     };
     let minutes: Vec<Value> = ((now_minute - MINUTES + 1)..=now_minute)
         .map(|m| {
-            json!({"minute_ms": m * 60_000, "by_decision": per_minute.get(&m).cloned().unwrap_or_default()})
+            json!({
+                "minute_ms": m * 60_000,
+                "by_decision": per_minute.get(&m).cloned().unwrap_or_default(),
+                // Observe mode: let through, though enforcement would have refused.
+                "would_refuse": would_refuse_minute.get(&m).cloned().unwrap_or_default(),
+            })
         })
         .collect();
     json!({
@@ -269,6 +295,7 @@ fn summarize(events: &[Arc<Value>], now_minute: i64) -> Value {
         "calls_per_minute": minutes,
         "latency_us": {"p50": pct(0.5), "p99": pct(0.99)},
         "top_refused_tools": top(refused),
+        "top_would_refuse_tools": top(would_refuse_tools),
         "top_clients": top(clients),
     })
 }
@@ -324,5 +351,40 @@ mod tests {
         assert_eq!(o["top_refused_tools"][0], json!({"name": "x", "count": 2}));
         assert_eq!(o["top_clients"][0], json!({"name": "alice", "count": 3}));
         assert_eq!(o["latency_us"]["p99"], 10_000);
+    }
+
+    #[test]
+    fn observe_mode_would_be_refusals_have_their_series_and_filter() {
+        let now = 29_000_000i64;
+        let ev = |tool: &str, would: Option<&str>| {
+            Arc::new(
+                json!({"time_ms": now * 60_000, "decision": "forwarded", "tool": tool,
+                "would_refuse": would, "latency_us": 1}),
+            )
+        };
+        let events = vec![
+            ev("a", None),
+            ev("x", Some("unknown_tool")),
+            ev("x", Some("unknown_tool")),
+            ev("a", Some("invalid_arguments")),
+        ];
+        let o = summarize(&events, now);
+        let last = &o["calls_per_minute"][MINUTES as usize - 1];
+        assert_eq!(last["by_decision"]["forwarded"], 4);
+        assert_eq!(
+            last["would_refuse"],
+            json!({"unknown_tool": 2, "invalid_arguments": 1})
+        );
+        assert_eq!(
+            o["top_would_refuse_tools"][0],
+            json!({"name": "x", "count": 2})
+        );
+        let keep = |q: &str| {
+            let f: Filter = serde_json::from_value(json!({"would_refuse": q})).expect("filter");
+            events.iter().filter(|e| f.keeps(e)).count()
+        };
+        assert_eq!(keep("*"), 3);
+        assert_eq!(keep("invalid_arguments"), 1);
+        assert_eq!(keep(""), 4);
     }
 }

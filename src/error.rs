@@ -54,6 +54,8 @@ pub(crate) mod codes {
     pub(crate) const NON_CANONICAL_URI: i64 = -31011;
     /// The upstream refused the request with an HTTP 4xx and no JSON-RPC error of its own.
     pub(crate) const UPSTREAM_REFUSED: i64 = -31016;
+    /// The listener is at `max_connections`.
+    pub(crate) const OVERLOADED: i64 = -31012;
 }
 
 /// Who a failure is attributed to.
@@ -1276,6 +1278,29 @@ fn error_response(
     data: Option<Value>,
 ) -> Response {
     json_response(status, &jsonrpc::error(id, code, message, data))
+}
+
+/// The answer to a connection past `[gateway] max_connections`: 503 with
+/// `Retry-After` (whole seconds, at least one) and a JSON-RPC error without id.
+pub(crate) fn overloaded(max_connections: usize, retry_after: Duration) -> Response {
+    let mut r = error_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        None,
+        codes::OVERLOADED,
+        &format!(
+            "the gateway has {max_connections} connections open, its limit \
+             ([gateway] max_connections); retry after {} s",
+            ceil_secs(retry_after).max(1)
+        ),
+        Some(json!({"max_connections": max_connections})),
+    );
+    r.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(ceil_secs(retry_after).max(1)),
+    );
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
 }
 
 /// A JSON body with the given status.

@@ -13,7 +13,7 @@
 //! (a family's lock, held for one increment).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -60,6 +60,12 @@ struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WouldRefuseLabels {
+    server: String,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamErrorLabels {
     server: String,
     kind: String,
@@ -70,9 +76,25 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
 }
 
+/// The connections of one listener, counted by its accept loop and read at
+/// scrape time.
+#[derive(Debug, Default)]
+pub struct Connections {
+    /// Open now (served, not counting those being refused).
+    pub open: AtomicU64,
+    /// Refused since start because `max_connections` were open.
+    pub refused: AtomicU64,
+    /// The listener's `max_connections` (read at start).
+    pub max: AtomicU64,
+}
+
 /// The gateway's metrics and their registry.
 #[derive(Debug)]
 pub struct Metrics {
+    /// The MCP listener's connections.
+    pub mcp_connections: Arc<Connections>,
+    /// The admin listener's connections.
+    pub admin_connections: Arc<Connections>,
     registry: Registry,
     calls: Family<CallLabels, Counter>,
     latency: Family<ServerLabels, Histogram, fn() -> Histogram>,
@@ -81,6 +103,7 @@ pub struct Metrics {
     sanitizer_actions: Family<KindLabels, Counter>,
     upstream_errors: Family<UpstreamErrorLabels, Counter>,
     rate_limited: Family<ServerLabels, Counter>,
+    would_refuse: Family<WouldRefuseLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
 }
 
@@ -131,6 +154,12 @@ impl Metrics {
             "Requests refused because a rate limit was reached (enforced, not observed)",
             rate_limited.clone(),
         );
+        let would_refuse = Family::<WouldRefuseLabels, Counter>::default();
+        registry.register(
+            "observed_refusals",
+            "Requests observe mode let through that enforcement would have refused, by server and result code",
+            would_refuse.clone(),
+        );
         let reloads = Family::<ResultLabels, Counter>::default();
         registry.register(
             "config_reloads",
@@ -146,9 +175,17 @@ impl Metrics {
             "The running build",
             Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
         );
+        let mcp_connections = Arc::<Connections>::default();
+        let admin_connections = Arc::<Connections>::default();
+        registry.register_collector(Box::new(Listeners([
+            ("mcp", mcp_connections.clone()),
+            ("admin", admin_connections.clone()),
+        ])));
         registry.register_collector(Box::new(AuditQueue(audit)));
         registry.register_collector(Box::new(SpanExport(traces)));
         Self {
+            mcp_connections,
+            admin_connections,
             registry,
             calls,
             latency,
@@ -157,6 +194,7 @@ impl Metrics {
             sanitizer_actions,
             upstream_errors,
             rate_limited,
+            would_refuse,
             reloads,
         }
     }
@@ -212,6 +250,15 @@ impl Metrics {
                 })
                 .inc();
         }
+        // Codes are the gateway's own (a fixed set), never client text.
+        if let Some(code) = &e.would_refuse {
+            self.would_refuse
+                .get_or_create(&WouldRefuseLabels {
+                    server: server.clone(),
+                    code: code.clone(),
+                })
+                .inc();
+        }
         if e.stage == "upstream" {
             self.upstream_errors
                 .get_or_create(&UpstreamErrorLabels {
@@ -234,6 +281,56 @@ impl Metrics {
             tracing::error!(error = %e, "cannot encode the metrics");
         }
         out
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListenerLabels {
+    listener: &'static str,
+}
+
+/// Both listeners' connection figures, read at scrape time.
+#[derive(Debug)]
+struct Listeners([(&'static str, Arc<Connections>); 2]);
+
+impl Collector for Listeners {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        type Read = fn(&Connections) -> u64;
+        let gauges: [(&str, &str, Read); 2] = [
+            (
+                "connections_open",
+                "Client connections open now, by listener",
+                |c| c.open.load(Ordering::Relaxed),
+            ),
+            (
+                "connections_max",
+                "The listener's [gateway] max_connections",
+                |c| c.max.load(Ordering::Relaxed),
+            ),
+        ];
+        for (name, help, read) in gauges {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for (listener, c) in &self.0 {
+                let gauge = ConstGauge::new(read(c) as i64);
+                gauge.encode(family.encode_family(&ListenerLabels { listener })?)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "connections_refused",
+            "Client connections refused because max_connections were open, by listener",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for (listener, c) in &self.0 {
+            let counter = ConstCounter::new(c.refused.load(Ordering::Relaxed));
+            counter.encode(family.encode_family(&ListenerLabels { listener })?)?;
+        }
+        Ok(())
     }
 }
 

@@ -1,7 +1,8 @@
 //! Observe mode: every policy and validation decision is made and logged with
 //! what enforcement would have done, and the call goes through unchanged;
 //! transport checks (credentials, malformed JSON, header/body agreement) stay
-//! enforced.
+//! enforced. The would-be refusal is where operators look: its own column of
+//! the audit row, the dashboard's events and overview, and `/metrics`.
 
 mod support;
 
@@ -10,7 +11,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use support::upstreams::InProcess;
 use support::{
-    ALICE, TestGateway, borrow, clients, modern_call, modern_call_headers, modern_meta, raw_post,
+    ALICE, Mode, Peer, PeerServer, Sdk, TestGateway, borrow, call as op, clients, modern_call,
+    modern_call_headers, modern_meta, raw_post, sdk,
 };
 
 /// Only `echo` is allowed; `mode` lines go where the caller puts them.
@@ -138,4 +140,128 @@ async fn the_log_says_what_enforcement_would_have_done() {
     assert_eq!(line["mode"], "observe", "{line}");
     assert_eq!(line["outcome"], "forwarded", "{line}");
     let _ = child.kill().await;
+}
+
+async fn get_json(url: &str) -> Value {
+    let text = reqwest::get(url)
+        .await
+        .expect("the admin listener answers")
+        .text()
+        .await
+        .expect("a body");
+    serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_would_be_refusal_is_in_the_audit_row_the_dashboard_and_the_metrics() {
+    let up = PeerServer::start(Peer::Python).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let audit = dir.path().join("audit.db");
+    let text = config(&server("s", &up.url, None), "observe")
+        + &format!("[audit]\ndatabase = {:?}\n", audit.display().to_string());
+    let gw = TestGateway::start_raw(&text).await;
+    // A real SDK client: a tool the rules do not allow, arguments outside the
+    // schema, and a call enforcement would pass.
+    let results = sdk(
+        Sdk::Python,
+        Mode::Legacy,
+        &gw.url("s"),
+        ALICE,
+        json!([
+            op("admin_reset", json!({})),
+            op("echo", json!({"text": 5})),
+            op("echo", json!({"text": "fine"})),
+        ]),
+    )
+    .await;
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert!(
+        up.ran().iter().any(|t| t == "admin_reset"),
+        "the call the rules would refuse went through: {:?}",
+        up.ran()
+    );
+
+    let admin = gw.admin_url();
+    let observed = get_json(&format!("{admin}/api/events?would_refuse=*")).await;
+    let mut codes: Vec<(String, String)> = observed["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        // A list is observed too (`hidden_from_list`): the calls are the story here.
+        .filter(|e| e["method"] == "tools/call")
+        .map(|e| {
+            // It reached the upstream (whose own answer may be an error).
+            assert!(
+                ["forwarded", "upstream"].contains(&e["stage"].as_str().unwrap_or("")),
+                "{e}"
+            );
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+            (s("tool"), s("would_refuse"))
+        })
+        .collect();
+    codes.sort();
+    assert_eq!(
+        codes,
+        [
+            ("admin_reset".to_owned(), "unknown_tool".to_owned()),
+            ("echo".to_owned(), "invalid_arguments".to_owned()),
+        ]
+    );
+    let one = get_json(&format!(
+        "{admin}/api/events?would_refuse=invalid_arguments"
+    ))
+    .await;
+    assert_eq!(one["events"].as_array().map(Vec::len), Some(1), "{one}");
+    let overview = get_json(&format!("{admin}/api/overview")).await;
+    let minutes = overview["calls_per_minute"].as_array().expect("minutes");
+    let would: u64 = minutes
+        .iter()
+        .flat_map(|m| m["would_refuse"].as_object().cloned().unwrap_or_default())
+        .filter(|(code, _)| code != "hidden_from_list")
+        .map(|(_, n)| n.as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(would, 2, "{overview}");
+    let tools = &overview["top_would_refuse_tools"];
+    assert_eq!(tools.as_array().map(Vec::len), Some(2), "{overview}");
+
+    let metrics = reqwest::get(format!("{admin}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    for code in ["unknown_tool", "invalid_arguments"] {
+        let line = format!("portcullis_observed_refusals_total{{server=\"s\",code=\"{code}\"}} 1");
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
+    }
+
+    gw.stop().await;
+    let conn = rusqlite::Connection::open(&audit).expect("audit store");
+    let mut q = conn
+        .prepare(
+            "SELECT tool, stage, would_refuse FROM events WHERE method = 'tools/call' ORDER BY id",
+        )
+        .expect("query");
+    let rows: Vec<(String, String, Option<String>)> = q
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("read");
+    assert_eq!(
+        rows,
+        [
+            (
+                "admin_reset".into(),
+                "forwarded".into(),
+                Some("unknown_tool".into())
+            ),
+            // The Python SDK server refuses the number itself.
+            (
+                "echo".into(),
+                "upstream".into(),
+                Some("invalid_arguments".into())
+            ),
+            ("echo".into(), "forwarded".into(), None),
+        ]
+    );
 }

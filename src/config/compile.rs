@@ -32,6 +32,10 @@ mod jwt;
 type Result<T> = std::result::Result<T, ConfigError>;
 
 /// What `[[sanitize.exemptions]]` may turn off.
+/// `[gateway] max_connections` unless set: a sidecar serves a handful of
+/// agents, each with a few connections; 1024 of them idle cost a few MiB.
+pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
 const SKIPPABLE: &[&str] = &[
     "ansi",
     "invisible_unicode",
@@ -398,6 +402,29 @@ impl Ctx<'_> {
             &[("enforce", Mode::Enforce), ("observe", Mode::Observe)],
             Mode::Enforce,
         )?;
+        let client_timeout = self.duration(
+            raw.client_timeout.as_ref(),
+            "gateway.client_timeout",
+            Duration::from_secs(30),
+            Duration::from_secs(3600),
+        )?;
+        let header_timeout = self.duration(
+            raw.header_timeout.as_ref(),
+            "gateway.header_timeout",
+            Duration::from_secs(10).min(client_timeout),
+            Duration::from_secs(3600),
+        )?;
+        if header_timeout > client_timeout {
+            return Err(self.fail(
+                raw.header_timeout.as_ref().map(|v| v.span()),
+                "gateway.header_timeout",
+                format!(
+                    "must be at most client_timeout ({} ms): the first request's headers may \
+                     not take longer than any later request's",
+                    client_timeout.as_millis()
+                ),
+            ));
+        }
         Ok(GatewaySettings {
             listen,
             admin_listen,
@@ -466,11 +493,14 @@ impl Ctx<'_> {
                 Duration::from_secs(10),
                 Duration::from_secs(3600),
             )?,
-            client_timeout: self.duration(
-                raw.client_timeout.as_ref(),
-                "gateway.client_timeout",
-                Duration::from_secs(30),
-                Duration::from_secs(3600),
+            client_timeout,
+            header_timeout,
+            max_connections: self.size(
+                raw.max_connections.as_ref(),
+                "gateway.max_connections",
+                DEFAULT_MAX_CONNECTIONS,
+                1,
+                1_000_000,
             )?,
         })
     }

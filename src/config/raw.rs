@@ -64,6 +64,8 @@ pub(crate) struct RawGateway {
     pub mode: Option<Spanned<String>>,
     pub shutdown_grace: Option<Spanned<String>>,
     pub client_timeout: Option<Spanned<String>>,
+    pub header_timeout: Option<Spanned<String>>,
+    pub max_connections: Option<Spanned<i64>>,
 }
 
 /// `[servers.NAME]`: one upstream MCP server.

@@ -168,6 +168,7 @@ pub(crate) async fn handle(
         e.tool = ex.tool.clone();
         e.era = ex.era.as_str().to_owned();
         e.http_status = Some(response.status().as_u16());
+        e.would_refuse = ex.would_refuse.map(str::to_owned);
         // A tool result rewritten on the way back was decided there.
         if source.is_some() || e.decision.is_empty() {
             e.decision = outcome.to_owned();

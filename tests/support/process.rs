@@ -22,6 +22,8 @@ pub struct Observed {
     pub base: String,
     /// `127.0.0.1:P` of the MCP listener.
     pub addr: String,
+    /// `http://127.0.0.1:P` of the admin listener (`/metrics`, the dashboard).
+    pub admin: String,
     output: Arc<Mutex<Vec<String>>>,
     /// The configuration, in a directory of its own (so are its default
     /// stores), when the process was given a text rather than a file.
@@ -61,7 +63,7 @@ impl Observed {
             output.clone(),
             Some(tx),
         );
-        let addr = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        let (addr, admin) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
             .await
             .ok()
             .flatten()
@@ -76,6 +78,7 @@ impl Observed {
             pid,
             base: format!("http://{addr}"),
             addr,
+            admin: format!("http://{admin}"),
             output,
             config: None,
         }
@@ -186,11 +189,12 @@ impl Observed {
     }
 }
 
-/// Keeps every line of `pipe`; sends the MCP address of the `listening` line on `tx`.
+/// Keeps every line of `pipe`; sends the MCP and admin addresses of the
+/// `listening` line on `tx`.
 fn keep(
     pipe: impl AsyncRead + Unpin + Send + 'static,
     output: Arc<Mutex<Vec<String>>>,
-    mut tx: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    mut tx: Option<tokio::sync::mpsc::UnboundedSender<(String, String)>>,
 ) {
     tokio::spawn(async move {
         let mut lines = BufReader::new(pipe).lines();
@@ -199,7 +203,8 @@ fn keep(
                 && let Ok(v) = serde_json::from_str::<Value>(&line)
                 && v["message"] == "listening"
             {
-                let _ = sender.send(v["mcp"].as_str().unwrap_or_default().to_owned());
+                let field = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+                let _ = sender.send((field("mcp"), field("admin")));
                 tx = None;
             }
             output.lock().expect("lock").push(line);

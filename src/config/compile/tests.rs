@@ -381,3 +381,24 @@ fn stdio_and_http_keys_do_not_mix() {
     let e = refuse(&stdio("command = [\"x\"]\ncwd = \"/no/such/dir\""));
     assert_eq!(e.key, "servers.local.cwd");
 }
+
+#[test]
+fn connection_limits_default_for_a_sidecar_and_are_checked() {
+    let c = accept(&base());
+    assert_eq!(c.gateway.max_connections, DEFAULT_MAX_CONNECTIONS);
+    assert_eq!(c.gateway.header_timeout, Duration::from_secs(10));
+    assert!(c.gateway.header_timeout < c.gateway.client_timeout);
+    // A short client_timeout bounds the default first-headers deadline too.
+    let c = accept(&format!("[gateway]\nclient_timeout = \"3s\"\n{}", base()));
+    assert_eq!(c.gateway.header_timeout, Duration::from_secs(3));
+
+    let e = refuse(&format!(
+        "[gateway]\nclient_timeout = \"5s\"\nheader_timeout = \"6s\"\n{}",
+        base()
+    ));
+    assert_eq!(e.key, "gateway.header_timeout");
+    assert_eq!(e.line, Some(3), "{e}");
+    assert!(e.reason.contains("at most client_timeout"), "{e}");
+    let e = refuse(&format!("[gateway]\nmax_connections = 0\n{}", base()));
+    assert_eq!(e.key, "gateway.max_connections");
+}
