@@ -424,6 +424,28 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// The JSON Schema of the configuration file (draft 2020-12), generated from the very
+/// types the file is read into, so it cannot drift from what `load` accepts: every table
+/// and key, their types, which are required, and no others (`additionalProperties:
+/// false`, as the loader refuses unknown keys). Editors use it to complete and check
+/// keys (`portcullis config-schema`; `config/portcullis.schema.json` in the repository).
+/// Values the loader checks further (durations, addresses, globs, ranges) are strings or
+/// numbers here; `portcullis check` says the rest.
+pub fn json_schema() -> serde_json::Value {
+    let mut schema = schemars::schema_for!(raw::RawConfig);
+    schema.insert(
+        "$id".into(),
+        "https://portcullis.invalid/portcullis.schema.json".into(),
+    );
+    schema.insert("title".into(), "Portcullis configuration".into());
+    schema.insert(
+        "description".into(),
+        "The TOML configuration of the Portcullis MCP gateway (portcullis run --config FILE)."
+            .into(),
+    );
+    schema.to_value()
+}
+
 /// Reads and compiles the file at `path`, taking `${NAME}` values from the process environment.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let file = path.display().to_string();

@@ -35,6 +35,8 @@ enum Command {
     },
     /// Read an API key on stdin and print its SHA-256, for `api_key_sha256`.
     HashKey,
+    /// Print the JSON Schema of the configuration file, for editors (taplo, Even Better TOML).
+    ConfigSchema,
     /// Exit 0 if the admin listener answers `/healthz` (for container health checks).
     ///
     /// Probes `--url` when given; otherwise the `/healthz` of the admin listener the
@@ -103,6 +105,19 @@ fn main() -> ExitCode {
         Command::Check { config } => check(&config),
         Command::Pins { command } => pins(command),
         Command::HashKey => hash_key(),
+        Command::ConfigSchema => {
+            let schema = config::json_schema();
+            match serde_json::to_string_pretty(&schema) {
+                Ok(text) => {
+                    println!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Health { url, config } => match health_url(url, config.as_deref()) {
             Ok(url) => health(&url),
             Err(e) => {

@@ -315,3 +315,76 @@ fn the_example_digests_are_what_hash_key_prints() {
         );
     }
 }
+
+// === The published JSON Schema ===
+
+const SCHEMA: &str = "config/portcullis.schema.json";
+
+fn generated_schema() -> serde_json::Value {
+    let out = portcullis(&["config-schema"])
+        .output()
+        .expect("the portcullis binary runs");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("config-schema prints JSON")
+}
+
+/// The TOML file as JSON, the way an editor's schema check sees it.
+fn as_json(path: &str) -> serde_json::Value {
+    let body = std::fs::read_to_string(std::path::Path::new(ROOT).join(path)).expect(path);
+    toml::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[test]
+fn the_published_schema_is_the_one_the_binary_generates() {
+    let published: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(std::path::Path::new(ROOT).join(SCHEMA)).expect(SCHEMA),
+    )
+    .expect("the published schema is JSON");
+    assert!(
+        published == generated_schema(),
+        "{SCHEMA} is stale: regenerate it with `portcullis config-schema > {SCHEMA}`"
+    );
+}
+
+#[test]
+fn every_shipped_configuration_satisfies_the_schema_and_a_typo_does_not() {
+    let validator = jsonschema::validator_for(&generated_schema()).expect("the schema compiles");
+    for path in [
+        EXAMPLE,
+        "deploy/compose/portcullis.toml",
+        "src/demo/demo.toml",
+    ] {
+        let config = as_json(path);
+        let errors: Vec<String> = validator
+            .iter_errors(&config)
+            .map(|e| format!("{}: {e}", e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{path}: {errors:#?}");
+    }
+    // The same refusals the loader makes: a misspelt key, a key in the wrong table, a
+    // required key missing, a value of the wrong type.
+    for (what, bad) in [
+        ("misspelt key", "[gateway]\nlisen = \"127.0.0.1:8080\"\n"),
+        (
+            "key of another table",
+            "[gateway]\nurl = \"http://127.0.0.1:1/mcp\"\n",
+        ),
+        (
+            "rule without action",
+            "[[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\n",
+        ),
+        ("wrong type", "[gateway]\nmax_request_bytes = \"big\"\n"),
+    ] {
+        let config: serde_json::Value = toml::from_str(bad).expect("TOML");
+        assert!(!validator.is_valid(&config), "{what} passed the schema");
+        let dir = tempfile::tempdir().expect("dir");
+        let file = dir.path().join("bad.toml");
+        std::fs::write(&file, bad).expect("write");
+        let out = check(file.to_str().expect("path"));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{what}: the loader refuses it too"
+        );
+    }
+}

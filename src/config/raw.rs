@@ -9,18 +9,21 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use toml::Spanned;
 
 /// The whole file.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawConfig {
     #[serde(default)]
     pub gateway: RawGateway,
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, RawServer>")]
     pub servers: BTreeMap<Spanned<String>, RawServer>,
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, RawClient>")]
     pub clients: BTreeMap<Spanned<String>, RawClient>,
     #[serde(default)]
     pub auth: RawAuth,
@@ -39,169 +42,236 @@ pub(crate) struct RawConfig {
     /// `[methods]`: methods outside the MCP specification the operator lets
     /// through, each with the class whose rules it must pass.
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, String>")]
     pub methods: BTreeMap<Spanned<String>, Spanned<String>>,
 }
 
 /// `[gateway]`: listeners and request limits.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawGateway {
+    #[schemars(with = "Option<String>")]
     pub listen: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub admin_listen: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub admin_token_sha256: Option<Spanned<String>>,
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub allowed_origins: Vec<Spanned<String>>,
     #[serde(default)]
+    #[schemars(with = "Vec<String>")]
     pub allowed_hosts: Vec<Spanned<String>>,
+    #[schemars(with = "Option<i64>")]
     pub max_request_bytes: Option<Spanned<i64>>,
+    #[schemars(with = "Option<i64>")]
     pub max_json_depth: Option<Spanned<i64>>,
+    #[schemars(with = "Option<i64>")]
     pub max_response_bytes: Option<Spanned<i64>>,
+    #[schemars(with = "Option<i64>")]
     pub max_sessions: Option<Spanned<i64>>,
+    #[schemars(with = "Option<i64>")]
     pub max_sessions_per_client: Option<Spanned<i64>>,
+    #[schemars(with = "Option<i64>")]
     pub max_tasks: Option<Spanned<i64>>,
+    #[schemars(with = "Option<i64>")]
     pub max_tasks_per_client: Option<Spanned<i64>>,
+    #[schemars(with = "Option<String>")]
     pub max_task_ttl: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub mode: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub shutdown_grace: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub client_timeout: Option<Spanned<String>>,
     pub header_timeout: Option<Spanned<String>>,
     pub max_connections: Option<Spanned<i64>>,
 }
 
 /// `[servers.NAME]`: one upstream MCP server.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawServer {
+    #[schemars(with = "Option<String>")]
     pub url: Option<Spanned<String>>,
+    #[schemars(with = "Option<Vec<String>>")]
     pub command: Option<Spanned<Vec<Spanned<String>>>>,
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, String>")]
     pub env: BTreeMap<String, Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub cwd: Option<Spanned<String>>,
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, String>")]
     pub headers: BTreeMap<Spanned<String>, Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub timeout: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub connect_timeout: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub pinning: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub mode: Option<Spanned<String>>,
 }
 
 /// `[clients.NAME]`: who may connect, and with which key.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawClient {
+    #[schemars(with = "Option<String>")]
     pub api_key_sha256: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub api_key_env: Option<Spanned<String>>,
 }
 
 /// `[auth]`: optional identity providers beside API keys.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawAuth {
+    #[schemars(with = "Option<RawJwt>")]
     pub jwt: Option<Spanned<RawJwt>>,
 }
 
 /// `[auth.jwt]`: bearer JWTs from an OAuth authorization server.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawJwt {
+    #[schemars(with = "Option<String>")]
     pub issuer: Option<Spanned<String>>,
     /// A string or a list of strings.
+    #[schemars(with = "Option<serde_json::Value>")]
     pub audience: Option<Spanned<toml::Value>>,
+    #[schemars(with = "Option<String>")]
     pub jwks_file: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub jwks_url: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub jwks_refresh: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub client_claim: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub leeway: Option<Spanned<String>>,
+    #[schemars(with = "Option<Vec<String>>")]
     pub algorithms: Option<Spanned<Vec<Spanned<String>>>>,
+    #[schemars(with = "Option<Vec<String>>")]
     pub required_scopes: Option<Spanned<Vec<Spanned<String>>>>,
+    #[schemars(with = "Option<String>")]
     pub resource_url: Option<Spanned<String>>,
 }
 
 /// `[[rules]]`: one allow or deny rule.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawRule {
+    #[schemars(with = "Vec<String>")]
     pub clients: Spanned<Vec<Spanned<String>>>,
+    #[schemars(with = "Vec<String>")]
     pub servers: Spanned<Vec<Spanned<String>>>,
+    #[schemars(with = "Option<Vec<String>>")]
     pub tools: Option<Vec<Spanned<String>>>,
+    #[schemars(with = "Option<Vec<String>>")]
     pub resources: Option<Vec<Spanned<String>>>,
+    #[schemars(with = "Option<Vec<String>>")]
     pub prompts: Option<Vec<Spanned<String>>>,
+    #[schemars(with = "String")]
     pub action: Spanned<String>,
+    #[schemars(with = "Option<RawRate>")]
     pub rate: Option<Spanned<RawRate>>,
+    #[schemars(with = "Option<serde_json::Value>")]
     pub arguments: Option<Spanned<toml::Value>>,
 }
 
 /// `rate = { burst, per_second, key }` inside a rule.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawRate {
+    #[schemars(with = "i64")]
     pub burst: Spanned<i64>,
+    #[schemars(with = "f64")]
     pub per_second: Spanned<f64>,
+    #[schemars(with = "Option<String>")]
     pub key: Option<Spanned<String>>,
 }
 
 /// `[rate_limit]`: where token buckets live.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawRateLimit {
+    #[schemars(with = "Option<String>")]
     pub backend: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub redis_url: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub on_backend_error: Option<Spanned<String>>,
 }
 
 /// `[sanitize]`: what is removed from upstream output.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawSanitize {
     pub ansi: Option<bool>,
     pub invisible_unicode: Option<bool>,
+    #[schemars(with = "Option<String>")]
     pub secrets: Option<Spanned<String>>,
+    #[schemars(with = "Option<i64>")]
     pub max_output_bytes: Option<Spanned<i64>>,
     #[serde(default)]
     pub patterns: Vec<RawPattern>,
+    #[schemars(with = "Option<String>")]
     pub arguments: Option<Spanned<String>>,
     #[serde(default)]
     pub exemptions: Vec<RawExemption>,
 }
 
 /// `[[sanitize.patterns]]`: an operator's own redaction.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawPattern {
+    #[schemars(with = "String")]
     pub name: Spanned<String>,
+    #[schemars(with = "String")]
     pub regex: Spanned<String>,
 }
 
 /// `[[sanitize.exemptions]]`: actions turned off for some tools.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawExemption {
+    #[schemars(with = "Option<Vec<String>>")]
     pub servers: Option<Spanned<Vec<Spanned<String>>>>,
+    #[schemars(with = "Vec<String>")]
     pub tools: Spanned<Vec<Spanned<String>>>,
+    #[schemars(with = "Vec<String>")]
     pub skip: Spanned<Vec<Spanned<String>>>,
 }
 
 /// `[audit]`: the SQLite audit trail.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawAudit {
     pub enabled: Option<bool>,
+    #[schemars(with = "Option<String>")]
     pub database: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub retention: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub arguments: Option<Spanned<String>>,
 }
 
 /// `[pins]`: where pinned tool definitions are kept.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawPins {
+    #[schemars(with = "Option<String>")]
     pub database: Option<Spanned<String>>,
 }
 
 /// `[telemetry]`: traces and logs.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawTelemetry {
+    #[schemars(with = "Option<String>")]
     pub otlp_endpoint: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub log_format: Option<Spanned<String>>,
 }
