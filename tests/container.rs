@@ -291,16 +291,16 @@ async fn the_image_serves_a_real_client_read_only_and_non_root_and_drains_on_sig
 
     // SIGTERM while a call is in flight: the call finishes, the container exits 0 within the
     // grace, and the audit trail in the volume holds every request.
+    // One raw 2026-07-28 POST: exactly the request in flight (an SDK client would open
+    // further requests of its own afterwards, which a stopping gateway refuses).
     let slow = tokio::spawn({
         let url = url.clone();
         async move {
-            // One POST (2026-07-28): the request in flight is the one SIGTERM must let finish.
-            sdk(
-                Sdk::Python,
-                Mode::Modern,
+            let headers = support::modern_call_headers(AGENT_KEY, "hang");
+            support::raw_post(
                 &url,
-                AGENT_KEY,
-                json!([call("hang", json!({"seconds": 2}))]),
+                &support::borrow(&headers),
+                support::modern_call(7, "hang", json!({"seconds": 2})),
             )
             .await
         }
@@ -312,7 +312,8 @@ async fn the_image_serves_a_real_client_read_only_and_non_root_and_drains_on_sig
         move || podman_ok(&["stop", "--time", "30", &id])
     });
     let slow = slow.await.expect("the in-flight call returns");
-    assert_eq!(slow[0]["isError"], json!(false), "{}", slow[0]);
+    assert_eq!(slow.status, 200, "{}", slow.text);
+    assert_eq!(slow.body["result"]["isError"], json!(false), "{}", slow.text);
     stop.await.expect("stopped");
     let exit = podman_ok(&["inspect", "--format", "{{.State.ExitCode}}", &container.0]);
     assert_eq!(exit, "0", "the gateway exits cleanly on SIGTERM");
