@@ -84,7 +84,9 @@ pub(crate) struct RawGateway {
     pub shutdown_grace: Option<Spanned<String>>,
     #[schemars(with = "Option<String>")]
     pub client_timeout: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
     pub header_timeout: Option<Spanned<String>>,
+    #[schemars(with = "Option<i64>")]
     pub max_connections: Option<Spanned<i64>>,
 }
 
