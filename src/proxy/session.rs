@@ -195,14 +195,21 @@ impl SessionTable {
     /// Returns how many ended.
     pub(crate) fn end_where(&self, revoked: impl Fn(&ClientId, &str) -> bool) -> usize {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let before = inner.sessions.len();
-        inner
+        let ended: Vec<(String, String)> = inner
             .sessions
-            .retain(|(server, _), entry| match &entry.members {
-                Some(members) => !members.iter().any(|m| revoked(&entry.client, &m.server)),
-                None => !revoked(&entry.client, server),
-            });
-        before - inner.sessions.len()
+            .iter()
+            .filter(|((server, _), entry)| match &entry.members {
+                Some(members) => members.iter().any(|m| revoked(&entry.client, &m.server)),
+                None => revoked(&entry.client, server),
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        // Through `drop_key`, so each client's count of held sessions (its quota)
+        // goes down with them.
+        for key in &ended {
+            inner.drop_key(key);
+        }
+        ended.len()
     }
 
     /// Number of sessions tracked.
@@ -219,6 +226,22 @@ impl SessionTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sessions_ended_by_revocation_give_their_quota_back() {
+        let t = SessionTable::new(10, 2);
+        let (alice, bob) = (ClientId::named("alice"), ClientId::named("bob"));
+        t.bind("s", "a1", &alice);
+        t.bind("s", "a2", &alice);
+        t.bind("s", "b1", &bob);
+        assert_eq!(t.end_where(|c, _| *c == alice), 2);
+        // Alice's quota is whole again: two new sessions evict nothing.
+        t.bind("s", "a3", &alice);
+        t.bind("s", "a4", &alice);
+        assert!(t.check("s", "a3", &alice) && t.check("s", "a4", &alice));
+        assert!(t.check("s", "b1", &bob));
+        assert_eq!(t.len(), 3);
+    }
 
     #[test]
     fn sessions_belong_to_their_client() {
