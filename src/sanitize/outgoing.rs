@@ -16,6 +16,7 @@
 
 use serde_json::{Map, Value};
 
+use super::exempt;
 use super::{Report, Sanitizer, secrets, strip};
 use crate::config::SecretsAction;
 
@@ -97,9 +98,17 @@ impl Sanitizer<'_> {
             for kind in in_key {
                 out.push((pointer.clone(), kind));
             }
+            // A key that names a spec identifier (`progressToken`, `cursor`,
+            // `requestState`, …) holds an opaque token the client chose, not an
+            // assignment: the `…token = value` reading would refuse every random
+            // one. Its value is still searched for known secret formats below.
+            let identifier = exempt::lookup(k, None, false)
+                .is_some_and(|e| !exempt::scanned_for_secrets(e.form));
             match v {
                 Value::String(s)
-                    if self.settings.secrets != SecretsAction::Off && secrets::assigned(k, s) =>
+                    if self.settings.secrets != SecretsAction::Off
+                        && !identifier
+                        && secrets::assigned(k, s) =>
                 {
                     out.push((pointer.clone(), secrets::GENERIC.to_owned()));
                 }
@@ -164,6 +173,20 @@ mod tests {
         assert!(!pointers.iter().any(|p| p.starts_with("/params/arguments")));
         assert!(pointers.iter().any(|p| p.starts_with("/params/[REDACTED:")));
         assert!(!pointers.iter().any(|p| p.contains(KEY)), "{pointers:?}");
+    }
+
+    #[test]
+    fn an_identifier_key_is_not_an_assignment_but_its_value_is_still_searched() {
+        let settings = SanitizeSettings::default();
+        let s = Sanitizer::new(&settings, Skip::default());
+        // The conformance suite's progress tokens are random: not a `token = …` secret.
+        let random = json!({"_meta": {"progressToken": "Zq8xT2vLk9Pw3RmN7yB4"}});
+        assert!(s.find_outgoing(&random, "", &[]).is_empty());
+        let stashed = json!({"_meta": {"progressToken": KEY}});
+        assert_eq!(s.find_outgoing(&stashed, "", &[]).len(), 1);
+        // Under any other key the same random value reads as an assigned secret.
+        let assigned = json!({"api_token": "Zq8xT2vLk9Pw3RmN7yB4"});
+        assert!(!s.find_outgoing(&assigned, "", &[]).is_empty());
     }
 
     #[test]
