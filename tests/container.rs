@@ -313,7 +313,12 @@ async fn the_image_serves_a_real_client_read_only_and_non_root_and_drains_on_sig
     });
     let slow = slow.await.expect("the in-flight call returns");
     assert_eq!(slow.status, 200, "{}", slow.text);
-    assert_eq!(slow.body["result"]["isError"], json!(false), "{}", slow.text);
+    assert_eq!(
+        slow.body["result"]["isError"],
+        json!(false),
+        "{}",
+        slow.text
+    );
     stop.await.expect("stopped");
     let exit = podman_ok(&["inspect", "--format", "{{.State.ExitCode}}", &container.0]);
     assert_eq!(exit, "0", "the gateway exits cleanly on SIGTERM");
