@@ -128,11 +128,11 @@ impl Event {
     /// Bounds what the event keeps of client-chosen text (method, tool,
     /// client, violation lines): whatever stage noted it, the store, the
     /// dashboard ring, the metrics and the spans get at most
-    /// [`MAX_KEPT`](crate::mcp::limits::MAX_KEPT) bytes of each identifier.
+    /// [`MAX_KEPT`](crate::mcp::text::MAX_KEPT) bytes of each identifier.
     pub(crate) fn bound(&mut self) {
-        use crate::mcp::limits::{self, clip_opt};
-        if self.method.len() > limits::MAX_KEPT {
-            self.method = limits::clip(&self.method);
+        use crate::text::{self, clip_opt};
+        if self.method.len() > text::MAX_KEPT {
+            self.method = text::clip(&self.method);
         }
         clip_opt(&mut self.tool);
         clip_opt(&mut self.client);
@@ -145,7 +145,7 @@ impl Event {
         }
         for line in &mut self.violations {
             if line.len() > MAX_VIOLATION_LINE {
-                *line = limits::clip_to(line, MAX_VIOLATION_LINE);
+                *line = text::clip_to(line, MAX_VIOLATION_LINE);
             }
         }
     }
@@ -290,7 +290,7 @@ pub fn record_arguments(
 const SHAPE_BUDGET: usize = 8192;
 
 /// Keys and JSON types, no values; each key cut to
-/// [`MAX_KEPT`](crate::mcp::limits::MAX_KEPT) bytes, and keys past
+/// [`MAX_KEPT`](crate::mcp::text::MAX_KEPT) bytes, and keys past
 /// [`SHAPE_BUDGET`] left out with a count, so a shape is small whatever the
 /// arguments.
 fn shape(value: &Value) -> Value {
@@ -307,7 +307,7 @@ fn shape_within(value: &Value, budget: &mut usize) -> Value {
                     out.insert("…".into(), format!("{} more keys", map.len() - i).into());
                     break;
                 }
-                let key = crate::mcp::limits::clip(k);
+                let key = crate::text::clip(k);
                 *budget = budget.saturating_sub(key.len() + 1);
                 out.insert(key, shape_within(v, budget));
             }

@@ -1,17 +1,15 @@
-//! Length caps on every identifier a client sends, and the clipping of what
-//! the gateway keeps of one.
+//! Length caps on every identifier a client sends.
 //!
 //! Place in the path: right after a POST body is classified (before
 //! negotiation, policy, suggestions or forwarding), so nothing downstream ever
 //! sees an identifier longer than its cap; and at the points where identifiers
-//! are kept (the audit event, the dashboard ring, logs, spans), where
-//! [`clip`] bounds them once more whatever path they came by.
+//! are kept (the audit event, the dashboard ring, logs, spans),
+//! [`crate::text::clip`] bounds them once more whatever path they came by.
 //!
 //! Invariants: the caps are checked by position, not by method — `params.name`
 //! is bounded in every method that has one, so a method added to the protocol
 //! tomorrow is bounded too; a refusal names the field and its cap, never the
-//! value; [`clip`] never returns more than [`MAX_KEPT`] bytes and always cuts
-//! at a character boundary.
+//! value.
 
 use serde_json::Value;
 
@@ -27,9 +25,6 @@ pub(crate) const MAX_URI: usize = 4096;
 pub(crate) const MAX_ID: usize = 256;
 /// Longest pagination cursor.
 pub(crate) const MAX_CURSOR: usize = 4096;
-/// Most bytes of a client-supplied identifier kept in the audit trail, the
-/// dashboard, logs and spans.
-pub(crate) const MAX_KEPT: usize = 256;
 
 /// An identifier longer than its cap.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,37 +106,8 @@ fn id_len(value: &Value) -> usize {
     }
 }
 
-/// `text` cut to at most [`MAX_KEPT`] bytes at a character boundary, with `…`
-/// marking the cut.
-pub(crate) fn clip(text: &str) -> String {
-    clip_to(text, MAX_KEPT)
-}
-
-/// `text` cut to at most `max` bytes (`max` ≥ 3) at a character boundary.
-pub(crate) fn clip_to(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    const MARK: &str = "…";
-    let mut end = max.saturating_sub(MARK.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}{MARK}", &text[..end])
-}
-
-/// Clips an optional identifier in place.
-pub(crate) fn clip_opt(text: &mut Option<String>) {
-    if let Some(t) = text
-        && t.len() > MAX_KEPT
-    {
-        *t = clip(t);
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use proptest::prelude::*;
     use serde_json::json;
 
     use super::*;
@@ -174,19 +140,5 @@ mod tests {
         let ok = message(json!({"jsonrpc":"2.0","id":7,"method":"tools/call",
             "params":{"name":"n".repeat(MAX_NAME),"_meta":{"progressToken":3}}}));
         assert_eq!(check(&ok), Ok(()));
-    }
-
-    proptest! {
-        #[test]
-        fn clip_is_bounded_and_keeps_a_prefix(text in "\\PC{0,400}") {
-            let kept = clip(&text);
-            prop_assert!(kept.len() <= MAX_KEPT);
-            if text.len() <= MAX_KEPT {
-                prop_assert_eq!(&kept, &text);
-            } else {
-                let prefix = kept.strip_suffix('…').expect("marked");
-                prop_assert!(text.starts_with(prefix));
-            }
-        }
     }
 }

@@ -140,7 +140,7 @@ pub(crate) async fn handle(
         started,
         client: None,
         server: None,
-        method: limits::clip(parts.method.as_str()),
+        method: crate::text::clip(parts.method.as_str()),
         id: None,
         era: Era::Legacy,
         tool: None,
@@ -374,22 +374,22 @@ async fn post(
             let uri = param_str(&message, "uri")?;
             let canonical = resource::canonical(uri)?;
             let subject = Subject::Resource(canonical.identity());
-            ex.trail.stage("authorize");
-            let decided = authorize_or_hide(config, client, server, subject, || {
-                format!("Resource not found: {uri}")
-            });
             // Reads take rate-limit tokens; (un)subscribing does not.
             let takes_tokens = !matches!(
                 method,
                 Some(Rpc::ResourcesSubscribe | Rpc::ResourcesUnsubscribe)
             );
-            if let Some(decision) = observe_or_enforce(ex, decided)?
-                && takes_tokens
-            {
-                ex.trail.stage("rate_limit");
-                let limited = rate_limit(state, live, client, server, subject, &decision).await;
-                observe_or_enforce(ex, limited)?;
-            }
+            decide_subject(
+                state,
+                live,
+                ex,
+                client,
+                server,
+                subject,
+                takes_tokens,
+                || format!("Resource not found: {uri}"),
+            )
+            .await?;
             let (headers, body) = resource::forwarded(&message, headers, body, &canonical);
             forward
                 .relay(&headers, body, recipient(live, ex, server, None))
@@ -398,15 +398,10 @@ async fn post(
         (_, Class::Prompt) => {
             let name = param_str(&message, "name")?;
             let subject = Subject::Prompt(name);
-            ex.trail.stage("authorize");
-            let decided = authorize_or_hide(config, client, server, subject, || {
+            decide_subject(state, live, ex, client, server, subject, true, || {
                 format!("Unknown prompt: {name}")
-            });
-            if let Some(decision) = observe_or_enforce(ex, decided)? {
-                ex.trail.stage("rate_limit");
-                let limited = rate_limit(state, live, client, server, subject, &decision).await;
-                observe_or_enforce(ex, limited)?;
-            }
+            })
+            .await?;
             forward
                 .relay(headers, body, recipient(live, ex, server, None))
                 .await
@@ -416,15 +411,10 @@ async fn post(
             let name = param_str(&message, "name")?;
             ex.tool = Some(name.to_owned());
             let subject = Subject::Tool(name);
-            ex.trail.stage("authorize");
-            let decided = authorize_or_hide(config, client, server, subject, || {
+            decide_subject(state, live, ex, client, server, subject, true, || {
                 format!("Unknown tool: {name}")
-            });
-            if let Some(decision) = observe_or_enforce(ex, decided)? {
-                ex.trail.stage("rate_limit");
-                let limited = rate_limit(state, live, client, server, subject, &decision).await;
-                observe_or_enforce(ex, limited)?;
-            }
+            })
+            .await?;
             forward
                 .relay(headers, body, recipient(live, ex, server, None))
                 .await
@@ -461,7 +451,7 @@ async fn post(
 /// exchange records of the message, bounded either way.
 fn note_message(ex: &mut Exchange, message: &Message) -> Result<(), Rejection> {
     ex.id = message.id().filter(|id| limits::id_fits(id)).cloned();
-    ex.method = limits::clip(message.method().unwrap_or("(response)"));
+    ex.method = crate::text::clip(message.method().unwrap_or("(response)"));
     limits::check(message).map_err(Rejection::TooLong)
 }
 
@@ -1365,6 +1355,33 @@ pub(super) enum Pages {
 }
 
 // --- resources, prompts, completions ---
+
+/// The access rules for a subject a request names (a resource, a prompt, an
+/// operator's tool method), then, when it `takes_tokens`, its rate limits: one
+/// decision for the list and the use. A hidden subject gets `hidden()`, the
+/// answer an unknown one gets.
+#[allow(clippy::too_many_arguments)]
+async fn decide_subject(
+    state: &AppState,
+    live: &Live,
+    ex: &mut Exchange,
+    client: &ClientId,
+    server: &ServerState,
+    subject: Subject<'_>,
+    takes_tokens: bool,
+    hidden: impl FnOnce() -> String,
+) -> Result<(), Rejection> {
+    ex.trail.stage("authorize");
+    let decided = authorize_or_hide(&live.config, client, server, subject, hidden);
+    if let Some(decision) = observe_or_enforce(ex, decided)?
+        && takes_tokens
+    {
+        ex.trail.stage("rate_limit");
+        let limited = rate_limit(state, live, client, server, subject, &decision).await;
+        observe_or_enforce(ex, limited)?;
+    }
+    Ok(())
+}
 
 fn authorize_or_hide(
     config: &Config,

@@ -759,12 +759,9 @@ fn leading_id(head: &[u8]) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// At most 1,000 characters, for a log line.
+/// At most about 4 KiB, for a log line.
 fn clip(text: &str) -> String {
-    match text.char_indices().nth(1000) {
-        Some((i, _)) => format!("{}…", &text[..i]),
-        None => text.to_owned(),
-    }
+    crate::text::clip_to(text, 4096)
 }
 
 fn unavailable(reason: impl Into<String>) -> UpstreamError {
