@@ -374,18 +374,11 @@ async fn the_kubernetes_manifests_play_as_a_sidecar_pod() {
     let image = tokio::task::spawn_blocking(image).await.expect("built");
     let (gateway, admin, server) = (free_port(), free_port(), free_port());
     let read = |p: &str| std::fs::read_to_string(Path::new(ROOT).join(p)).expect(p);
-    let configmap = fill(
-        &fill(
-            &fill(
-                &read("deploy/kubernetes/configmap.yaml"),
-                "listen = \"0.0.0.0:8080\"",
-                &format!("listen = \"127.0.0.1:{gateway}\""),
-            ),
-            "admin_listen = \"0.0.0.0:9090\"",
-            &format!("admin_listen = \"127.0.0.1:{admin}\""),
-        ),
-        "url = \"http://127.0.0.1:3001/mcp\"",
-        &format!("url = \"http://127.0.0.1:{server}/mcp\""),
+    let configmap = on_loopback(
+        &read("deploy/kubernetes/configmap.yaml"),
+        gateway,
+        admin,
+        server,
     );
     let secret = fill(
         &fill(
@@ -473,37 +466,7 @@ async fn the_kubernetes_manifests_play_as_a_sidecar_pod() {
     listening(server, Duration::from_secs(90)).await;
     let url = format!("http://127.0.0.1:{gateway}/mcp/tools");
     for mode in [Mode::Legacy, Mode::Modern] {
-        let results = sdk(
-            Sdk::Python,
-            mode,
-            &url,
-            AGENT_KEY,
-            json!([
-                list(),
-                call("echo", json!({"text": "via the pod"})),
-                call("book_flight", json!({"passengers": 99}))
-            ]),
-        )
-        .await;
-        assert!(
-            results[0]["tools"]
-                .as_array()
-                .is_some_and(|t| !t.is_empty()),
-            "{mode:?}: {}",
-            results[0]
-        );
-        assert_eq!(
-            results[1]["isError"],
-            json!(false),
-            "{mode:?}: {}",
-            results[1]
-        );
-        assert_eq!(
-            gateway_code(&results[2]),
-            Some("invalid_arguments"),
-            "{mode:?}: {}",
-            results[2]
-        );
+        lists_calls_and_refuses(&url, mode).await;
     }
     // The admin listener needs the token from the Secret for its API.
     support::init();
@@ -542,18 +505,11 @@ async fn the_compose_file_comes_up_with_podman_compose() {
     );
     let (gateway, admin, server) = (free_port(), free_port(), free_port());
     let read = |p: &str| std::fs::read_to_string(Path::new(ROOT).join(p)).expect(p);
-    let config = fill(
-        &fill(
-            &fill(
-                &read("deploy/compose/portcullis.toml"),
-                "listen = \"0.0.0.0:8080\"",
-                &format!("listen = \"127.0.0.1:{gateway}\""),
-            ),
-            "admin_listen = \"0.0.0.0:9090\"",
-            &format!("admin_listen = \"127.0.0.1:{admin}\""),
-        ),
-        "url = \"http://127.0.0.1:3001/mcp\"",
-        &format!("url = \"http://127.0.0.1:{server}/mcp\""),
+    let config = on_loopback(
+        &read("deploy/compose/portcullis.toml"),
+        gateway,
+        admin,
+        server,
     );
     let mut file = read("deploy/compose/compose.yaml");
     // The server: the real MCP server image, on the host's network (no bridge networks
@@ -607,14 +563,40 @@ async fn the_compose_file_comes_up_with_podman_compose() {
     .await;
     listening(server, Duration::from_secs(90)).await;
     let url = format!("http://127.0.0.1:{gateway}/mcp/tools");
+    lists_calls_and_refuses(&url, Mode::Modern).await;
+}
+
+/// A shipped configuration with its listeners on the ports the test picked on
+/// 127.0.0.1, and its upstream on the MCP server's.
+fn on_loopback(config: &str, gateway: u16, admin: u16, server: u16) -> String {
+    let config = fill(
+        config,
+        "listen = \"0.0.0.0:8080\"",
+        &format!("listen = \"127.0.0.1:{gateway}\""),
+    );
+    let config = fill(
+        &config,
+        "admin_listen = \"0.0.0.0:9090\"",
+        &format!("admin_listen = \"127.0.0.1:{admin}\""),
+    );
+    fill(
+        &config,
+        "url = \"http://127.0.0.1:3001/mcp\"",
+        &format!("url = \"http://127.0.0.1:{server}/mcp\""),
+    )
+}
+
+/// A Python SDK client of `mode` lists the tools, calls one, and has a call that
+/// breaks the advertised schema refused.
+async fn lists_calls_and_refuses(url: &str, mode: Mode) {
     let results = sdk(
         Sdk::Python,
-        Mode::Modern,
-        &url,
+        mode,
+        url,
         AGENT_KEY,
         json!([
             list(),
-            call("echo", json!({"text": "via compose"})),
+            call("echo", json!({"text": "through the deployment"})),
             call("book_flight", json!({"passengers": 99}))
         ]),
     )
@@ -623,14 +605,19 @@ async fn the_compose_file_comes_up_with_podman_compose() {
         results[0]["tools"]
             .as_array()
             .is_some_and(|t| !t.is_empty()),
-        "{}",
+        "{mode:?}: {}",
         results[0]
     );
-    assert_eq!(results[1]["isError"], json!(false), "{}", results[1]);
+    assert_eq!(
+        results[1]["isError"],
+        json!(false),
+        "{mode:?}: {}",
+        results[1]
+    );
     assert_eq!(
         gateway_code(&results[2]),
         Some("invalid_arguments"),
-        "{}",
+        "{mode:?}: {}",
         results[2]
     );
 }
