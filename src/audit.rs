@@ -31,9 +31,9 @@ use serde_json::{Map, Value};
 use crate::config::{AuditArguments, AuditSettings, SanitizeSettings};
 use crate::dashboard::Recent;
 use crate::metrics::Metrics;
-use crate::pins::store;
 use crate::sanitize::{Report, Sanitizer, Skip};
 use crate::telemetry::span::RequestTrace;
+use crate::util::sqlite as store;
 
 /// Events the queue holds before new ones are dropped.
 pub const QUEUE: usize = 65_536;
@@ -130,7 +130,7 @@ impl Event {
     /// dashboard ring, the metrics and the spans get at most
     /// [`MAX_KEPT`](crate::mcp::text::MAX_KEPT) bytes of each identifier.
     pub(crate) fn bound(&mut self) {
-        use crate::text::{self, clip_opt};
+        use crate::util::text::{self, clip_opt};
         if self.method.len() > text::MAX_KEPT {
             self.method = text::clip(&self.method);
         }
@@ -307,7 +307,7 @@ fn shape_within(value: &Value, budget: &mut usize) -> Value {
                     out.insert("…".into(), format!("{} more keys", map.len() - i).into());
                     break;
                 }
-                let key = crate::text::clip(k);
+                let key = crate::util::text::clip(k);
                 *budget = budget.saturating_sub(key.len() + 1);
                 out.insert(key, shape_within(v, budget));
             }
@@ -505,7 +505,7 @@ fn write(conn: &mut Connection, batch: &[Box<Event>]) -> rusqlite::Result<()> {
 }
 
 fn purge(conn: &Connection, retention: Duration) {
-    let cutoff = crate::pins::now_ms() - retention.as_millis() as i64;
+    let cutoff = crate::util::time::now_ms() - retention.as_millis() as i64;
     if let Err(e) = conn.execute("DELETE FROM events WHERE time_ms < ?1", params![cutoff]) {
         tracing::error!(error = %e, "cannot delete old audit events");
     }
@@ -524,7 +524,7 @@ mod tests {
             old.execute(
                 "INSERT INTO events (time_ms, method, decision, stage, latency_us, era)
                  VALUES (?1, 'tools/call', 'forwarded', 'forwarded', 1, '2026')",
-                params![crate::pins::now_ms()],
+                params![crate::util::time::now_ms()],
             )
             .expect("a v1 row");
             store::migrate(&mut old, &MIGRATIONS[..1]).expect("nothing new");

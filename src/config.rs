@@ -12,7 +12,6 @@
 #![allow(clippy::result_large_err)]
 
 mod compile;
-pub(crate) mod duration;
 mod raw;
 
 use std::collections::BTreeMap;
@@ -500,7 +499,7 @@ impl Config {
                 "  {:<12} {}  (timeout {}, pinning {}{})\n",
                 server.name,
                 server.transport,
-                crate::proxy::humanize(server.timeout),
+                crate::util::time::humanize(server.timeout),
                 server.pinning.as_str(),
                 match server.mode.unwrap_or(self.gateway.mode) {
                     Mode::Enforce => "",

@@ -220,7 +220,7 @@ pub(crate) async fn overview(State(state): State<Arc<AppState>>, headers: Header
     let events = state.recent.snapshot();
     json_response(
         StatusCode::OK,
-        &summarize(&events, crate::pins::now_ms() / 60_000),
+        &summarize(&events, crate::util::time::now_ms() / 60_000),
     )
 }
 

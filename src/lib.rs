@@ -50,4 +50,4 @@ pub mod validate;
 pub use app::{Gateway, GatewayHandle, Reloader};
 pub use config::Config;
 pub mod telemetry;
-pub(crate) mod text;
+pub mod util;

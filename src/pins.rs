@@ -32,6 +32,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest as _, Sha256};
 
 use crate::config::Pinning;
+use crate::util::time::{iso8601, now_ms};
 use scan::{Finding, OtherTools, Severity};
 pub(crate) use store::{ApproveOutcome, StoreError};
 
@@ -44,14 +45,6 @@ const MAX_CHANGES: usize = 12;
 /// The pin of a JSON value: SHA-256 of its RFC 8785 canonical form.
 pub fn digest(value: &Value) -> Digest {
     Sha256::digest(jcs::canonical(value).as_bytes()).into()
-}
-
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// What is pinned.
@@ -947,29 +940,6 @@ pub(crate) fn short(value: &Value) -> String {
         }
     }
     out
-}
-
-/// `2026-07-28T09:14:02Z` for Unix milliseconds.
-pub(crate) fn iso8601(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 #[cfg(test)]

@@ -17,7 +17,6 @@ mod upstream;
 mod well_known;
 
 pub(crate) use ingress::admit;
-pub(crate) use upstream::humanize;
 
 use std::collections::BTreeMap;
 use std::io;

@@ -43,7 +43,7 @@ use crate::auth::ClientId;
 use crate::config::{OnBackendError, RateBackend, RateLimitSettings};
 use crate::policy::{Decision, Policy, Rate, RateKey, Rule, Subject};
 use clock::{Clock, MonotonicClock};
-use gcra::{NANOS_PER_SEC, Quota};
+use gcra::Quota;
 use memory::MemoryStore;
 
 /// How often the janitor drops full buckets from memory.
@@ -482,17 +482,7 @@ fn key_name(key: RateKey) -> &'static str {
     }
 }
 
-/// Whole milliseconds, rounded up: waiting this long is always enough.
-pub fn ceil_millis(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
-}
-
-/// Whole seconds, rounded up (for `Retry-After`), at least 1.
-pub fn ceil_secs(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos().div_ceil(u128::from(NANOS_PER_SEC)))
-        .unwrap_or(u64::MAX)
-        .max(1)
-}
+pub use crate::util::time::{ceil_millis, ceil_secs};
 
 #[cfg(test)]
 mod tests;

@@ -253,7 +253,7 @@ fn report(state: &AppState) -> serde_json::Value {
         .clone();
     json!({
         "ok": s.ok,
-        "at": s.at_ms.map(|ms| crate::pins::iso8601(ms as i64)),
+        "at": s.at_ms.map(|ms| crate::util::time::iso8601(ms as i64)),
         "trigger": s.trigger,
         "error": s.error,
         "applied": s.applied,

@@ -51,12 +51,7 @@ pub const TRUNCATED: &str = "truncated";
 /// Prefix of report kinds for secrets (`secret:aws-access-key-id`).
 pub const SECRET_PREFIX: &str = "secret:";
 
-/// `text` without the byte order marks at its ends: the sanitizer keeps one
-/// that starts a text (it is the text's own), but a gateway text that quotes
-/// the upstream's must not carry it into the middle of a sentence.
-pub fn unbom(text: &str) -> &str {
-    text.trim_matches('\u{feff}')
-}
+pub use crate::util::text::unbom;
 
 /// Most extra redaction rounds over one text (see [`Sanitizer::text`]).
 const MAX_REDACTION_ROUNDS: usize = 8;

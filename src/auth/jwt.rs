@@ -699,7 +699,7 @@ impl JwtVerifier {
             KeySource::File(set) => format!("{} key(s) from the file read at load", set.len()),
             KeySource::Url { url, refresh } => format!(
                 "from {url}, fetched on first use and every {}",
-                crate::proxy::humanize(*refresh)
+                crate::util::time::humanize(*refresh)
             ),
         };
         let audiences: Vec<String> = s

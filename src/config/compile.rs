@@ -19,12 +19,12 @@ use super::{
     ArgumentScan, AuditArguments, AuditSettings, Config, ConfigError, Exemption, GatewaySettings,
     LogFormat, Mode, OnBackendError, Pinning, PinsSettings, RateBackend, RateLimitSettings,
     SanitizeSettings, SecretsAction, ServerSettings, StdioCommand, TelemetrySettings, Transport,
-    duration,
 };
 use crate::auth::{ClientTable, hash_key};
 use crate::mcp::methods::{ExtraError, Extras};
 use crate::policy::glob::Glob;
 use crate::policy::{Action, Policy, Rate, RateKey, Rule};
+use crate::util::duration;
 use crate::validate::{CompiledSchema, SchemaLimits};
 
 mod jwt;

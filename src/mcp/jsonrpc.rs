@@ -157,7 +157,7 @@ fn parse_unique(body: &[u8]) -> Result<Value, ClassifyError> {
         match text.strip_prefix(DUPLICATE) {
             Some(rest) => {
                 let key = rest.rsplit_once(" at line ").map_or(rest, |(k, _)| k);
-                ClassifyError::DuplicateKey(crate::text::clip(key))
+                ClassifyError::DuplicateKey(crate::util::text::clip(key))
             }
             None => ClassifyError::Parse(text),
         }

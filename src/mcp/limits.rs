@@ -4,7 +4,7 @@
 //! negotiation, policy, suggestions or forwarding), so nothing downstream ever
 //! sees an identifier longer than its cap; and at the points where identifiers
 //! are kept (the audit event, the dashboard ring, logs, spans),
-//! [`crate::text::clip`] bounds them once more whatever path they came by.
+//! [`crate::util::text::clip`] bounds them once more whatever path they came by.
 //!
 //! Invariants: the caps are checked by position, not by method — `params.name`
 //! is bounded in every method that has one, so a method added to the protocol

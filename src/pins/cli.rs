@@ -17,8 +17,9 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::store::{self, ApproveOutcome};
-use super::{Key, PinKind, Record, Status, diff, entry_json, iso8601, scan};
+use super::{Key, PinKind, Record, Status, diff, entry_json, scan};
 use crate::config::Config;
+use crate::util::time::iso8601;
 
 /// What to approve.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -125,7 +125,7 @@ pub(crate) async fn handle(
         &parts.headers,
     );
     let event = audit::Event {
-        time_ms: crate::pins::now_ms(),
+        time_ms: crate::util::time::now_ms(),
         ..Default::default()
     };
     let mut ex = Exchange {
@@ -140,7 +140,7 @@ pub(crate) async fn handle(
         started,
         client: None,
         server: None,
-        method: crate::text::clip(parts.method.as_str()),
+        method: crate::util::text::clip(parts.method.as_str()),
         id: None,
         era: Era::Legacy,
         tool: None,
@@ -451,7 +451,7 @@ async fn post(
 /// exchange records of the message, bounded either way.
 fn note_message(ex: &mut Exchange, message: &Message) -> Result<(), Rejection> {
     ex.id = message.id().filter(|id| limits::id_fits(id)).cloned();
-    ex.method = crate::text::clip(message.method().unwrap_or("(response)"));
+    ex.method = crate::util::text::clip(message.method().unwrap_or("(response)"));
     limits::check(message).map_err(Rejection::TooLong)
 }
 
@@ -898,7 +898,7 @@ fn pin_quarantined(hold: &Hold) -> Rejection {
     let (server, tool) = (&hold.server, &hold.tool);
     let pinned_at = hold
         .pinned_at
-        .map(|ms| format!(" on {}", pins::iso8601(ms)))
+        .map(|ms| format!(" on {}", crate::util::time::iso8601(ms)))
         .unwrap_or_default();
     let mut text = format!(
         "The tool `{tool}` on server `{server}` is quarantined by the gateway, so nothing was run. "

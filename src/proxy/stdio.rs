@@ -42,13 +42,14 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::upstream::{Reply, SseStream, UpstreamError, humanize};
+use super::upstream::{Reply, SseStream, UpstreamError};
 use crate::config::StdioCommand;
 use crate::error::UpstreamKind;
 use crate::mcp::META_PROTOCOL_VERSION;
 use crate::mcp::headers::MCP_SESSION_ID;
 use crate::mcp::sse::{SseEvent, SseItem};
 use crate::mcp::version::{LEGACY, MODERN};
+use crate::util::time::humanize;
 
 use child::Life;
 pub(crate) use child::Link;
@@ -761,7 +762,7 @@ fn leading_id(head: &[u8]) -> Option<u64> {
 
 /// At most about 4 KiB, for a log line.
 fn clip(text: &str) -> String {
-    crate::text::clip_to(text, 4096)
+    crate::util::text::clip_to(text, 4096)
 }
 
 fn unavailable(reason: impl Into<String>) -> UpstreamError {

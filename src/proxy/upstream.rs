@@ -15,6 +15,7 @@
 //!   between two SSE events of a response (long-lived listen streams excepted);
 //! - every read is bounded: a JSON body and each SSE event are capped.
 
+use crate::util::time::humanize;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -549,13 +550,5 @@ fn describe(e: &reqwest::Error) -> String {
         "the server answered with a redirect, which the gateway does not follow".to_owned()
     } else {
         "the request failed at the HTTP level".to_owned()
-    }
-}
-
-pub(crate) fn humanize(d: Duration) -> String {
-    if d.as_millis().is_multiple_of(1000) {
-        format!("{} s", d.as_secs())
-    } else {
-        format!("{} ms", d.as_millis())
     }
 }

@@ -167,7 +167,7 @@ impl RequestTrace {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(parent) = meta_parent {
             state.parent = Some(parent);
-            state.tracestate = message.meta_str("tracestate").map(crate::text::clip);
+            state.tracestate = message.meta_str("tracestate").map(crate::util::text::clip);
             state.trace_id = Some(parent.trace_id);
             state.meta_traceparent = meta_text.map(str::to_owned);
         }
@@ -176,10 +176,10 @@ impl RequestTrace {
         }
         let facts = &mut state.facts;
         // What a span keeps of client-chosen names is bounded (`mcp::limits`).
-        facts.mcp_method = message.method().map(crate::text::clip);
+        facts.mcp_method = message.method().map(crate::util::text::clip);
         facts.rpc_id = message.id().map(|id| match id {
-            Value::String(s) => crate::text::clip(s),
-            other => crate::text::clip(&other.to_string()),
+            Value::String(s) => crate::util::text::clip(s),
+            other => crate::util::text::clip(&other.to_string()),
         });
         if let Some(version) = message.meta_str(META_PROTOCOL_VERSION) {
             facts.protocol_version = Some(version.to_owned());

@@ -14,10 +14,11 @@ use std::time::Duration;
 
 use toml::Spanned;
 
+use super::super::ServerSettings;
 use super::super::raw::RawJwt;
-use super::super::{ServerSettings, duration};
 use super::{Ctx, Result};
 use crate::auth::jwt::{Algorithm, Audience, JwtSettings, JwtVerifier, KeySet, KeySource};
+use crate::util::duration;
 
 const KEY: &str = "auth.jwt";
 const DEFAULT_LEEWAY: Duration = Duration::from_secs(60);

@@ -35,7 +35,7 @@ use tokio::time::Instant;
 
 use super::{Pending, Shared, clip, line_of};
 use crate::mcp::version::LEGACY;
-use crate::proxy::upstream::humanize;
+use crate::util::time::humanize;
 
 /// First restart delay.
 pub(crate) const MIN_BACKOFF: Duration = Duration::from_millis(100);

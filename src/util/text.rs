@@ -60,3 +60,10 @@ mod tests {
         }
     }
 }
+
+/// `text` without the byte order marks at its ends: the sanitizer keeps one
+/// that starts a text (it is the text's own), but a gateway text that quotes
+/// the upstream's must not carry it into the middle of a sentence.
+pub fn unbom(text: &str) -> &str {
+    text.trim_matches('\u{feff}')
+}
