@@ -28,10 +28,9 @@ use rusqlite::{Connection, params};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::config::{AuditArguments, AuditSettings, SanitizeSettings};
 use crate::dashboard::Recent;
 use crate::metrics::Metrics;
-use crate::sanitize::{Report, Sanitizer, Skip};
+use crate::sanitize::{Report, SanitizeSettings, Sanitizer, Skip};
 use crate::telemetry::span::RequestTrace;
 use crate::util::sqlite as store;
 
@@ -566,4 +565,31 @@ mod tests {
         assert!(kept.len() < 2 * SHAPE_BUDGET, "{} bytes", kept.len());
         assert!(kept.contains("more keys"));
     }
+}
+
+/// `[audit]`.
+#[derive(Debug, Clone)]
+pub struct AuditSettings {
+    /// Whether events are stored at all (metrics and the live feed see them either way).
+    pub enabled: bool,
+    /// SQLite file (WAL); a relative path is read from the configuration
+    /// file's directory. `":memory:"`: kept in memory only, lost at exit.
+    pub database: String,
+    /// How long events are kept.
+    pub retention: Duration,
+    /// How arguments are recorded.
+    pub arguments: AuditArguments,
+}
+
+/// `arguments` of `[audit]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditArguments {
+    /// Not recorded.
+    None,
+    /// Keys and types only.
+    Shape,
+    /// Values with secrets redacted.
+    Redacted,
+    /// Values as sent.
+    Full,
 }

@@ -17,14 +17,19 @@ mod raw;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
 
+pub use crate::audit::{AuditArguments, AuditSettings};
 use crate::auth::ClientTable;
+pub use crate::pins::{Pinning, PinsSettings};
 use crate::policy::Policy;
+pub use crate::ratelimit::{OnBackendError, RateBackend, RateLimitSettings};
+pub use crate::sanitize::{ArgumentScan, Exemption, SanitizeSettings, SecretsAction};
+pub use crate::telemetry::{LogFormat, TelemetrySettings};
 
 /// A compiled configuration.
 #[derive(Debug)]
@@ -194,189 +199,6 @@ impl std::fmt::Display for Transport {
             Transport::Stdio(c) => write!(f, "stdio: {}", c.display),
         }
     }
-}
-
-/// `pinning` of a server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pinning {
-    /// Definitions are not pinned.
-    Off,
-    /// A changed definition passes and is flagged.
-    Warn,
-    /// A changed definition is quarantined until approved.
-    Block,
-}
-
-impl Pinning {
-    /// The value as written in the configuration.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Pinning::Off => "off",
-            Pinning::Warn => "warn",
-            Pinning::Block => "block",
-        }
-    }
-}
-
-/// `[rate_limit]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RateLimitSettings {
-    /// Where buckets live.
-    pub backend: RateBackend,
-    /// What a call gets when the backend cannot answer.
-    pub on_backend_error: OnBackendError,
-}
-
-/// Bucket storage.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RateBackend {
-    /// In this process.
-    Memory,
-    /// Shared by replicas through Redis.
-    Redis(String),
-}
-
-/// Failure policy of the rate-limit backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnBackendError {
-    /// Refuse the call.
-    Deny,
-    /// Let the call through.
-    Allow,
-}
-
-/// `[sanitize]`.
-#[derive(Debug, Clone)]
-pub struct SanitizeSettings {
-    /// Strip terminal control sequences.
-    pub ansi: bool,
-    /// Strip invisible Unicode.
-    pub invisible_unicode: bool,
-    /// What a detected secret gets.
-    pub secrets: SecretsAction,
-    /// Longest text passed to the model.
-    pub max_output_bytes: usize,
-    /// Operators' own redactions.
-    pub patterns: Vec<(String, regex::Regex)>,
-    /// What a `tools/call` whose arguments carry a secret gets.
-    pub arguments: ArgumentScan,
-    /// `[[sanitize.exemptions]]`, in file order.
-    pub exemptions: Vec<Exemption>,
-}
-
-impl Default for SanitizeSettings {
-    /// The defaults of an empty `[sanitize]` table.
-    fn default() -> Self {
-        Self {
-            ansi: true,
-            invisible_unicode: true,
-            secrets: SecretsAction::Redact,
-            max_output_bytes: 256 * 1024,
-            patterns: Vec::new(),
-            arguments: ArgumentScan::Block,
-            exemptions: Vec::new(),
-        }
-    }
-}
-
-impl SanitizeSettings {
-    /// The actions turned off for `tool` on `server` (the union of every
-    /// exemption that matches both).
-    pub fn skip_for(&self, server: &str, tool: &str) -> crate::sanitize::Skip {
-        self.exemptions
-            .iter()
-            .filter(|e| {
-                e.servers.iter().any(|g| g.matches(server))
-                    && e.tools.iter().any(|g| g.matches(tool))
-            })
-            .fold(crate::sanitize::Skip::default(), |acc, e| acc.union(e.skip))
-    }
-}
-
-/// `arguments` of `[sanitize]`: the secret scan of outgoing arguments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ArgumentScan {
-    /// Arguments are not scanned.
-    Off,
-    /// A call whose arguments carry a secret is refused (`argument_not_permitted`).
-    Block,
-}
-
-/// `[[sanitize.exemptions]]`: sanitizer actions an operator turns off for some tools.
-#[derive(Debug, Clone)]
-pub struct Exemption {
-    /// Servers it applies to (globs; default every server).
-    pub servers: Vec<crate::policy::glob::Glob>,
-    /// Tools it applies to (globs over tool names).
-    pub tools: Vec<crate::policy::glob::Glob>,
-    /// The actions turned off.
-    pub skip: crate::sanitize::Skip,
-}
-
-/// `secrets` of `[sanitize]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SecretsAction {
-    /// Secrets pass.
-    Off,
-    /// Replaced by `[REDACTED:<kind>]`.
-    Redact,
-    /// The whole result is withheld.
-    Block,
-}
-
-/// `[audit]`.
-#[derive(Debug, Clone)]
-pub struct AuditSettings {
-    /// Whether events are stored at all (metrics and the live feed see them either way).
-    pub enabled: bool,
-    /// SQLite file (WAL); a relative path is read from the configuration
-    /// file's directory. `":memory:"`: kept in memory only, lost at exit.
-    pub database: String,
-    /// How long events are kept.
-    pub retention: Duration,
-    /// How arguments are recorded.
-    pub arguments: AuditArguments,
-}
-
-/// `[pins]`: the store of pinned tool definitions and server instructions.
-#[derive(Debug, Clone)]
-pub struct PinsSettings {
-    /// The SQLite file (`database`; default `portcullis-pins.db` beside
-    /// `[audit] database`; a relative path is read from the configuration
-    /// file's directory). `None` (written `":memory:"`): kept in memory only,
-    /// so every restart trusts on first use again.
-    pub database: Option<PathBuf>,
-}
-
-/// `arguments` of `[audit]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuditArguments {
-    /// Not recorded.
-    None,
-    /// Keys and types only.
-    Shape,
-    /// Values with secrets redacted.
-    Redacted,
-    /// Values as sent.
-    Full,
-}
-
-/// `[telemetry]`.
-#[derive(Debug, Clone)]
-pub struct TelemetrySettings {
-    /// OTLP/HTTP endpoint for traces.
-    pub otlp_endpoint: Option<reqwest::Url>,
-    /// Log line format.
-    pub log_format: LogFormat,
-}
-
-/// Log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    /// One JSON object per line.
-    Json,
-    /// Human-readable.
-    Pretty,
 }
 
 /// A configuration that was refused, and where.

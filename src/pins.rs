@@ -31,7 +31,6 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 use sha2::{Digest as _, Sha256};
 
-use crate::config::Pinning;
 use crate::util::time::{iso8601, now_ms};
 use scan::{Finding, OtherTools, Severity};
 pub(crate) use store::{ApproveOutcome, StoreError};
@@ -940,6 +939,38 @@ pub(crate) fn short(value: &Value) -> String {
         }
     }
     out
+}
+
+/// `pinning` of a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pinning {
+    /// Definitions are not pinned.
+    Off,
+    /// A changed definition passes and is flagged.
+    Warn,
+    /// A changed definition is quarantined until approved.
+    Block,
+}
+
+impl Pinning {
+    /// The value as written in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pinning::Off => "off",
+            Pinning::Warn => "warn",
+            Pinning::Block => "block",
+        }
+    }
+}
+
+/// `[pins]`: the store of pinned tool definitions and server instructions.
+#[derive(Debug, Clone)]
+pub struct PinsSettings {
+    /// The SQLite file (`database`; default `portcullis-pins.db` beside
+    /// `[audit] database`; a relative path is read from the configuration
+    /// file's directory). `None` (written `":memory:"`): kept in memory only,
+    /// so every restart trusts on first use again.
+    pub database: Option<PathBuf>,
 }
 
 #[cfg(test)]

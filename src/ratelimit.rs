@@ -40,7 +40,6 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use crate::auth::ClientId;
-use crate::config::{OnBackendError, RateBackend, RateLimitSettings};
 use crate::policy::{Decision, Policy, Rate, RateKey, Rule, Subject};
 use clock::{Clock, MonotonicClock};
 use gcra::Quota;
@@ -483,6 +482,33 @@ fn key_name(key: RateKey) -> &'static str {
 }
 
 pub use crate::util::time::{ceil_millis, ceil_secs};
+
+/// `[rate_limit]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimitSettings {
+    /// Where buckets live.
+    pub backend: RateBackend,
+    /// What a call gets when the backend cannot answer.
+    pub on_backend_error: OnBackendError,
+}
+
+/// Bucket storage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RateBackend {
+    /// In this process.
+    Memory,
+    /// Shared by replicas through Redis.
+    Redis(String),
+}
+
+/// Failure policy of the rate-limit backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnBackendError {
+    /// Refuse the call.
+    Deny,
+    /// Let the call through.
+    Allow,
+}
 
 #[cfg(test)]
 mod tests;

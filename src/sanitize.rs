@@ -37,7 +37,6 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::config::{SanitizeSettings, SecretsAction};
 use unicode::Class;
 
 /// Report kind: a terminal control sequence removed.
@@ -479,6 +478,85 @@ fn first_suspect(input: &str, ansi: bool, invisible: bool) -> Option<usize> {
         }
     }
     None
+}
+
+/// `[sanitize]`.
+#[derive(Debug, Clone)]
+pub struct SanitizeSettings {
+    /// Strip terminal control sequences.
+    pub ansi: bool,
+    /// Strip invisible Unicode.
+    pub invisible_unicode: bool,
+    /// What a detected secret gets.
+    pub secrets: SecretsAction,
+    /// Longest text passed to the model.
+    pub max_output_bytes: usize,
+    /// Operators' own redactions.
+    pub patterns: Vec<(String, regex::Regex)>,
+    /// What a `tools/call` whose arguments carry a secret gets.
+    pub arguments: ArgumentScan,
+    /// `[[sanitize.exemptions]]`, in file order.
+    pub exemptions: Vec<Exemption>,
+}
+
+impl Default for SanitizeSettings {
+    /// The defaults of an empty `[sanitize]` table.
+    fn default() -> Self {
+        Self {
+            ansi: true,
+            invisible_unicode: true,
+            secrets: SecretsAction::Redact,
+            max_output_bytes: 256 * 1024,
+            patterns: Vec::new(),
+            arguments: ArgumentScan::Block,
+            exemptions: Vec::new(),
+        }
+    }
+}
+
+impl SanitizeSettings {
+    /// The actions turned off for `tool` on `server` (the union of every
+    /// exemption that matches both).
+    pub fn skip_for(&self, server: &str, tool: &str) -> crate::sanitize::Skip {
+        self.exemptions
+            .iter()
+            .filter(|e| {
+                e.servers.iter().any(|g| g.matches(server))
+                    && e.tools.iter().any(|g| g.matches(tool))
+            })
+            .fold(crate::sanitize::Skip::default(), |acc, e| acc.union(e.skip))
+    }
+}
+
+/// `arguments` of `[sanitize]`: the secret scan of outgoing arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgumentScan {
+    /// Arguments are not scanned.
+    Off,
+    /// A call whose arguments carry a secret is refused (`argument_not_permitted`).
+    Block,
+}
+
+/// `[[sanitize.exemptions]]`: sanitizer actions an operator turns off for some tools.
+#[derive(Debug, Clone)]
+pub struct Exemption {
+    /// Servers it applies to (globs; default every server).
+    pub servers: Vec<crate::policy::glob::Glob>,
+    /// Tools it applies to (globs over tool names).
+    pub tools: Vec<crate::policy::glob::Glob>,
+    /// The actions turned off.
+    pub skip: crate::sanitize::Skip,
+}
+
+/// `secrets` of `[sanitize]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretsAction {
+    /// Secrets pass.
+    Off,
+    /// Replaced by `[REDACTED:<kind>]`.
+    Redact,
+    /// The whole result is withheld.
+    Block,
 }
 
 #[cfg(test)]

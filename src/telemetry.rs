@@ -19,8 +19,6 @@ pub use export::{ExportCounters, Traces};
 
 use tracing_subscriber::EnvFilter;
 
-use crate::config::LogFormat;
-
 /// Installs the global subscriber; `RUST_LOG` overrides the default `info` level.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
@@ -31,4 +29,22 @@ pub fn init(format: LogFormat) {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Pretty => builder.compact().try_init(),
     };
+}
+
+/// `[telemetry]`.
+#[derive(Debug, Clone)]
+pub struct TelemetrySettings {
+    /// OTLP/HTTP endpoint for traces.
+    pub otlp_endpoint: Option<reqwest::Url>,
+    /// Log line format.
+    pub log_format: LogFormat,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// Human-readable.
+    Pretty,
 }

@@ -16,9 +16,9 @@
 
 use serde_json::{Map, Value};
 
+use super::SecretsAction;
 use super::exempt;
 use super::{Report, Sanitizer, secrets, strip};
-use crate::config::SecretsAction;
 
 impl Sanitizer<'_> {
     /// Every secret in `value`, by JSON pointer from `root` and kind; the
@@ -137,7 +137,7 @@ impl Sanitizer<'_> {
 mod tests {
     use serde_json::json;
 
-    use crate::config::SanitizeSettings;
+    use crate::sanitize::SanitizeSettings;
     use crate::sanitize::{Sanitizer, Skip};
 
     const KEY: &str = "AKIAZ7QWERTYUIOPCANA";

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::config::SanitizeSettings;
+use crate::sanitize::SanitizeSettings;
 
 fn clean(input: &str) -> (String, Report) {
     let settings = SanitizeSettings::default();
