@@ -9,7 +9,7 @@
 //! and audit events still queued are written, spans still queued are
 //! exported, and stdio servers' processes stopped, before `run` returns; a
 //! gateway started from a file watches that file and reloads it (see
-//! [`crate::reload`]).
+//! [`crate::admin::reload`]).
 
 use std::future::Future;
 use std::io;
@@ -19,24 +19,28 @@ use std::sync::Arc;
 
 mod serve;
 
-use axum::Router;
-use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::admin::reload;
+use crate::admin::state::AdminState;
 use crate::audit::Audit;
 use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::pins::Pins;
-use crate::proxy::{self, AppState};
+use crate::proxy::{self, state::AppState};
 use crate::ratelimit;
-use crate::reload;
+use crate::record::live::Recent;
+use crate::record::sink::{Sink, Sinks};
 use crate::telemetry::Traces;
-use crate::{admin, dashboard};
 
 /// A gateway with its sockets bound, ready to serve.
 #[derive(Debug)]
 pub struct Gateway {
-    state: Arc<AppState>,
+    /// The admin listener's state, with the gateway's shared state inside.
+    admin_state: Arc<AdminState>,
+    /// The audit store, flushed at shutdown.
+    audit: Arc<Audit>,
     /// Watch the configuration file (when started from one).
     watch: bool,
     listener: TcpListener,
@@ -90,18 +94,20 @@ impl Gateway {
             .await
             .map_err(io::Error::other)?
             .map_err(io::Error::other)?;
-        let traces = Traces::start(&config.telemetry).map_err(io::Error::other)?;
-        let mut state = AppState::new(
-            Arc::new(config),
-            pins,
-            audit,
-            Arc::new(traces),
-            loopback,
-            path,
-        )?;
-        state.admin_loopback = admin_loopback;
+        let traces = Arc::new(Traces::start(&config.telemetry).map_err(io::Error::other)?);
+        // The sinks of every finished request, in the order they see it.
+        let metrics = Arc::new(Metrics::new(audit.shared_counters(), traces.counters()));
+        let recent = Arc::new(Recent::default());
+        let sinks = Sinks::new(vec![
+            metrics.clone() as Arc<dyn Sink>,
+            recent.clone(),
+            audit.clone(),
+        ]);
+        let state = AppState::new(Arc::new(config), pins, Arc::new(sinks), traces, loopback)?;
+        let admin_state = AdminState::new(Arc::new(state), admin_loopback, path, metrics, recent);
         Ok(Self {
-            state: Arc::new(state),
+            admin_state: Arc::new(admin_state),
+            audit,
             watch: true,
             listener,
             admin,
@@ -128,16 +134,17 @@ impl Gateway {
     /// A handle that reloads the configuration file (for SIGHUP).
     pub fn reloader(&self) -> Reloader {
         Reloader {
-            state: self.state.clone(),
+            state: self.admin_state.clone(),
         }
     }
 
     /// Serves until `shutdown` resolves, then drains for at most `shutdown_grace`.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> io::Result<()> {
-        let janitor = self.state.limiter.spawn_janitor(ratelimit::JANITOR_EVERY);
+        let app = self.admin_state.app.clone();
+        let janitor = app.limiter.spawn_janitor(ratelimit::JANITOR_EVERY);
         let _janitor = AbortOnDrop(janitor);
-        let _watch = match &self.state.config_path {
-            Some(path) if self.watch => match reload::watch(self.state.clone(), path) {
+        let _watch = match &self.admin_state.config_path {
+            Some(path) if self.watch => match reload::watch(self.admin_state.clone(), path) {
                 Ok(guard) => Some(guard),
                 Err(e) => {
                     tracing::warn!(error = %e, file = %path.display(),
@@ -148,19 +155,19 @@ impl Gateway {
             _ => None,
         };
         let (stop_tx, stop_rx) = watch::channel(false);
-        let mcp = proxy::router(self.state.clone());
-        let admin = admin_router(self.state.clone());
+        let mcp = proxy::router(app.clone());
+        let admin = crate::admin::router(self.admin_state.clone());
         let wait = |mut rx: watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|stopped| *stopped).await;
         };
         // Connection deadlines and caps are read at start; a reload does not change them.
-        let gateway = &self.state.config().gateway;
+        let gateway = &app.config().gateway;
         let limits = serve::Limits {
             client_timeout: gateway.client_timeout,
             header_timeout: gateway.header_timeout,
             max_connections: gateway.max_connections,
         };
-        let metrics = &self.state.metrics;
+        let metrics = &self.admin_state.metrics;
         let mcp_server = serve::serve(
             self.listener,
             mcp,
@@ -177,9 +184,9 @@ impl Gateway {
         );
         let servers = async { tokio::try_join!(mcp_server, admin_server).map(|_| ()) };
         tokio::pin!(servers);
-        let (pins, audit) = (self.state.pins.clone(), self.state.audit.clone());
-        let state = self.state.clone();
-        let traces = self.state.traces.clone();
+        let (pins, audit) = (app.pins.clone(), self.audit.clone());
+        let state = app.clone();
+        let traces = app.traces.clone();
         let flush = || async move {
             // Stdio servers' processes end with the gateway.
             state.stop_upstreams().await;
@@ -200,13 +207,13 @@ impl Gateway {
             () = shutdown => {}
         }
         // The grace of the configuration in force when the signal came.
-        let grace = self.state.config().gateway.shutdown_grace;
+        let grace = app.config().gateway.shutdown_grace;
         tracing::info!(
             grace_ms = grace.as_millis() as u64,
             "shutting down: no new connections, finishing in-flight requests"
         );
         let _ = stop_tx.send(true);
-        self.state.recent.close();
+        self.admin_state.recent.close();
         let result = match tokio::time::timeout(grace, servers).await {
             Ok(result) => result,
             Err(_) => {
@@ -249,7 +256,7 @@ impl Gateway {
 /// Reloads a gateway's configuration file.
 #[derive(Debug, Clone)]
 pub struct Reloader {
-    state: Arc<AppState>,
+    state: Arc<AdminState>,
 }
 
 impl Reloader {
@@ -271,29 +278,6 @@ impl GatewayHandle {
         let _ = self.stop.send(true);
         self.task.await.map_err(io::Error::other)?
     }
-}
-
-fn admin_router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(admin::readyz))
-        .route("/metrics", get(admin::metrics))
-        .route("/", get(dashboard::index))
-        .route("/api/events", get(dashboard::events))
-        .route("/api/events/stream", get(dashboard::stream))
-        .route("/api/events/{id}", get(dashboard::event))
-        .route("/api/overview", get(dashboard::overview))
-        .route("/api/config", get(dashboard::config))
-        .route("/api/pins", get(admin::pins))
-        .route("/api/pins/approve", post(admin::approve))
-        .route("/api/reload", get(reload::get).post(reload::post))
-        // Every endpoint, and the 404 of any other path, passes the Origin/Host checks.
-        .fallback(|| async { http::StatusCode::NOT_FOUND })
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            admin::guard,
-        ))
-        .with_state(state)
 }
 
 /// Stops a background task when the server stops.

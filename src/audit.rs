@@ -1,15 +1,9 @@
-//! The audit trail: one event per client request, kept in SQLite.
+//! The audit store: every finished request's event, kept in SQLite.
 //!
-//! Place in the path: beside it. A [`Trail`] travels with the request (the
-//! pipeline's exchange, the forwarder, the reply's recipient); each stage notes
-//! what it learned (decision, violations, sanitizer actions, pin findings,
-//! upstream status and latency). When its last holder lets go — after the
-//! response body has been sent to the end — the event is counted in the
-//! [metrics](crate::metrics), kept for the [dashboard](crate::dashboard) and
-//! handed to the writer
-//! thread with `try_send` on a bounded channel. The writer inserts events in
-//! batches, one transaction each, and deletes events older than
-//! `[audit] retention`.
+//! Place in the path: a sink of the record layer ([`crate::record`]). When a
+//! request's trail is let go, its event is handed here with `try_send` on a
+//! bounded channel; the writer thread inserts events in batches, one
+//! transaction each, and deletes events older than `[audit] retention`.
 //!
 //! Invariants: the request path never touches the disk and never waits for the
 //! writer: when the queue is full the event is dropped and counted
@@ -17,21 +11,18 @@
 //! `arguments = "full"` (`redacted` replaces every string a secret detector
 //! matches); everything queued is written before [`Audit::flush`] returns.
 
-use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, params};
-use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::dashboard::Recent;
-use crate::metrics::Metrics;
-use crate::sanitize::{Report, SanitizeSettings, Sanitizer, Skip};
-use crate::telemetry::span::RequestTrace;
+pub use crate::record::event::Event;
+use crate::record::sink::Sink;
+use crate::sanitize::{SanitizeSettings, Sanitizer, Skip};
 use crate::util::sqlite as store;
 
 /// Events the queue holds before new ones are dropped.
@@ -70,86 +61,6 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE events ADD COLUMN would_refuse TEXT;",
 ];
 
-/// One client request, as recorded.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Event {
-    /// When the request arrived, in milliseconds since the Unix epoch.
-    pub time_ms: i64,
-    /// The W3C trace id of the request's spans: the client's (`traceparent`
-    /// in `params._meta` or the header), or one of the gateway's own when
-    /// traces are exported.
-    pub trace_id: Option<String>,
-    pub client: Option<String>,
-    /// The client is a JWT subject not named in `[clients]` (counted as
-    /// `other` in metrics, so tokens cannot grow the registry).
-    #[serde(skip)]
-    pub client_unlisted: bool,
-    pub server: Option<String>,
-    /// The JSON-RPC method (or the HTTP method before the body was read).
-    pub method: String,
-    pub tool: Option<String>,
-    /// The tool is one the server listed (else metrics count it as `other`).
-    #[serde(skip)]
-    pub tool_listed: bool,
-    /// `forwarded`, or the result code of the refusal (`Rejection::code`).
-    pub decision: String,
-    /// Who made the decision: `forwarded`, or the source of the refusal
-    /// (`client`, `policy`, `upstream`, …).
-    pub stage: String,
-    /// In observe mode, the result code enforcement would have answered with
-    /// (`unknown_tool`, `invalid_arguments`, `rate_limited`, …) while the call
-    /// went through; `None` when nothing would have been refused.
-    pub would_refuse: Option<String>,
-    /// Schema violations, one line each.
-    pub violations: Vec<String>,
-    /// Sanitizer actions by kind.
-    pub sanitizer: BTreeMap<String, u64>,
-    /// The poisoning findings of the called tool's live definition, when it is
-    /// held or flagged.
-    pub pin_findings: Option<Value>,
-    pub upstream_status: Option<u16>,
-    pub upstream_latency_us: Option<u64>,
-    /// Until the response body was sent to the end.
-    pub latency_us: u64,
-    /// The HTTP status the client got.
-    pub http_status: Option<u16>,
-    /// `2025` (handshake era) or `2026`.
-    pub era: String,
-    /// The arguments of a `tools/call`, per `[audit] arguments`.
-    pub arguments: Option<Value>,
-}
-
-/// Most violation lines kept per event, and most bytes of each.
-const MAX_VIOLATIONS: usize = 50;
-const MAX_VIOLATION_LINE: usize = 512;
-
-impl Event {
-    /// Bounds what the event keeps of client-chosen text (method, tool,
-    /// client, violation lines): whatever stage noted it, the store, the
-    /// dashboard ring, the metrics and the spans get at most
-    /// [`MAX_KEPT`](crate::mcp::text::MAX_KEPT) bytes of each identifier.
-    pub(crate) fn bound(&mut self) {
-        use crate::util::text::{self, clip_opt};
-        if self.method.len() > text::MAX_KEPT {
-            self.method = text::clip(&self.method);
-        }
-        clip_opt(&mut self.tool);
-        clip_opt(&mut self.client);
-        clip_opt(&mut self.server);
-        clip_opt(&mut self.trace_id);
-        if self.violations.len() > MAX_VIOLATIONS {
-            let more = self.violations.len() - MAX_VIOLATIONS + 1;
-            self.violations.truncate(MAX_VIOLATIONS - 1);
-            self.violations.push(format!("… and {more} more"));
-        }
-        for line in &mut self.violations {
-            if line.len() > MAX_VIOLATION_LINE {
-                *line = text::clip_to(line, MAX_VIOLATION_LINE);
-            }
-        }
-    }
-}
-
 /// What the audit trail has done so far.
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -164,7 +75,7 @@ pub struct Counters {
 }
 
 enum Msg {
-    Event(Box<Event>),
+    Event(Arc<Event>),
     Flush(std::sync::mpsc::Sender<()>),
 }
 
@@ -175,7 +86,6 @@ pub struct Audit {
     enabled: bool,
     tx: SyncSender<Msg>,
     counters: Arc<Counters>,
-    arguments: AuditArguments,
 }
 
 impl std::fmt::Debug for Msg {
@@ -214,16 +124,19 @@ impl Audit {
             enabled: settings.enabled,
             tx,
             counters,
-            arguments: settings.arguments,
         }))
     }
 
     /// Queues `event` without waiting; drops and counts it when the queue is full.
     pub fn record(&self, event: Event) {
+        self.keep(Arc::new(event));
+    }
+
+    fn keep(&self, event: Arc<Event>) {
         if !self.enabled {
             return;
         }
-        match self.tx.try_send(Msg::Event(Box::new(event))) {
+        match self.tx.try_send(Msg::Event(event)) {
             Ok(()) => {
                 self.counters.queued.fetch_add(1, Ordering::Relaxed);
             }
@@ -251,14 +164,11 @@ impl Audit {
     pub fn shared_counters(&self) -> Arc<Counters> {
         self.counters.clone()
     }
+}
 
-    /// The arguments of a call as `[audit] arguments` says to record them.
-    pub(crate) fn arguments(
-        &self,
-        sanitize: &SanitizeSettings,
-        arguments: &Value,
-    ) -> Option<Value> {
-        record_arguments(self.arguments, sanitize, arguments)
+impl Sink for Audit {
+    fn record(&self, event: &Arc<Event>) {
+        self.keep(event.clone());
     }
 }
 
@@ -326,98 +236,6 @@ fn shape_within(value: &Value, budget: &mut usize) -> Value {
     }
 }
 
-// === the event of one request ===
-
-/// The audit event of one request while it is served; recorded when dropped.
-#[derive(Debug)]
-pub(crate) struct Trail {
-    audit: Arc<Audit>,
-    metrics: Arc<Metrics>,
-    recent: Arc<Recent>,
-    started: Instant,
-    event: Mutex<Event>,
-    /// The request's spans: they end with the event and share its trace id.
-    trace: RequestTrace,
-}
-
-impl Trail {
-    pub(crate) fn new(
-        audit: Arc<Audit>,
-        metrics: Arc<Metrics>,
-        recent: Arc<Recent>,
-        started: Instant,
-        event: Event,
-        trace: RequestTrace,
-    ) -> Arc<Self> {
-        Arc::new(Self {
-            audit,
-            metrics,
-            recent,
-            started,
-            event: Mutex::new(event),
-            trace,
-        })
-    }
-
-    /// The request's spans (stages, trace context).
-    pub(crate) fn trace(&self) -> &RequestTrace {
-        &self.trace
-    }
-
-    /// The pipeline enters stage `name` (a child span of the request's).
-    pub(crate) fn stage(&self, name: &'static str) {
-        self.trace.stage(name);
-    }
-
-    /// Changes the event.
-    pub(crate) fn note(&self, f: impl FnOnce(&mut Event)) {
-        f(&mut self.event.lock().unwrap_or_else(|p| p.into_inner()));
-    }
-
-    /// Adds what the sanitizer did.
-    pub(crate) fn sanitized(&self, report: &Report) {
-        if !report.is_empty() {
-            self.note(|e| {
-                for (k, n) in report.counts() {
-                    *e.sanitizer.entry(k.clone()).or_default() += n;
-                }
-            });
-        }
-    }
-
-    /// The upstream's reply status and how long it took to come.
-    pub(crate) fn upstream(&self, status: u16, took: Duration) {
-        self.trace.replied(status);
-        self.note(|e| {
-            e.upstream_status = Some(status);
-            let us = took.as_micros() as u64;
-            // Lists may take several round trips: their latencies add up.
-            e.upstream_latency_us = Some(e.upstream_latency_us.unwrap_or(0) + us);
-        });
-    }
-
-    /// The result the client gets was decided later on (a rewritten tool result).
-    pub(crate) fn decided(&self, code: &str, stage: &str) {
-        self.note(|e| {
-            e.decision = code.to_owned();
-            e.stage = stage.to_owned();
-        });
-    }
-}
-
-impl Drop for Trail {
-    fn drop(&mut self) {
-        let mut event = std::mem::take(self.event.get_mut().unwrap_or_else(|p| p.into_inner()));
-        event.latency_us = self.started.elapsed().as_micros() as u64;
-        event.trace_id = self.trace.trace_id();
-        event.bound();
-        self.trace.finish(&event);
-        self.metrics.observe(&event);
-        self.recent.push(&event);
-        self.audit.record(event);
-    }
-}
-
 // === writer thread ===
 
 fn run(mut conn: Connection, rx: Receiver<Msg>, counters: Arc<Counters>, retention: Duration) {
@@ -464,7 +282,7 @@ fn run(mut conn: Connection, rx: Receiver<Msg>, counters: Arc<Counters>, retenti
     }
 }
 
-fn write(conn: &mut Connection, batch: &[Box<Event>]) -> rusqlite::Result<()> {
+fn write(conn: &mut Connection, batch: &[Arc<Event>]) -> rusqlite::Result<()> {
     if batch.is_empty() {
         return Ok(());
     }
@@ -508,6 +326,33 @@ fn purge(conn: &Connection, retention: Duration) {
     if let Err(e) = conn.execute("DELETE FROM events WHERE time_ms < ?1", params![cutoff]) {
         tracing::error!(error = %e, "cannot delete old audit events");
     }
+}
+
+/// `[audit]`.
+#[derive(Debug, Clone)]
+pub struct AuditSettings {
+    /// Whether events are stored at all (metrics and the live feed see them either way).
+    pub enabled: bool,
+    /// SQLite file (WAL); a relative path is read from the configuration
+    /// file's directory. `":memory:"`: kept in memory only, lost at exit.
+    pub database: String,
+    /// How long events are kept.
+    pub retention: Duration,
+    /// How arguments are recorded.
+    pub arguments: AuditArguments,
+}
+
+/// `arguments` of `[audit]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditArguments {
+    /// Not recorded.
+    None,
+    /// Keys and types only.
+    Shape,
+    /// Values with secrets redacted.
+    Redacted,
+    /// Values as sent.
+    Full,
 }
 
 #[cfg(test)]
@@ -565,31 +410,4 @@ mod tests {
         assert!(kept.len() < 2 * SHAPE_BUDGET, "{} bytes", kept.len());
         assert!(kept.contains("more keys"));
     }
-}
-
-/// `[audit]`.
-#[derive(Debug, Clone)]
-pub struct AuditSettings {
-    /// Whether events are stored at all (metrics and the live feed see them either way).
-    pub enabled: bool,
-    /// SQLite file (WAL); a relative path is read from the configuration
-    /// file's directory. `":memory:"`: kept in memory only, lost at exit.
-    pub database: String,
-    /// How long events are kept.
-    pub retention: Duration,
-    /// How arguments are recorded.
-    pub arguments: AuditArguments,
-}
-
-/// `arguments` of `[audit]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuditArguments {
-    /// Not recorded.
-    None,
-    /// Keys and types only.
-    Shape,
-    /// Values with secrets redacted.
-    Redacted,
-    /// Values as sent.
-    Full,
 }

@@ -31,11 +31,11 @@
 pub mod audit;
 pub mod auth;
 pub mod config;
-pub(crate) mod dashboard;
 pub mod demo;
 pub mod metrics;
 pub mod pins;
 pub mod policy;
+pub mod record;
 pub mod sanitize;
 
 pub(crate) mod admin;
@@ -44,7 +44,6 @@ pub(crate) mod error;
 pub(crate) mod mcp;
 pub(crate) mod proxy;
 pub mod ratelimit;
-pub(crate) mod reload;
 pub mod validate;
 
 pub use app::{Gateway, GatewayHandle, Reloader};

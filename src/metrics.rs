@@ -1,7 +1,7 @@
 //! Prometheus metrics, served as text on the admin listener at `/metrics`.
 //!
 //! Place in the path: beside it, fed from the same place as the audit trail:
-//! when a request's [`Trail`](crate::audit::Trail) is let go, its event is
+//! when a request's [`Trail`](crate::record::trail::Trail) is let go, its event is
 //! counted here ([`Metrics::observe`]) and then queued for the audit store.
 //! Reloads are counted where they are applied or refused. The audit queue's
 //! and the span exporter's own figures are read at scrape time.
@@ -24,7 +24,9 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
-use crate::audit::{Counters, Event};
+use crate::audit::Counters;
+use crate::record::event::Event;
+use crate::record::sink::Sink;
 use crate::telemetry::ExportCounters;
 
 /// Label of a tool the server never listed.
@@ -406,5 +408,11 @@ impl Collector for SpanExport {
             )?)?;
         }
         Ok(())
+    }
+}
+
+impl Sink for Metrics {
+    fn record(&self, event: &Arc<Event>) {
+        self.observe(event);
     }
 }

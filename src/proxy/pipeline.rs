@@ -44,13 +44,13 @@ use serde_json::{Map, Value, json};
 use super::catalog::ToolSet;
 use super::ingress::{admit, negotiate, read_body};
 use super::respond::{self, CallFacts, Recipient, relay};
+use super::state::{AppState, Live, ServerState};
 use super::tasks::{self, TaskScope, TaskStore};
 use super::upstream::{Reply, UpstreamError, forwarded_headers};
-use super::{AppState, Live, ServerState};
 
 mod federate;
 mod resource;
-use crate::audit::{self, Trail};
+use crate::audit;
 use crate::auth::ClientId;
 use crate::config::{ArgumentScan, Config, Mode, Pinning, SanitizeSettings};
 use crate::error::{
@@ -67,6 +67,7 @@ use crate::mcp::version::Era;
 use crate::pins::{self, Cause, Hold, Key as PinKey, scan};
 use crate::policy::{Decision, Subject, closest};
 use crate::ratelimit::Verdict;
+use crate::record::trail::Trail;
 use crate::sanitize::{Report, Sanitizer, Skip};
 use crate::telemetry::span::RequestTrace;
 use crate::validate::Violation;
@@ -129,14 +130,7 @@ pub(crate) async fn handle(
         ..Default::default()
     };
     let mut ex = Exchange {
-        trail: Trail::new(
-            state.audit.clone(),
-            state.metrics.clone(),
-            state.recent.clone(),
-            started,
-            event,
-            trace,
-        ),
+        trail: Trail::new(state.sinks.clone(), started, event, trace),
         started,
         client: None,
         server: None,
@@ -677,7 +671,7 @@ async fn check_call(
             return Err(invalid_arguments(name, &[v]));
         }
     };
-    let recorded = state.audit.arguments(sanitize, &arguments);
+    let recorded = audit::record_arguments(config.audit.arguments, sanitize, &arguments);
     ex.trail.note(|e| e.arguments = recorded);
     config
         .policy

@@ -27,7 +27,6 @@ use serde_json::Value;
 use super::catalog::{Catalog, ToolEntry};
 use super::tasks::TaskScope;
 use super::upstream::{Reply, SseStream, UpstreamError};
-use crate::audit::Trail;
 use crate::config::SanitizeSettings;
 use crate::error::{
     self, OutputKind, OutputRefusal, Rejection, RenderCtx, RpcError, ToolFailure, ToolHints,
@@ -37,6 +36,7 @@ use crate::mcp::methods::{self, Kind};
 use crate::mcp::sse::{SseEvent, SseItem};
 use crate::mcp::version::Era;
 use crate::pins::scan;
+use crate::record::trail::Trail;
 use crate::sanitize::message::{Malformed, Shape, shape};
 use crate::sanitize::{Report, Sanitizer, Skip, TRUNCATED};
 use crate::validate::CompiledSchema;

@@ -17,8 +17,8 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, StatusCode, Uri};
 
-use super::AppState;
 use super::ingress::admit;
+use super::state::AppState;
 use crate::error::{Rejection, RenderCtx};
 use crate::mcp::version::Era;
 

@@ -9,8 +9,8 @@ use http::{HeaderMap, Method, Uri, Version};
 
 use super::Traces;
 use super::span::RequestTrace;
-use crate::audit::Event;
 use crate::mcp::jsonrpc::Message;
+use crate::record::event::Event;
 
 /// One request, classified once.
 #[derive(Debug)]

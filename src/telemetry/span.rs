@@ -2,7 +2,7 @@
 //! and the trace context the upstream receives.
 //!
 //! Place in the path: a [`RequestTrace`] rides in the request's audit
-//! [`Trail`](crate::audit::Trail). The pipeline opens stages as it goes
+//! [`Trail`](crate::record::trail::Trail). The pipeline opens stages as it goes
 //! ([`RequestTrace::stage`]); each stage lasts until the next one opens, so
 //! the stage that is open when a request is refused is the one that refused
 //! it. When the trail is let go (the response sent to the end), the spans are
@@ -27,10 +27,10 @@ use sha2::{Digest, Sha256};
 
 use super::context::TraceParent;
 use super::export::{Exporter, Finished, FinishedStage};
-use crate::audit::Event;
 use crate::mcp::META_PROTOCOL_VERSION;
 use crate::mcp::headers::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::mcp::jsonrpc::Message;
+use crate::record::event::Event;
 
 /// The stage opened when the upstream's reply arrives: relaying it to the
 /// client, with sanitizing and the rewriting of failures.

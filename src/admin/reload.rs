@@ -25,35 +25,22 @@ use notify::RecursiveMode;
 use notify_debouncer_full::{DebounceEventResult, new_debouncer};
 use serde_json::json;
 
-use crate::admin;
+use super::access;
+use super::state::{AdminState, Status};
 use crate::config::{self, Config};
 use crate::error::json_response;
-use crate::proxy::{AppState, Live};
+use crate::proxy::state::{AppState, Live};
 
 /// How long the file watcher waits for a burst of file events to settle.
 const DEBOUNCE: Duration = Duration::from_millis(250);
 
-/// The last reload's outcome, and counts since start.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Status {
-    /// The last reload applied its configuration (`None`: none attempted).
-    pub ok: Option<bool>,
-    /// When the last reload finished (ms since the epoch).
-    pub at_ms: Option<u64>,
-    /// What asked for it: `sighup`, `file`, `api`.
-    pub trigger: Option<&'static str>,
-    /// Why the last reload was refused.
-    pub error: Option<String>,
-    /// Reloads applied since start.
-    pub applied: u64,
-    /// Reloads refused since start.
-    pub refused: u64,
-}
-
 /// Reloads the configuration from the file the gateway was started with.
 ///
 /// Returns the refusal's text when the new configuration is not applied.
-pub(crate) async fn from_file(state: &Arc<AppState>, trigger: &'static str) -> Result<(), String> {
+pub(crate) async fn from_file(
+    state: &Arc<AdminState>,
+    trigger: &'static str,
+) -> Result<(), String> {
     let Some(path) = state.config_path.clone() else {
         return Err(
             "this gateway was not started from a configuration file, so it has nothing to reload"
@@ -67,7 +54,7 @@ pub(crate) async fn from_file(state: &Arc<AppState>, trigger: &'static str) -> R
             .await
             .map_err(|e| format!("the reload task failed: {e}"))
             .and_then(|r| r);
-    let result = loaded.and_then(|config| apply(state, config));
+    let result = loaded.and_then(|config| apply(&state.app, config));
     record(state, trigger, &result);
     result
 }
@@ -162,7 +149,7 @@ fn fixed(old: &Config, new: &Config) -> Result<(), String> {
     Ok(())
 }
 
-fn record(state: &AppState, trigger: &'static str, result: &Result<(), String>) {
+fn record(state: &AdminState, trigger: &'static str, result: &Result<(), String>) {
     let at_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -192,7 +179,7 @@ fn record(state: &AppState, trigger: &'static str, result: &Result<(), String>) 
 /// Watches the configuration file's directory (editors and Kubernetes
 /// replace files by rename) and reloads when the file changes. The watch
 /// lasts as long as the returned guard.
-pub(crate) fn watch(state: Arc<AppState>, path: &Path) -> notify::Result<impl Drop + Send> {
+pub(crate) fn watch(state: Arc<AdminState>, path: &Path) -> notify::Result<impl Drop + Send> {
     let file: PathBuf = path.file_name().map(PathBuf::from).unwrap_or_default();
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -224,8 +211,8 @@ pub(crate) fn watch(state: Arc<AppState>, path: &Path) -> notify::Result<impl Dr
 }
 
 /// `POST /api/reload`: reloads now (admin token required).
-pub(crate) async fn post(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Err(refusal) = admin::admin(&state, &headers) {
+pub(crate) async fn post(State(state): State<Arc<AdminState>>, headers: HeaderMap) -> Response {
+    if let Err(refusal) = access::admin(&state, &headers) {
         return refusal;
     }
     let result = from_file(&state, "api").await;
@@ -238,14 +225,14 @@ pub(crate) async fn post(State(state): State<Arc<AppState>>, headers: HeaderMap)
 }
 
 /// `GET /api/reload`: the last reload's outcome (admin token once one is configured).
-pub(crate) async fn get(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Err(refusal) = admin::reader(&state, &headers) {
+pub(crate) async fn get(State(state): State<Arc<AdminState>>, headers: HeaderMap) -> Response {
+    if let Err(refusal) = access::reader(&state, &headers) {
         return refusal;
     }
     json_response(StatusCode::OK, &report(&state))
 }
 
-fn report(state: &AppState) -> serde_json::Value {
+fn report(state: &AdminState) -> serde_json::Value {
     let s = state
         .reload_status
         .lock()
@@ -281,14 +268,12 @@ mod tests {
         crate::app::install_crypto_provider();
         let pins = Pins::open(None, "t.toml").expect("pins");
         let first = config("5s");
-        let audit = crate::audit::Audit::open(&first.audit).expect("audit");
         let state = AppState::new(
             Arc::new(first),
             pins,
-            audit,
+            Arc::default(),
             Arc::new(crate::telemetry::Traces::off()),
             true,
-            None,
         )
         .expect("state");
         let before = state.live.load_full();
@@ -314,14 +299,12 @@ mod tests {
         crate::app::install_crypto_provider();
         let pins = Pins::open(None, "t.toml").expect("pins");
         let first = config("5s");
-        let audit = crate::audit::Audit::open(&first.audit).expect("audit");
         let state = AppState::new(
             Arc::new(first),
             pins,
-            audit,
+            Arc::default(),
             Arc::new(crate::telemetry::Traces::off()),
             true,
-            None,
         )
         .expect("state");
         let before = state.live.load_full();

@@ -12,10 +12,9 @@
 //! request path for longer than one push under a short lock; read endpoints
 //! need the admin token once one is configured, as `GET /api/pins` does.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
@@ -27,65 +26,14 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use crate::audit::Event;
+use super::state::AdminState;
 use crate::error::json_response;
-use crate::proxy::AppState;
+use crate::record::live::KEEP;
 
-/// Events kept for the dashboard.
-pub const KEEP: usize = 2000;
 /// Minutes shown in the calls-per-minute chart.
 const MINUTES: i64 = 30;
 
 const INDEX: &str = include_str!("dashboard/index.html");
-
-/// The latest events, and the live feed.
-#[derive(Debug)]
-pub(crate) struct Recent {
-    next: AtomicU64,
-    ring: Mutex<VecDeque<Arc<Value>>>,
-    feed: broadcast::Sender<Arc<Value>>,
-    /// Set at shutdown: open feeds end, so they do not hold the drain up.
-    closed: tokio::sync::watch::Sender<bool>,
-}
-
-impl Default for Recent {
-    fn default() -> Self {
-        Self {
-            next: AtomicU64::new(1),
-            ring: Mutex::new(VecDeque::with_capacity(KEEP)),
-            feed: broadcast::channel(1024).0,
-            closed: tokio::sync::watch::Sender::new(false),
-        }
-    }
-}
-
-impl Recent {
-    /// Keeps `event` (as JSON, with an id) and sends it to the live feed.
-    pub(crate) fn push(&self, event: &Event) {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut value = serde_json::to_value(event).unwrap_or(Value::Null);
-        value["id"] = id.into();
-        let value = Arc::new(value);
-        {
-            let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
-            if ring.len() == KEEP {
-                ring.pop_front();
-            }
-            ring.push_back(value.clone());
-        }
-        let _ = self.feed.send(value);
-    }
-
-    /// Ends every open feed (shutdown).
-    pub(crate) fn close(&self) {
-        self.closed.send_replace(true);
-    }
-
-    fn snapshot(&self) -> Vec<Arc<Value>> {
-        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
-        ring.iter().cloned().collect()
-    }
-}
 
 /// Filters of the feed and of `/api/events`.
 #[derive(Debug, Default, Deserialize)]
@@ -130,11 +78,11 @@ pub(crate) async fn index() -> Html<&'static str> {
 
 /// `GET /api/events`: the latest events, newest first, filtered.
 pub(crate) async fn events(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<AdminState>>,
     headers: HeaderMap,
     Query(filter): Query<Filter>,
 ) -> Response {
-    if let Err(r) = crate::admin::reader(&state, &headers) {
+    if let Err(r) = super::access::reader(&state, &headers) {
         return r;
     }
     let list: Vec<Value> = state
@@ -151,11 +99,11 @@ pub(crate) async fn events(
 
 /// `GET /api/events/{id}`: one event (the trace page).
 pub(crate) async fn event(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<AdminState>>,
     headers: HeaderMap,
     Path(id): Path<u64>,
 ) -> Response {
-    if let Err(r) = crate::admin::reader(&state, &headers) {
+    if let Err(r) = super::access::reader(&state, &headers) {
         return r;
     }
     match state
@@ -174,11 +122,11 @@ pub(crate) async fn event(
 
 /// `GET /api/events/stream`: the live feed, as server-sent events.
 pub(crate) async fn stream(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<AdminState>>,
     headers: HeaderMap,
     Query(filter): Query<Filter>,
 ) -> Response {
-    if let Err(r) = crate::admin::reader(&state, &headers) {
+    if let Err(r) = super::access::reader(&state, &headers) {
         return r;
     }
     let rx = state.recent.feed.subscribe();
@@ -213,8 +161,8 @@ pub(crate) async fn stream(
 
 /// `GET /api/overview`: calls per minute by decision, latency p50/p99, top
 /// refused tools, top clients (over the events kept).
-pub(crate) async fn overview(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Err(r) = crate::admin::reader(&state, &headers) {
+pub(crate) async fn overview(State(state): State<Arc<AdminState>>, headers: HeaderMap) -> Response {
+    if let Err(r) = super::access::reader(&state, &headers) {
         return r;
     }
     let events = state.recent.snapshot();
@@ -301,8 +249,8 @@ fn summarize(events: &[Arc<Value>], now_minute: i64) -> Value {
 }
 
 /// `GET /api/config`: the effective policy, as `portcullis check` prints it.
-pub(crate) async fn config(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if let Err(r) = crate::admin::reader(&state, &headers) {
+pub(crate) async fn config(State(state): State<Arc<AdminState>>, headers: HeaderMap) -> Response {
+    if let Err(r) = super::access::reader(&state, &headers) {
         return r;
     }
     json_response(

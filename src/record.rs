@@ -1,0 +1,14 @@
+//! The record layer: what the gateway keeps of each request. The
+//! [event](event::Event) of a request, the [trail](trail::Trail) that carries
+//! it through the stages, the [sinks](sink::Sink) it is handed to at the end,
+//! and the dashboard's [live ring](live::Recent), one of them.
+//!
+//! Place: above the protocol model and the span exporter, below the
+//! decisions' callers. The other sinks (the SQLite store in `audit`, the
+//! Prometheus counters in `metrics`) sit above it and implement its trait;
+//! the app wires them.
+
+pub mod event;
+pub mod live;
+pub mod sink;
+pub mod trail;

@@ -1,0 +1,93 @@
+//! The audit event of one client request: what every sink of the record
+//! layer (the SQLite store, the metrics, the dashboard's live ring, the
+//! spans) receives once the request is over.
+//!
+//! Place: the bottom of the record layer; it knows no sink. Invariant: an
+//! event handed to a sink has been [bounded](Event::bound), so no client-chosen
+//! identifier reaches a store, a label or a span longer than
+//! [`MAX_KEPT`](crate::util::text::MAX_KEPT) bytes.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// One client request, as recorded.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Event {
+    /// When the request arrived, in milliseconds since the Unix epoch.
+    pub time_ms: i64,
+    /// The W3C trace id of the request's spans: the client's (`traceparent`
+    /// in `params._meta` or the header), or one of the gateway's own when
+    /// traces are exported.
+    pub trace_id: Option<String>,
+    pub client: Option<String>,
+    /// The client is a JWT subject not named in `[clients]` (counted as
+    /// `other` in metrics, so tokens cannot grow the registry).
+    #[serde(skip)]
+    pub client_unlisted: bool,
+    pub server: Option<String>,
+    /// The JSON-RPC method (or the HTTP method before the body was read).
+    pub method: String,
+    pub tool: Option<String>,
+    /// The tool is one the server listed (else metrics count it as `other`).
+    #[serde(skip)]
+    pub tool_listed: bool,
+    /// `forwarded`, or the result code of the refusal (`Rejection::code`).
+    pub decision: String,
+    /// Who made the decision: `forwarded`, or the source of the refusal
+    /// (`client`, `policy`, `upstream`, …).
+    pub stage: String,
+    /// In observe mode, the result code enforcement would have answered with
+    /// (`unknown_tool`, `invalid_arguments`, `rate_limited`, …) while the call
+    /// went through; `None` when nothing would have been refused.
+    pub would_refuse: Option<String>,
+    /// Schema violations, one line each.
+    pub violations: Vec<String>,
+    /// Sanitizer actions by kind.
+    pub sanitizer: BTreeMap<String, u64>,
+    /// The poisoning findings of the called tool's live definition, when it is
+    /// held or flagged.
+    pub pin_findings: Option<Value>,
+    pub upstream_status: Option<u16>,
+    pub upstream_latency_us: Option<u64>,
+    /// Until the response body was sent to the end.
+    pub latency_us: u64,
+    /// The HTTP status the client got.
+    pub http_status: Option<u16>,
+    /// `2025` (handshake era) or `2026`.
+    pub era: String,
+    /// The arguments of a `tools/call`, per `[audit] arguments`.
+    pub arguments: Option<Value>,
+}
+
+/// Most violation lines kept per event, and most bytes of each.
+const MAX_VIOLATIONS: usize = 50;
+const MAX_VIOLATION_LINE: usize = 512;
+
+impl Event {
+    /// Bounds what the event keeps of client-chosen text (method, tool,
+    /// client, violation lines): whatever stage noted it, the store, the
+    /// dashboard ring, the metrics and the spans get at most
+    /// [`MAX_KEPT`](crate::mcp::text::MAX_KEPT) bytes of each identifier.
+    pub(crate) fn bound(&mut self) {
+        use crate::util::text::{self, clip_opt};
+        if self.method.len() > text::MAX_KEPT {
+            self.method = text::clip(&self.method);
+        }
+        clip_opt(&mut self.tool);
+        clip_opt(&mut self.client);
+        clip_opt(&mut self.server);
+        clip_opt(&mut self.trace_id);
+        if self.violations.len() > MAX_VIOLATIONS {
+            let more = self.violations.len() - MAX_VIOLATIONS + 1;
+            self.violations.truncate(MAX_VIOLATIONS - 1);
+            self.violations.push(format!("… and {more} more"));
+        }
+        for line in &mut self.violations {
+            if line.len() > MAX_VIOLATION_LINE {
+                *line = text::clip_to(line, MAX_VIOLATION_LINE);
+            }
+        }
+    }
+}
