@@ -5,14 +5,23 @@
 //! upstream's. Transport concerns only here; decisions live in `auth`,
 //! `policy`, `ratelimit` and `validate`, the sequence in `pipeline`.
 
+mod call;
 pub(crate) mod catalog;
+mod dispatch;
+mod exchange;
+mod federate;
+mod forward;
 pub(crate) mod ingress;
+mod lists;
 mod pipeline;
+mod refusals;
+mod resource;
 mod respond;
 pub(crate) mod session;
 pub(crate) mod state;
 mod stdio;
 pub(crate) mod streams;
+mod subjects;
 pub(crate) mod tasks;
 pub(crate) mod upstream;
 mod well_known;

@@ -26,7 +26,7 @@ use notify_debouncer_full::{DebounceEventResult, new_debouncer};
 use serde_json::json;
 
 use super::access;
-use super::state::{AdminState, Status};
+use super::state::AdminState;
 use crate::config::{self, Config};
 use crate::error::json_response;
 use crate::proxy::state::{AppState, Live};

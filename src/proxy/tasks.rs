@@ -35,7 +35,8 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::{Value, json};
 
-use super::pipeline::{Forward, Pages};
+use super::forward::Forward;
+use super::forward::Pages;
 use super::respond::{self, CallFacts, Recipient};
 use crate::auth::ClientId;
 use crate::error::{Rejection, UpstreamKind};

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::Value;
 
-use super::rebuild;
+use super::exchange::rebuild;
 use crate::error::Rejection;
 use crate::mcp::headers::{self, MCP_NAME};
 use crate::mcp::jsonrpc::Message;

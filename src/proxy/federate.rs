@@ -33,15 +33,19 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use serde_json::{Map, Value, json};
 
-use super::{
-    ACCEPT_BOTH, AppState, Exchange, Forward, ListKind, Listed, Live, Rejection, ServerState,
-    enter, list_items, param_str, post, rebuild, recipient, refuse_unknown_tool, reply_headers,
-    resource, upstream, watch_instructions,
-};
+use super::dispatch::post;
+use super::exchange::{ACCEPT_BOTH, Exchange, enter, param_str, rebuild, recipient};
+use super::forward::{Forward, reply_headers, upstream, watch_instructions};
+use super::lists::{Listed, list_items};
+use super::refusals::refuse_unknown_tool;
+use super::resource;
+use super::state::{AppState, Live, ServerState};
 use crate::auth::ClientId;
+use crate::error::Rejection;
 use crate::error::{UpstreamFailure, UpstreamKind};
 use crate::mcp::headers::{self, MCP_NAME, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::mcp::jsonrpc::{self, Message};
+use crate::mcp::methods::ListKind;
 use crate::mcp::methods::{Class, Method as Rpc};
 use crate::mcp::sse::SseItem;
 use crate::mcp::version::{self, Era};
@@ -126,11 +130,11 @@ pub(super) async fn post_merged(
 ) -> Result<Response, Rejection> {
     let message = Message::classify(&body, live.config.gateway.max_json_depth)
         .map_err(Rejection::Malformed)?;
-    super::note_message(ex, &message)?;
-    let (era, _version) = super::negotiate(headers, &message)?;
+    super::dispatch::note_message(ex, &message)?;
+    let (era, _version) = super::ingress::negotiate(headers, &message)?;
     ex.era = era;
     ex.mode = live.config.gateway.mode;
-    super::observe_or_enforce(ex, super::scan_outgoing(live, &message, &body))?;
+    super::exchange::observe_or_enforce(ex, super::call::scan_outgoing(live, &message, &body))?;
     let members = members(state, client, headers, era)?;
     let view = View {
         state,
@@ -139,7 +143,7 @@ pub(super) async fn post_merged(
         headers,
         parts: parts(live, members.as_deref()),
     };
-    let Some(called) = super::resolve(&live.config, &message, era)? else {
+    let Some(called) = super::dispatch::resolve(&live.config, &message, era)? else {
         // A response to a server's request: every member gets it (a server
         // ignores a response it did not ask for).
         broadcast(&view, ex, body).await;
@@ -462,7 +466,7 @@ async fn merged_list(
     message: &Message,
     kind: ListKind,
 ) -> Result<Response, Rejection> {
-    super::refuse_cursor(message)?;
+    super::lists::refuse_cursor(message)?;
     let mut items = Vec::new();
     let mut failed = None;
     let mut answered = 0usize;
@@ -495,7 +499,12 @@ async fn merged_list(
         result.insert("ttlMs".into(), ttl.unwrap_or(0).into());
         result.insert("resultType".into(), "complete".into());
     }
-    Ok(super::answer_list(ex, kind, &super::render(&items), result))
+    Ok(super::lists::answer_list(
+        ex,
+        kind,
+        &super::lists::render(&items),
+        result,
+    ))
 }
 
 /// One member's list for this client, with names as the merged view shows them.
@@ -791,7 +800,7 @@ async fn listen(
     message: &Message,
 ) -> Result<Response, Rejection> {
     let config = &*view.live.config;
-    let uris = super::subscribed_uris(message)?;
+    let uris = super::subjects::subscribed_uris(message)?;
     let readable = |part: &Part<'_>, uri: &str| {
         config
             .policy

@@ -1,0 +1,310 @@
+//! The tools/call branch: catalog, authorize, pin, rule arguments, rate
+//! limit, validate; plus the session and task steps it relies on.
+//!
+//! Place: between dispatch and forward. Invariant: rate-limit tokens are
+//! taken only once the access rules let the call through, and nothing is
+//! sent upstream before validation passed.
+
+use super::exchange::{Exchange, observe_or_enforce, param_str, recipient};
+use super::forward::{Forward, upstream};
+use super::refusals::{
+    argument_not_permitted, invalid_arguments, pin_quarantined, quarantined, unknown_tool,
+};
+
+use axum::response::Response;
+use bytes::Bytes;
+use http::HeaderMap;
+use serde_json::{Map, Value};
+
+use super::state::{AppState, Live, ServerState};
+use crate::proxy::catalog::ToolSet;
+use crate::proxy::respond::CallFacts;
+use crate::proxy::tasks::{self};
+
+use crate::audit;
+use crate::auth::ClientId;
+use crate::config::ArgumentScan;
+use crate::error::{self, Limit, Limited, RateLimited, Rejection};
+use crate::mcp::headers::{self};
+use crate::mcp::jsonrpc::Message;
+use crate::mcp::version::Era;
+use crate::pins::{self};
+use crate::policy::{Decision, Subject};
+use crate::ratelimit::Verdict;
+use crate::sanitize::{Sanitizer, Skip};
+use crate::validate::Violation;
+
+/// A stream (a GET stream, `subscriptions/listen`) is held for `client` on
+/// each of `servers`, so that a reload revoking its access ends it; any other
+/// response is returned as it is.
+pub(super) fn held<'a>(
+    state: &AppState,
+    ex: &Exchange,
+    client: &ClientId,
+    servers: impl IntoIterator<Item = &'a str>,
+    mut response: Response,
+) -> Response {
+    if ex.method != "GET" && ex.method != "subscriptions/listen" {
+        return response;
+    }
+    for server in servers {
+        response = state.streams.hold(client, server, response);
+    }
+    response
+}
+
+/// A task method (`tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel`,
+/// `tasks/update`, or an operator's method of class task): every task-scoped
+/// request of a client passes here, and only here, on its way to the server.
+pub(super) async fn task(
+    ex: &mut Exchange,
+    forward: &Forward<'_>,
+    client: &ClientId,
+    headers: &HeaderMap,
+    message: &Message,
+    body: Bytes,
+) -> Result<Response, Rejection> {
+    let to = recipient(forward.live, ex, forward.server, None);
+    tasks::serve(forward, client, &mut ex.tool, headers, message, body, to).await
+}
+
+/// The outgoing secret scan of everything a message carries towards the
+/// upstream (`sanitize.arguments = "block"`); `tools/call` arguments are
+/// scanned in [`check_call`], under the tool's exemption.
+pub(super) fn scan_outgoing(live: &Live, message: &Message, body: &Bytes) -> Result<(), Rejection> {
+    if live.sanitize.arguments != ArgumentScan::Block {
+        return Ok(());
+    }
+    let sanitizer = Sanitizer::new(&live.sanitize, Skip::default());
+    let method = message.method().unwrap_or("(response)").to_owned();
+    let found = match message {
+        Message::Request { params, .. } | Message::Notification { params, .. } => {
+            let skip: &[&str] = match method.as_str() {
+                "tools/call" => &["/params/arguments"],
+                _ => &[],
+            };
+            params
+                .as_ref()
+                .map(|p| sanitizer.find_outgoing_members(p, "/params", skip))
+                .unwrap_or_default()
+        }
+        // A client's answer to a server's request (elicitation, sampling, …).
+        Message::Response { .. } => serde_json::from_slice::<Value>(body)
+            .map(|v| sanitizer.find_outgoing(&v, "", &[]))
+            .unwrap_or_default(),
+    };
+    if found.is_empty() {
+        return Ok(());
+    }
+    if let (Message::Request { .. }, "tools/call") = (message, method.as_str()) {
+        let name = message
+            .params()
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        return Err(error::secret_in_call(name, &found));
+    }
+    Err(Rejection::SecretInParams(error::SecretFound {
+        request: matches!(message, Message::Request { .. }),
+        method,
+        found,
+    }))
+}
+
+pub(super) async fn call_tool(
+    ex: &mut Exchange,
+    forward: &Forward<'_>,
+    client: &ClientId,
+    headers: &HeaderMap,
+    message: &Message,
+    body: Bytes,
+) -> Result<Response, Rejection> {
+    let name = param_str(message, "name")?.to_owned();
+    ex.tool = Some(name.clone());
+    let server = forward.server;
+    let server_name = server.upstream.settings.name.as_str();
+    let sanitize = &forward.live.sanitize;
+    ex.trail.stage("catalog");
+    let tools = forward
+        .tool_set(headers, message, ex.id.as_ref())
+        .await
+        .map_err(|e| {
+            let mut rejection = upstream(sanitize, server_name, Some(&name), e);
+            if let Rejection::Upstream(f) = &mut rejection {
+                f.unchecked = true;
+            }
+            rejection
+        })?;
+    let checked = check_call(
+        forward.state,
+        forward.live,
+        server,
+        ex,
+        client,
+        headers,
+        &tools,
+        &name,
+        message,
+    )
+    .await;
+    if let Err(rejection) = checked {
+        observe_or_enforce::<()>(ex, Err(rejection))?;
+        // Observed: the transport's own check of `Mcp-Param-*` still holds.
+        if let (Some(entry), Some(Value::Object(args))) = (
+            tools.tools.get(&name),
+            message.params().and_then(|p| p.get("arguments")),
+        ) {
+            let input_schema = entry.definition.get("inputSchema").unwrap_or(&Value::Null);
+            headers::check_params(headers, args, input_schema, ex.era == Era::Modern)
+                .map_err(|m| Rejection::HeaderMismatch(m.0))?;
+        }
+    }
+    let skip = sanitize.skip_for(server_name, &name);
+    let facts = match tools.tools.get(&name) {
+        Some(entry) => CallFacts::of(entry, skip),
+        None => CallFacts::default(),
+    };
+    let mut to = recipient(forward.live, ex, server, Some(name));
+    to.call = facts;
+    forward.relay(headers, body, to).await
+}
+
+/// Every decision on a `tools/call`, in order: access rules, pin, the rules'
+/// `arguments`, `Mcp-Param-*`, `inputSchema`, secrets in the arguments.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn check_call(
+    state: &AppState,
+    live: &Live,
+    server: &ServerState,
+    ex: &Exchange,
+    client: &ClientId,
+    headers: &HeaderMap,
+    tools: &ToolSet,
+    name: &str,
+    message: &Message,
+) -> Result<(), Rejection> {
+    let config = &*live.config;
+    let server_name = server.upstream.settings.name.as_str();
+    let sanitize = &config.sanitize;
+    let listed = tools.tools.contains_key(name);
+    ex.trail.note(|e| e.tool_listed = listed);
+    ex.trail.stage("authorize");
+    let decision = config
+        .policy
+        .decide(client, server_name, Subject::Tool(name));
+    ex.trail.trace().rule(decision.rule);
+    let entry = tools.tools.get(name).filter(|_| decision.allowed);
+    let Some(entry) = entry else {
+        return Err(unknown_tool(
+            config,
+            client,
+            server_name,
+            tools,
+            name,
+            &ex.prefix,
+        ));
+    };
+    if let Some(hold) = entry.pin.held().or(entry.pin.flagged()) {
+        let findings = serde_json::to_value(&*hold.findings).ok();
+        ex.trail.note(|e| e.pin_findings = findings);
+    }
+    if let Some(hold) = entry.pin.held() {
+        return Err(pin_quarantined(hold));
+    }
+    if let Some(flag) = entry.pin.flagged() {
+        tracing::warn!(server = server_name, tool = %name, changed = %pins::changed_fields(&flag.changes).join(","),
+            findings = flag.findings.len(), "calling a tool whose definition is not the approved one (pinning = warn)");
+    }
+    let arguments = match message.params().and_then(|p| p.get("arguments")) {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(a @ Value::Object(_)) => a.clone(),
+        Some(_) => {
+            let v = Violation {
+                pointer: String::new(),
+                expected: "an object".into(),
+                received: "another JSON type".into(),
+                description: None,
+            };
+            return Err(invalid_arguments(name, &[v]));
+        }
+    };
+    let recorded = audit::record_arguments(config.audit.arguments, sanitize, &arguments);
+    ex.trail.note(|e| e.arguments = recorded);
+    config
+        .policy
+        .check_arguments(&decision, &arguments)
+        .map_err(|(rule, v)| argument_not_permitted(name, rule, &v))?;
+    ex.trail.stage("rate_limit");
+    rate_limit(state, live, client, server, Subject::Tool(name), &decision).await?;
+    ex.trail.stage("validate");
+    let schema = entry.schema.as_ref().map_err(|e| quarantined(name, e))?;
+    let input_schema = entry.definition.get("inputSchema").unwrap_or(&Value::Null);
+    if let Value::Object(args) = &arguments {
+        headers::check_params(headers, args, input_schema, ex.era == Era::Modern)
+            .map_err(|m| Rejection::HeaderMismatch(m.0))?;
+    }
+    schema.check(&arguments).map_err(|v| {
+        // Where and what was expected; never the value received.
+        let lines = v
+            .iter()
+            .map(|v| format!("{}: expected {}", v.pointer, v.expected))
+            .collect();
+        ex.trail.note(|e| e.violations = lines);
+        invalid_arguments(name, &v)
+    })?;
+    let skip = sanitize.skip_for(server_name, name);
+    if sanitize.arguments == ArgumentScan::Block && !skip.arguments {
+        let found = Sanitizer::new(sanitize, skip).find_outgoing(&arguments, "", &[]);
+        if !found.is_empty() {
+            return Err(error::secret_in_arguments(name, &found));
+        }
+    }
+    Ok(())
+}
+
+/// Takes a token from every bucket the access decision names, or refuses the
+/// call and says when it may be made again. Nothing is taken when any bucket refuses.
+pub(super) async fn rate_limit(
+    state: &AppState,
+    live: &Live,
+    client: &ClientId,
+    server: &ServerState,
+    subject: Subject<'_>,
+    decision: &Decision,
+) -> Result<(), Rejection> {
+    let config = &*live.config;
+    let server_name = server.upstream.settings.name.as_str();
+    let buckets = live
+        .rate_plan
+        .buckets(&config.policy, decision, client, server_name, subject);
+    if buckets.is_empty() {
+        return Ok(());
+    }
+    let (limit, retry_after) = match state.limiter.check(&buckets).await {
+        Verdict::Admitted => return Ok(()),
+        Verdict::Limited {
+            bucket,
+            retry_after,
+        } => {
+            let bucket = &buckets[bucket];
+            let limit = Limit {
+                rule: bucket.rule,
+                rate: bucket.rate,
+                shared_by: config.policy.rule_subjects(bucket.rule, subject),
+            };
+            (Some(limit), retry_after)
+        }
+        Verdict::Unavailable => (None, std::time::Duration::from_secs(1)),
+    };
+    let subject = match subject {
+        Subject::Tool(n) => Limited::Tool(n.to_owned()),
+        Subject::Resource(u) => Limited::Resource(u.to_owned()),
+        Subject::Prompt(n) => Limited::Prompt(n.to_owned()),
+    };
+    Err(Rejection::RateLimited(RateLimited {
+        subject,
+        client: client.name().to_owned(),
+        limit,
+        retry_after,
+    }))
+}

@@ -1,0 +1,163 @@
+//! What the gateway knows about one request as it goes (the [`Exchange`]),
+//! and the small steps every method shares: entering a server, observe or
+//! enforce, the recipient of the reply.
+//!
+//! Place: the bottom of the pipeline's steps; every other step takes an
+//! exchange. Invariant: the exchange is decided under one loaded
+//! configuration ([`Live`]) to its end.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::HeaderMap;
+use serde_json::{Value, json};
+
+use super::state::{AppState, Live, ServerState};
+use crate::proxy::respond::{CallFacts, Recipient};
+use crate::proxy::tasks::{TaskScope, TaskStore};
+
+use crate::auth::ClientId;
+use crate::config::Mode;
+use crate::error::{Rejection, RenderCtx};
+use crate::mcp::headers::{self, MCP_SESSION_ID};
+use crate::mcp::jsonrpc::Message;
+use crate::mcp::version::Era;
+use crate::record::trail::Trail;
+
+/// Accept header sent upstream on POST (MCP requires both).
+pub(super) const ACCEPT_BOTH: &str = "application/json, text/event-stream";
+
+/// What the gateway knows about the request so far.
+#[derive(Debug)]
+pub(super) struct Exchange {
+    pub(super) started: Instant,
+    pub(super) client: Option<ClientId>,
+    pub(super) server: Option<String>,
+    pub(super) method: String,
+    pub(super) id: Option<Value>,
+    pub(super) era: Era,
+    pub(super) tool: Option<String>,
+    /// In observe mode: what enforcement would have refused the request with.
+    pub(super) would_refuse: Option<&'static str>,
+    /// The mode the request was decided under.
+    pub(super) mode: Mode,
+    /// The audit event; later stages note on it what they learn.
+    pub(super) trail: Arc<Trail>,
+    /// In the merged view: `<server>__`, how the client knows this server's tools.
+    pub(super) prefix: String,
+    /// Tasks created through the gateway, and whose they are.
+    pub(super) tasks: Arc<TaskStore>,
+}
+
+impl Exchange {
+    pub(super) fn render_ctx(&self) -> RenderCtx<'_> {
+        RenderCtx {
+            id: self.id.as_ref(),
+            era: self.era,
+        }
+    }
+}
+
+/// The exchange is now about `server`: it is recorded, and its mode applies.
+pub(super) fn enter(ex: &mut Exchange, live: &Live, server: &ServerState) {
+    ex.server = Some(server.upstream.settings.name.clone());
+    ex.mode = server
+        .upstream
+        .settings
+        .mode
+        .unwrap_or(live.config.gateway.mode);
+}
+
+/// In observe mode a policy, rate-limit or validation refusal is recorded, not
+/// enforced (`None`); every other refusal (transport, headers, parameters) is
+/// enforced always.
+pub(super) fn observe_or_enforce<T>(
+    ex: &mut Exchange,
+    decided: Result<T, Rejection>,
+) -> Result<Option<T>, Rejection> {
+    match decided {
+        Ok(value) => Ok(Some(value)),
+        Err(
+            rejection @ (Rejection::Tool(_)
+            | Rejection::NotFound(_)
+            | Rejection::RateLimited(_)
+            | Rejection::SecretInParams(_)),
+        ) if ex.mode == Mode::Observe => {
+            ex.would_refuse = Some(rejection.code());
+            Ok(None)
+        }
+        Err(other) => Err(other),
+    }
+}
+
+pub(super) fn recipient(
+    live: &Live,
+    ex: &Exchange,
+    server: &ServerState,
+    tool: Option<String>,
+) -> Recipient {
+    let tasks = ex.client.clone().map(|client| TaskScope {
+        store: ex.tasks.clone(),
+        client,
+        creates: ex.method == "tools/call",
+    });
+    Recipient {
+        tasks,
+        id: ex.id.clone(),
+        method: ex.method.clone(),
+        era: ex.era,
+        server: server.upstream.settings.name.clone(),
+        tool,
+        catalog: server.catalog.clone(),
+        sanitize: live.sanitize.clone(),
+        call: CallFacts::default(),
+        trail: ex.trail.clone(),
+    }
+}
+
+pub(super) fn param_str<'m>(message: &'m Message, key: &str) -> Result<&'m str, Rejection> {
+    message
+        .params()
+        .and_then(|p| p.get(key))
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            let method = message.method().unwrap_or_default();
+            Rejection::InvalidParams(format!("{method} needs params.{key}, a string"))
+        })
+}
+
+/// The message as a JSON value again (to send it page by page).
+pub(super) fn rebuild(message: &Message) -> Value {
+    let mut v = json!({"jsonrpc": "2.0", "method": message.method().unwrap_or_default()});
+    if let Some(id) = message.id() {
+        v["id"] = id.clone();
+    }
+    if let Some(params) = message.params() {
+        v["params"] = Value::Object(params.clone());
+    }
+    v
+}
+
+/// The session a legacy request presents must be this client's.
+pub(super) fn session(
+    state: &AppState,
+    server: &ServerState,
+    client: &ClientId,
+    headers: &HeaderMap,
+    era: Era,
+) -> Result<Option<String>, Rejection> {
+    let presented =
+        headers::single(headers, MCP_SESSION_ID).map_err(|m| Rejection::HeaderMismatch(m.0))?;
+    match (era, presented) {
+        // 2026-07-28 has no sessions; a stray id is ignored (and not forwarded).
+        (Era::Modern, _) | (_, None) => Ok(None),
+        (Era::Legacy, Some(id))
+            if state
+                .sessions
+                .check(&server.upstream.settings.name, id, client) =>
+        {
+            Ok(Some(id.to_owned()))
+        }
+        (Era::Legacy, Some(_)) => Err(Rejection::SessionNotFound),
+    }
+}

@@ -1,0 +1,449 @@
+//! Sending a decided request to its upstream and relaying what comes back:
+//! the [`Forward`] of one request, header policy, the upstream failure
+//! conversion, GET streams.
+//!
+//! Place: the last step on the way in, the first on the way back. Invariant:
+//! nothing reaches this step before every check of its method has passed.
+
+use super::exchange::session;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use axum::response::Response;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::request::Parts;
+use http::{HeaderMap, Method};
+use serde_json::{Map, Value, json};
+
+use super::state::{AppState, Live, ServerState};
+use crate::proxy::catalog::ToolSet;
+use crate::proxy::respond::{self, Recipient, relay};
+use crate::proxy::upstream::{Reply, UpstreamError, forwarded_headers};
+
+use super::exchange::{ACCEPT_BOTH, Exchange, recipient};
+use crate::auth::ClientId;
+use crate::config::{Pinning, SanitizeSettings};
+use crate::error::{self, Rejection, UpstreamFailure};
+use crate::mcp::headers::{
+    self, MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
+};
+use crate::mcp::jsonrpc::Message;
+use crate::mcp::methods::ListKind;
+use crate::mcp::sse::SseItem;
+use crate::mcp::version::Era;
+use crate::record::trail::Trail;
+use crate::sanitize::{Report, Sanitizer, Skip};
+
+/// Pins the server's instructions from the reply to `initialize` or
+/// `server/discover` as it passes; the reply itself is relayed unchanged.
+pub(super) fn watch_instructions(reply: Reply, forward: &Forward<'_>, id: Option<Value>) -> Reply {
+    let settings = &forward.server.upstream.settings;
+    let mode = settings.pinning;
+    if mode == Pinning::Off {
+        return reply;
+    }
+    let pins = forward.state.pins.clone();
+    let name = settings.name.clone();
+    let observe = move |message: &Value| {
+        if message.get("id") != id.as_ref() {
+            return;
+        }
+        if let Some(result) = message.get("result").and_then(Value::as_object) {
+            let instructions = result.get("instructions").cloned().unwrap_or(Value::Null);
+            pins.observe_instructions(&name, mode, &instructions);
+        }
+    };
+    match reply {
+        Reply::Json {
+            status,
+            headers,
+            body,
+        } => {
+            if let Ok(message) = serde_json::from_slice::<Value>(&body) {
+                observe(&message);
+            }
+            Reply::Json {
+                status,
+                headers,
+                body,
+            }
+        }
+        Reply::Sse {
+            status,
+            headers,
+            events,
+        } => {
+            let events = events.inspect(move |item| {
+                if let Ok(SseItem::Event(event)) = item
+                    && !event.data.is_empty()
+                    && let Ok(message) = serde_json::from_str::<Value>(&event.data)
+                {
+                    observe(&message);
+                }
+            });
+            Reply::Sse {
+                status,
+                headers,
+                events: Box::pin(events),
+            }
+        }
+        other => other,
+    }
+}
+
+pub(super) async fn stream_or_end(
+    state: &Arc<AppState>,
+    live: &Live,
+    server: &ServerState,
+    ex: &mut Exchange,
+    client: &ClientId,
+    parts: &Parts,
+) -> Result<Response, Rejection> {
+    let version = headers::single(&parts.headers, MCP_PROTOCOL_VERSION)
+        .map_err(|m| Rejection::HeaderMismatch(m.0))?;
+    if version.and_then(Era::of) == Some(Era::Modern) {
+        return Err(Rejection::MethodNotAllowed("POST"));
+    }
+    let session = session(state, server, client, &parts.headers, Era::Legacy)?;
+    let accept = if parts.method == Method::GET {
+        "text/event-stream"
+    } else {
+        ACCEPT_BOTH
+    };
+    let mut out = forwarded_headers(&parts.headers, accept);
+    ex.trail
+        .trace()
+        .forward(&mut out, None, server.upstream.settings.url());
+    let name = server.upstream.settings.name.clone();
+    let sent = Instant::now();
+    // A GET stream lives as long as the session: no idle limit.
+    let reply = server
+        .upstream
+        .exchange(parts.method.clone(), out, None, None)
+        .await
+        .map_err(|e| upstream(&live.sanitize, &name, None, e))?;
+    ex.trail
+        .upstream(reply_status(&reply).as_u16(), sent.elapsed());
+    if let Some(id) = &session {
+        let status = reply_status(&reply);
+        if parts.method == Method::DELETE
+            && (status.is_success() || status == http::StatusCode::NOT_FOUND)
+        {
+            state.sessions.remove(&name, id);
+        }
+    }
+    Ok(relay(reply, recipient(live, ex, server, None)))
+}
+
+/// Everything needed to send this request's messages upstream.
+pub(super) struct Forward<'a> {
+    pub(super) state: &'a Arc<AppState>,
+    pub(super) live: &'a Live,
+    pub(super) server: &'a ServerState,
+    pub(super) ex_era: Era,
+    pub(super) session: Option<&'a str>,
+    /// Notes the upstream's status and latency.
+    pub(super) trail: Arc<Trail>,
+    /// A `subscriptions/listen`: its stream has no idle limit.
+    pub(super) listen: bool,
+}
+
+impl Forward<'_> {
+    pub(super) fn headers(&self, client: &HeaderMap) -> HeaderMap {
+        let mut out = forwarded_headers(client, ACCEPT_BOTH);
+        if self.ex_era == Era::Modern {
+            out.remove(MCP_SESSION_ID);
+        }
+        out
+    }
+
+    pub(super) fn name(&self) -> &str {
+        &self.server.upstream.settings.name
+    }
+
+    pub(super) async fn send(
+        &self,
+        mut headers: HeaderMap,
+        body: Bytes,
+        idle: bool,
+    ) -> Result<super::upstream::Reply, UpstreamError> {
+        let upstream = &self.server.upstream;
+        let url = upstream.settings.url();
+        let body = (self.trail.trace()).forward(&mut headers, Some(body), url);
+        let sent = Instant::now();
+        let idle = idle.then_some(upstream.settings.timeout);
+        let mut reply = upstream.exchange(Method::POST, headers, body, idle).await?;
+        if self.ex_era == Era::Modern {
+            // The 2026 era has no sessions: an upstream's session id is not relayed.
+            reply_headers_mut(&mut reply).remove(MCP_SESSION_ID);
+        }
+        self.trail
+            .upstream(reply_status(&reply).as_u16(), sent.elapsed());
+        if let Some(session) = self.session
+            && reply_status(&reply) == http::StatusCode::NOT_FOUND
+        {
+            // The upstream ended the session; the binding goes with it.
+            self.state.sessions.remove(self.name(), session);
+        }
+        Ok(reply)
+    }
+
+    /// Forwards the client's body and relays the reply.
+    pub(super) async fn relay(
+        &self,
+        headers: &HeaderMap,
+        body: Bytes,
+        to: Recipient,
+    ) -> Result<Response, Rejection> {
+        // `subscriptions/listen` streams stay open for as long as the client listens.
+        let reply = self
+            .send(self.headers(headers), body, !self.listen)
+            .await
+            .map_err(|e| to.failure(e))?;
+        Ok(relay(reply, to))
+    }
+
+    /// Forwards `initialize` and binds the session the upstream mints to this client.
+    pub(super) async fn initialize(
+        &self,
+        headers: &HeaderMap,
+        body: Bytes,
+        client: &ClientId,
+        to: Recipient,
+    ) -> Result<Response, Rejection> {
+        let reply = self
+            .send(self.headers(headers), body, true)
+            .await
+            .map_err(|e| to.failure(e))?;
+        if let Some(id) = reply_headers(&reply)
+            .get(MCP_SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+        {
+            self.state.sessions.bind(self.name(), id, client);
+        }
+        let reply = watch_instructions(reply, self, to.id.clone());
+        Ok(relay(reply, to))
+    }
+
+    /// The server's tools, fetched with the client's session and era when not known yet.
+    pub(super) async fn tool_set(
+        &self,
+        headers: &HeaderMap,
+        call: &Message,
+        _id: Option<&Value>,
+    ) -> Result<Arc<ToolSet>, UpstreamError> {
+        if let Some(tools) = self.server.catalog.get() {
+            return Ok(tools);
+        }
+        let id = json!(format!(
+            "portcullis-{}",
+            self.state.next_id.fetch_add(1, Ordering::Relaxed)
+        ));
+        let request = own_list_request(self.ex_era, ListKind::Tools, call, id);
+        match self
+            .all_pages(headers, request, ListKind::Tools.key())
+            .await?
+        {
+            Pages::Complete(items, result, source) => {
+                let set = self.server.catalog.store(&items);
+                if let Some(body) = source {
+                    set.remember_source(&body, &result);
+                }
+                Ok(set)
+            }
+            Pages::Unchanged(set, _) => Ok(set),
+            Pages::Refused(..) => Err(UpstreamError::new(
+                crate::error::UpstreamKind::Protocol,
+                "it refused to list its tools",
+            )),
+        }
+    }
+
+    /// Sends `request` and follows `nextCursor` until the list is complete.
+    pub(super) async fn all_pages(
+        &self,
+        client_headers: &HeaderMap,
+        mut request: Value,
+        key: &str,
+    ) -> Result<Pages, UpstreamError> {
+        let mut headers = self.headers(client_headers);
+        headers.remove(MCP_NAME);
+        headers.retain_param_free();
+        if self.ex_era == Era::Modern {
+            let method = request
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            if let Ok(v) = http::HeaderValue::from_str(&method) {
+                headers.insert(MCP_METHOD, v);
+            }
+        }
+        let mut items = Vec::new();
+        for page in 0..MAX_PAGES {
+            if page > 0 {
+                let id = format!(
+                    "portcullis-{}",
+                    self.state.next_id.fetch_add(1, Ordering::Relaxed)
+                );
+                request["id"] = id.into();
+            }
+            let id = request.get("id").cloned().unwrap_or(Value::Null);
+            let body = Bytes::from(serde_json::to_vec(&request).unwrap_or_default());
+            let reply = self.send(headers.clone(), body, true).await?;
+            let reply_headers = reply_headers(&reply).clone();
+            // The same tool list as last time, byte for byte: nothing to parse.
+            let source = match &reply {
+                Reply::Json { body, .. } if page == 0 && key == "tools" => Some(body.clone()),
+                _ => None,
+            };
+            if let Some(body) = &source
+                && let Some(set) = self.server.catalog.get()
+                && let Some(rest) = set.same_source(body, &id)
+            {
+                return Ok(Pages::Unchanged(set, rest));
+            }
+            let mut response = respond::collect(reply, &id, &self.server.catalog).await?;
+            // Taken, not cloned: a list can be large.
+            let mut result = match response.get_mut("result").map(Value::take) {
+                Some(Value::Object(result)) => result,
+                taken => {
+                    if let Some(other) = taken {
+                        response["result"] = other;
+                    }
+                    return Ok(Pages::Refused(response, reply_headers));
+                }
+            };
+            if let Some(Value::Array(page_items)) = result.remove(key) {
+                items.extend(page_items);
+            }
+            match result.get("nextCursor").cloned() {
+                Some(cursor @ Value::String(_)) => {
+                    request["params"]["cursor"] = cursor;
+                }
+                _ => {
+                    let source = source.filter(|_| page == 0);
+                    return Ok(Pages::Complete(items, result, source));
+                }
+            }
+        }
+        Err(UpstreamError::new(
+            crate::error::UpstreamKind::Protocol,
+            format!("its list has more than {MAX_PAGES} pages"),
+        ))
+    }
+}
+
+/// `HeaderMap` without `Mcp-Param-*` (they belong to one tool call).
+pub(super) trait RetainParamFree {
+    fn retain_param_free(&mut self);
+}
+
+impl RetainParamFree for HeaderMap {
+    fn retain_param_free(&mut self) {
+        let names: Vec<_> = self
+            .keys()
+            .filter(|k| k.as_str().starts_with(MCP_PARAM_PREFIX))
+            .cloned()
+            .collect();
+        for name in names {
+            self.remove(name);
+        }
+    }
+}
+
+pub(super) fn reply_headers(reply: &super::upstream::Reply) -> &HeaderMap {
+    use super::upstream::Reply;
+    match reply {
+        Reply::Json { headers, .. }
+        | Reply::Sse { headers, .. }
+        | Reply::Empty { headers, .. }
+        | Reply::Other { headers, .. } => headers,
+    }
+}
+
+pub(super) fn reply_headers_mut(reply: &mut super::upstream::Reply) -> &mut HeaderMap {
+    use super::upstream::Reply;
+    match reply {
+        Reply::Json { headers, .. }
+        | Reply::Sse { headers, .. }
+        | Reply::Empty { headers, .. }
+        | Reply::Other { headers, .. } => headers,
+    }
+}
+
+pub(super) fn reply_status(reply: &super::upstream::Reply) -> http::StatusCode {
+    use super::upstream::Reply;
+    match reply {
+        Reply::Json { status, .. }
+        | Reply::Sse { status, .. }
+        | Reply::Empty { status, .. }
+        | Reply::Other { status, .. } => *status,
+    }
+}
+
+/// A failure met before any reply could be relayed; its upstream words are sanitized.
+pub(super) fn upstream(
+    sanitize: &SanitizeSettings,
+    server: &str,
+    tool: Option<&str>,
+    e: UpstreamError,
+) -> Rejection {
+    let mut f = UpstreamFailure::new(e.kind, server, tool, e.reason);
+    f.not_run = e.not_run;
+    let sanitizer = Sanitizer::new(sanitize, Skip::default());
+    f.relayed = e
+        .error
+        .and_then(|error| super::respond::relayed_error(&sanitizer, *error, &mut Report::default()))
+        .map(Box::new);
+    f.snippet = e.snippet.as_deref().and_then(|raw| {
+        let mut report = Report::default();
+        let clean = sanitizer.text(raw, &mut report);
+        if sanitizer.blocks_secrets() && !report.secret_kinds().is_empty() {
+            return Some(format!(
+                "[withheld: it contained {}]",
+                report.secret_kinds().join(", ")
+            ));
+        }
+        error::snippet(clean.as_deref().unwrap_or(raw))
+    });
+    Rejection::Upstream(f)
+}
+
+/// Most pages the gateway follows when it collects a list.
+pub(super) const MAX_PAGES: usize = 100;
+
+/// The gateway's own request for a whole list, from its first page: nothing
+/// the client chose (a cursor, any other parameter) shapes what the gateway
+/// collects, remembers in its catalog and filters. A 2026-era request keeps
+/// the protocol's `_meta` keys (version, capabilities, client info) of the
+/// client's message, which that era requires on every request.
+pub(super) fn own_list_request(era: Era, kind: ListKind, client: &Message, id: Value) -> Value {
+    let mut params = Map::new();
+    if era == Era::Modern
+        && let Some(meta) = client
+            .params()
+            .and_then(|p| p.get("_meta"))
+            .and_then(Value::as_object)
+    {
+        let keep: Map<String, Value> = meta
+            .iter()
+            .filter(|(k, _)| k.starts_with("io.modelcontextprotocol/"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        params.insert("_meta".into(), Value::Object(keep));
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": kind.method().name(), "params": params})
+}
+
+/// Outcome of collecting a paginated list.
+pub(super) enum Pages {
+    /// Every item, the last page's result without them, and the reply's body
+    /// when the list came as one JSON page (to recognise it next time).
+    Complete(Vec<Value>, Map<String, Value>, Option<Bytes>),
+    /// A tool list byte for byte the one the current snapshot was made from.
+    Unchanged(Arc<ToolSet>, Map<String, Value>),
+    Refused(Value, HeaderMap),
+}

@@ -1,0 +1,289 @@
+//! The texts of the pipeline's refusals (unknown tool, invalid or not
+//! permitted arguments, quarantined tools) built into [`Rejection`]s.
+//!
+//! Place: beside `error`, which renders every refusal; this module only
+//! words them. Invariant: a text quotes client or upstream strings only
+//! bounded and sanitized.
+
+use serde_json::{Map, Value, json};
+
+use crate::proxy::catalog::ToolSet;
+
+use crate::auth::ClientId;
+use crate::config::Config;
+use crate::error::{Rejection, ToolRefusal};
+use crate::pins::{self, Cause, Hold, Key as PinKey, scan};
+use crate::policy::{Subject, closest};
+use crate::validate::Violation;
+
+/// Most names listed in an `unknown_tool` answer.
+pub(super) const MAX_LISTED: usize = 50;
+
+pub(super) fn unknown_tool(
+    config: &Config,
+    client: &ClientId,
+    server: &str,
+    tools: &ToolSet,
+    name: &str,
+    prefix: &str,
+) -> Rejection {
+    let permitted: Vec<String> = tools
+        .names()
+        .filter(|t| {
+            config
+                .policy
+                .decide(client, server, Subject::Tool(t))
+                .allowed
+        })
+        .map(|t| format!("{prefix}{t}"))
+        .collect();
+    let place = format!("on server `{server}`");
+    refuse_unknown_tool(&format!("{prefix}{name}"), &place, &permitted)
+}
+
+/// The `unknown_tool` answer: the closest permitted names, and the list of them.
+pub(super) fn refuse_unknown_tool(name: &str, place: &str, permitted: &[String]) -> Rejection {
+    let permitted: Vec<&str> = permitted.iter().map(String::as_str).collect();
+    let suggestions = closest(name, &permitted, 3);
+    let mut text = format!("The tool `{name}` is not available {place}, so nothing was run.");
+    if !suggestions.is_empty() {
+        text.push_str(&format!(" Did you mean {}?", quote_list(&suggestions)));
+    }
+    if permitted.is_empty() {
+        text.push_str(&format!(" No tools are available to you {place}."));
+    } else {
+        let shown: Vec<&str> = permitted.iter().take(MAX_LISTED).copied().collect();
+        let more = permitted.len().saturating_sub(MAX_LISTED);
+        text.push_str(&format!(" Tools you can call: {}", quote_list(&shown)));
+        if more > 0 {
+            text.push_str(&format!(" and {more} more (see tools/list)"));
+        }
+        text.push_str(". Call one of them by its exact name.");
+    }
+    let mut detail = Map::new();
+    detail.insert("tool".into(), name.into());
+    detail.insert("suggestions".into(), json!(suggestions));
+    detail.insert(
+        "permitted".into(),
+        json!(permitted.iter().take(MAX_LISTED).collect::<Vec<_>>()),
+    );
+    Rejection::Tool(ToolRefusal {
+        code: "unknown_tool",
+        text,
+        detail,
+    })
+}
+
+pub(super) fn invalid_arguments(tool: &str, violations: &[Violation]) -> Rejection {
+    let mut text = format!(
+        "The arguments for `{tool}` do not match its input schema, so the tool was not run. Fix {} and call it again:",
+        if violations.len() == 1 {
+            "this"
+        } else {
+            "these"
+        }
+    );
+    for v in violations {
+        text.push_str("\n- ");
+        text.push_str(&v.line());
+    }
+    let mut detail = Map::new();
+    detail.insert("tool".into(), tool.into());
+    detail.insert("violations".into(), json!(violations));
+    Rejection::Tool(ToolRefusal {
+        code: "invalid_arguments",
+        text,
+        detail,
+    })
+}
+
+pub(super) fn argument_not_permitted(
+    tool: &str,
+    rule: usize,
+    violations: &[Violation],
+) -> Rejection {
+    let mut text = format!(
+        "The arguments for `{tool}` are outside what this gateway's policy permits (rules[{rule}]), so the tool was not run:"
+    );
+    for v in violations {
+        text.push_str("\n- ");
+        text.push_str(&v.line());
+    }
+    text.push_str("\nA call within these limits may be allowed; do not retry the same arguments.");
+    let mut detail = Map::new();
+    detail.insert("tool".into(), tool.into());
+    detail.insert("rule".into(), format!("rules[{rule}]").into());
+    detail.insert("violations".into(), json!(violations));
+    Rejection::Tool(ToolRefusal {
+        code: "argument_not_permitted",
+        text,
+        detail,
+    })
+}
+
+pub(super) fn quarantined(tool: &str, reason: &crate::validate::SchemaError) -> Rejection {
+    let text = format!(
+        "The tool `{tool}` cannot be called through this gateway: its input schema cannot be enforced ({reason}). \
+         Nothing was run. An operator must fix the tool's schema on the server; retrying will not help."
+    );
+    let mut detail = Map::new();
+    detail.insert("tool".into(), tool.into());
+    detail.insert("reason".into(), reason.to_string().into());
+    Rejection::Tool(ToolRefusal {
+        code: "tool_quarantined",
+        text,
+        detail,
+    })
+}
+
+/// A tool whose definition is held by its pin (`pinning = "block"`).
+pub(super) fn pin_quarantined(hold: &Hold) -> Rejection {
+    let (server, tool) = (&hold.server, &hold.tool);
+    let pinned_at = hold
+        .pinned_at
+        .map(|ms| format!(" on {}", crate::util::time::iso8601(ms)))
+        .unwrap_or_default();
+    let mut text = format!(
+        "The tool `{tool}` on server `{server}` is quarantined by the gateway, so nothing was run. "
+    );
+    let key = match hold.cause {
+        Cause::Changed => {
+            let fields = pins::changed_fields(&hold.changes);
+            text.push_str(&format!(
+                "Its definition changed since it was approved{pinned_at}; clients are still shown the approved definition. \
+                 Changed: {}.",
+                fields.join(", ")
+            ));
+            PinKey::tool(server, tool)
+        }
+        Cause::New => {
+            text.push_str(
+                "It is new, and its definition was not trusted on first use because the gateway's scan flagged it; \
+                 it is not listed until an operator approves it.",
+            );
+            PinKey::tool(server, tool)
+        }
+        Cause::Instructions => {
+            text.push_str(&format!(
+                "The server's instructions changed since they were approved{pinned_at}, so every tool of this server \
+                 is held until an operator approves the new instructions."
+            ));
+            PinKey::instructions(server)
+        }
+    };
+    for change in &hold.changes {
+        text.push_str("\n- ");
+        text.push_str(&change_line(change, &hold.findings));
+    }
+    if hold.total_changes > hold.changes.len() {
+        text.push_str(&format!(
+            "\n- … and {} more",
+            hold.total_changes - hold.changes.len()
+        ));
+    }
+    if !hold.findings.is_empty() {
+        let found: Vec<String> = hold.findings.iter().map(finding_phrase).collect();
+        text.push_str(&format!("\nScan findings: {}.", found.join("; ")));
+    }
+    let command = pins::approve_command(&hold.config, &key);
+    let body = pins::approve_body(&key, Some(&hold.seen_hash));
+    text.push_str(&format!(
+        "\nRetrying will not help until an operator reviews the definition and approves it, with\n  {command}\n\
+         or POST /api/pins/approve on the gateway's admin listener with the admin token (Authorization: Bearer …) and the body {body}. \
+         Until then, use other tools or tell the user that `{tool}` awaits approval."
+    ));
+    let mut detail = Map::new();
+    detail.insert("server".into(), server.as_str().into());
+    detail.insert("tool".into(), tool.as_str().into());
+    let reason = match hold.cause {
+        Cause::Changed => "definition_changed",
+        Cause::New => "unapproved_definition",
+        Cause::Instructions => "instructions_changed",
+    };
+    detail.insert("reason".into(), reason.into());
+    detail.insert("changed".into(), json!(pins::changed_fields(&hold.changes)));
+    let findings: Vec<Value> = hold
+        .findings
+        .iter()
+        .map(|f| json!({"kind": f.kind.as_str(), "severity": f.severity, "path": f.path}))
+        .collect();
+    detail.insert("findings".into(), Value::Array(findings));
+    detail.insert(
+        "approve".into(),
+        json!({"cli": command, "api": {"method": "POST", "path": "/api/pins/approve", "body": body}}),
+    );
+    Rejection::Tool(ToolRefusal {
+        code: "tool_quarantined",
+        text,
+        detail,
+    })
+}
+
+/// One change for the model: pointer, approved value → live value, where a
+/// value (or a key) the scan flagged is withheld rather than repeated.
+pub(super) fn change_line(change: &pins::Change, findings: &[scan::Finding]) -> String {
+    let warnings = findings
+        .iter()
+        .filter(|f| f.severity == scan::Severity::Warning);
+    let mut withheld_value: Vec<&'static str> = Vec::new();
+    for f in warnings {
+        let (path, key) = match f.path.strip_suffix(" (key)") {
+            Some(p) => (p, true),
+            None => (f.path.as_str(), false),
+        };
+        let under = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}/"));
+        if key && under(&change.pointer, path) {
+            return format!("(a change under a key withheld: {})", f.kind.describe());
+        }
+        if under(path, &change.pointer) || under(&change.pointer, path) {
+            withheld_value.push(f.kind.describe());
+        }
+    }
+    let before = change
+        .before
+        .as_ref()
+        .map(pins::short)
+        .unwrap_or_else(|| "(absent)".into());
+    let after = match &change.after {
+        _ if !withheld_value.is_empty() => {
+            withheld_value.dedup();
+            format!("(withheld: {})", withheld_value.join(", "))
+        }
+        Some(v) => pins::short(v),
+        None => "(removed)".into(),
+    };
+    let pointer = if change.pointer.is_empty() {
+        "/"
+    } else {
+        &change.pointer
+    };
+    format!("{pointer}: {before} → {after}")
+}
+
+pub(super) fn finding_phrase(f: &scan::Finding) -> String {
+    let place = match f.path.strip_suffix(" (key)") {
+        Some(p) => format!("in a key under {}", parent(p)),
+        None => format!("in {}", f.path),
+    };
+    let notice = if f.severity == scan::Severity::Notice {
+        " (notice)"
+    } else {
+        ""
+    };
+    format!("{} {place}{notice}", f.kind.describe())
+}
+
+pub(super) fn parent(pointer: &str) -> &str {
+    match pointer.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &pointer[..i],
+    }
+}
+
+pub(super) fn quote_list(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

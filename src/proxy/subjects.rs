@@ -1,0 +1,134 @@
+//! Access decisions for resources, prompts and operator-named methods,
+//! completions and subscriptions.
+//!
+//! Place: the authorize step of every method but tools/call. Invariant: the
+//! same policy decision serves lists and calls; a hidden subject gets the
+//! answer an unknown one gets.
+
+use super::call::rate_limit;
+use super::exchange::{Exchange, observe_or_enforce};
+use super::resource;
+
+use serde_json::Value;
+
+use super::state::{AppState, Live, ServerState};
+
+use crate::auth::ClientId;
+use crate::config::Config;
+use crate::error::Rejection;
+use crate::mcp::jsonrpc::Message;
+use crate::policy::{Decision, Subject};
+
+/// The access rules for a subject a request names (a resource, a prompt, an
+/// operator's tool method), then, when it `takes_tokens`, its rate limits: one
+/// decision for the list and the use. A hidden subject gets `hidden()`, the
+/// answer an unknown one gets.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn decide_subject(
+    state: &AppState,
+    live: &Live,
+    ex: &mut Exchange,
+    client: &ClientId,
+    server: &ServerState,
+    subject: Subject<'_>,
+    takes_tokens: bool,
+    hidden: impl FnOnce() -> String,
+) -> Result<(), Rejection> {
+    ex.trail.stage("authorize");
+    let decided = authorize_or_hide(&live.config, client, server, subject, hidden);
+    if let Some(decision) = observe_or_enforce(ex, decided)?
+        && takes_tokens
+    {
+        ex.trail.stage("rate_limit");
+        let limited = rate_limit(state, live, client, server, subject, &decision).await;
+        observe_or_enforce(ex, limited)?;
+    }
+    Ok(())
+}
+
+pub(super) fn authorize_or_hide(
+    config: &Config,
+    client: &ClientId,
+    server: &ServerState,
+    subject: Subject<'_>,
+    not_found: impl FnOnce() -> String,
+) -> Result<Decision, Rejection> {
+    let decision = config
+        .policy
+        .decide(client, &server.upstream.settings.name, subject);
+    if decision.allowed {
+        Ok(decision)
+    } else {
+        // The same answer a missing resource or prompt gets: no existence oracle.
+        Err(Rejection::NotFound(not_found()))
+    }
+}
+
+pub(super) fn authorize_completion(
+    config: &Config,
+    client: &ClientId,
+    server: &ServerState,
+    message: &Message,
+) -> Result<(), Rejection> {
+    let reference = message.params().and_then(|p| p.get("ref"));
+    let field = |k: &str| reference.and_then(|r| r.get(k)).and_then(Value::as_str);
+    match field("type") {
+        Some("ref/prompt") => {
+            let name = field("name").unwrap_or_default();
+            authorize_or_hide(config, client, server, Subject::Prompt(name), || {
+                format!("Unknown prompt: {name}")
+            })
+            .map(drop)
+        }
+        Some("ref/resource") => {
+            let uri = field("uri").unwrap_or_default();
+            let subject = resource::completion_subject(uri)?;
+            authorize_or_hide(config, client, server, Subject::Resource(&subject), || {
+                format!("Resource not found: {uri}")
+            })
+            .map(drop)
+        }
+        _ => Err(Rejection::InvalidParams(
+            "completion/complete needs params.ref of type ref/prompt or ref/resource".into(),
+        )),
+    }
+}
+
+/// `subscriptions/listen` (2026-07-28): every URI in
+/// `params.notifications.resourceSubscriptions` must be a resource this client
+/// may read; a hidden one gets the answer a missing one gets.
+pub(super) fn authorize_subscriptions(
+    config: &Config,
+    client: &ClientId,
+    server: &ServerState,
+    message: &Message,
+) -> Result<(), Rejection> {
+    for uri in subscribed_uris(message)? {
+        authorize_or_hide(config, client, server, Subject::Resource(uri), || {
+            format!("Resource not found: {uri}")
+        })?;
+    }
+    Ok(())
+}
+
+/// The URIs a `subscriptions/listen` subscribes to (none when it names none).
+pub(super) fn subscribed_uris(message: &Message) -> Result<Vec<&str>, Rejection> {
+    let subscribed = message
+        .params()
+        .and_then(|p| p.get("notifications"))
+        .and_then(|n| n.get("resourceSubscriptions"));
+    let invalid = || {
+        Rejection::InvalidParams(
+            "subscriptions/listen needs params.notifications.resourceSubscriptions to be a list of URI strings"
+                .into(),
+        )
+    };
+    match subscribed {
+        None => Ok(Vec::new()),
+        Some(Value::Array(uris)) => uris
+            .iter()
+            .map(|u| u.as_str().ok_or_else(invalid))
+            .collect(),
+        Some(_) => Err(invalid()),
+    }
+}
