@@ -22,6 +22,7 @@ pub(crate) mod state;
 mod stdio;
 pub(crate) mod streams;
 mod subjects;
+mod task_calls;
 pub(crate) mod tasks;
 pub(crate) mod upstream;
 mod well_known;

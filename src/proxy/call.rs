@@ -10,6 +10,7 @@ use super::forward::{Forward, upstream};
 use super::refusals::{
     argument_not_permitted, invalid_arguments, pin_quarantined, quarantined, unknown_tool,
 };
+use super::task_calls;
 
 use axum::response::Response;
 use bytes::Bytes;
@@ -17,9 +18,8 @@ use http::HeaderMap;
 use serde_json::{Map, Value};
 
 use super::state::{AppState, Live, ServerState};
+use crate::proxy::catalog::CallFacts;
 use crate::proxy::catalog::ToolSet;
-use crate::proxy::respond::CallFacts;
-use crate::proxy::tasks::{self};
 
 use crate::audit;
 use crate::auth::ClientId;
@@ -65,7 +65,7 @@ pub(super) async fn task(
     body: Bytes,
 ) -> Result<Response, Rejection> {
     let to = recipient(forward.live, ex, forward.server, None);
-    tasks::serve(forward, client, &mut ex.tool, headers, message, body, to).await
+    task_calls::serve(forward, client, &mut ex.tool, headers, message, body, to).await
 }
 
 /// The outgoing secret scan of everything a message carries towards the

@@ -22,7 +22,9 @@ use sha2::{Digest, Sha256};
 
 use crate::auth::ClientId;
 use crate::config::Pinning;
+use crate::error::ToolHints;
 use crate::pins::{Pins, Verdict};
+use crate::sanitize::Skip;
 use crate::validate::{CompiledSchema, SchemaError, SchemaLimits};
 
 /// Most distinct schemas kept compiled per server.
@@ -261,6 +263,39 @@ impl ToolSet {
                 }
             })
             .collect()
+    }
+}
+
+/// What the gateway knows of the tool a `tools/call` runs.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallFacts {
+    /// Its annotations, for retry advice.
+    pub hints: ToolHints,
+    /// Its compiled `outputSchema`, when it has one the gateway can enforce.
+    pub output_schema: Option<CompiledSchema>,
+    /// Sanitizer actions exempted for it.
+    pub skip: Skip,
+}
+
+impl CallFacts {
+    /// Facts from a tool as the catalog knows it.
+    pub(crate) fn of(entry: &ToolEntry, skip: Skip) -> Self {
+        let hint = |k: &str| {
+            entry
+                .definition
+                .get("annotations")
+                .and_then(|a| a.get(k))
+                .and_then(Value::as_bool)
+                == Some(true)
+        };
+        Self {
+            hints: ToolHints {
+                read_only: hint("readOnlyHint"),
+                idempotent: hint("idempotentHint"),
+            },
+            output_schema: entry.output_schema.clone(),
+            skip,
+        }
     }
 }
 

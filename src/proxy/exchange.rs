@@ -13,7 +13,8 @@ use http::HeaderMap;
 use serde_json::{Value, json};
 
 use super::state::{AppState, Live, ServerState};
-use crate::proxy::respond::{CallFacts, Recipient};
+use crate::proxy::catalog::CallFacts;
+use crate::proxy::respond::Recipient;
 use crate::proxy::tasks::{TaskScope, TaskStore};
 
 use crate::auth::ClientId;

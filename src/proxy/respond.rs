@@ -24,13 +24,14 @@ use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::Value;
 
-use super::catalog::{Catalog, ToolEntry};
-use super::tasks::TaskScope;
+use super::catalog::CallFacts;
+use super::catalog::Catalog;
+use super::tasks::{Reader, TaskScope};
 use super::upstream::{Reply, SseStream, UpstreamError};
 use crate::config::SanitizeSettings;
 use crate::error::{
-    self, OutputKind, OutputRefusal, Rejection, RenderCtx, RpcError, ToolFailure, ToolHints,
-    UpstreamFailure, UpstreamKind, json_response,
+    self, OutputKind, OutputRefusal, Rejection, RenderCtx, RpcError, ToolFailure, UpstreamFailure,
+    UpstreamKind, json_response,
 };
 use crate::mcp::methods::{self, Kind};
 use crate::mcp::sse::{SseEvent, SseItem};
@@ -38,7 +39,7 @@ use crate::mcp::version::Era;
 use crate::pins::scan;
 use crate::record::trail::Trail;
 use crate::sanitize::message::{Malformed, Shape, shape};
-use crate::sanitize::{Report, Sanitizer, Skip, TRUNCATED};
+use crate::sanitize::{Report, Sanitizer, TRUNCATED};
 use crate::validate::CompiledSchema;
 
 /// The largest message the gateway sends a client. The official Python SDK
@@ -74,40 +75,64 @@ pub(crate) struct Recipient {
     pub tasks: Option<TaskScope>,
 }
 
-/// What the gateway knows of the tool a `tools/call` runs.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct CallFacts {
-    /// Its annotations, for retry advice.
-    pub hints: ToolHints,
-    /// Its compiled `outputSchema`, when it has one the gateway can enforce.
-    pub output_schema: Option<CompiledSchema>,
-    /// Sanitizer actions exempted for it.
-    pub skip: Skip,
-}
-
-impl CallFacts {
-    /// Facts from a tool as the catalog knows it.
-    pub(crate) fn of(entry: &ToolEntry, skip: Skip) -> Self {
-        let hint = |k: &str| {
-            entry
-                .definition
-                .get("annotations")
-                .and_then(|a| a.get(k))
-                .and_then(Value::as_bool)
-                == Some(true)
-        };
-        Self {
-            hints: ToolHints {
-                read_only: hint("readOnlyHint"),
-                idempotent: hint("idempotentHint"),
-            },
-            output_schema: entry.output_schema.clone(),
-            skip,
+impl Recipient {
+    /// What the task scope of this reply reads of it.
+    fn reader(&self) -> Reader<'_> {
+        Reader {
+            server: &self.server,
+            tool: self.tool.as_deref(),
+            era: self.era,
+            call: &self.call,
+            sanitize: &self.sanitize,
         }
     }
-}
 
-impl Recipient {
+    /// Puts a task result carried inside `message` (a completed 2026
+    /// `tasks/get`, a status notification with `result`) through the output
+    /// checks of the task's tool, replacing it by the gateway's answer when
+    /// they refuse it. True when the message changed.
+    fn check_nested_task(&self, scope: &TaskScope, message: &mut Value) -> bool {
+        let holder = if message.get("method").is_some() {
+            message.get_mut("params")
+        } else {
+            message.get_mut("result")
+        };
+        let Some(holder) = holder.and_then(Value::as_object_mut) else {
+            return false;
+        };
+        // Only task state carries a task's result: a `taskId` beside `result`.
+        if !holder.get("result").is_some_and(Value::is_object) || !holder.contains_key("taskId") {
+            return false;
+        }
+        let task = holder
+            .get("taskId")
+            .and_then(Value::as_str)
+            .and_then(|id| scope.store.owned(&self.server, id, &scope.client));
+        let mut judge = self.clone();
+        judge.tasks = None;
+        // A result the gateway cannot attribute is still checked, with no schema.
+        let (tool, facts) =
+            task.map_or((String::new(), CallFacts::default()), |t| (t.tool, t.facts));
+        judge.tool = Some(tool);
+        judge.call = facts;
+        let nested = holder
+            .get_mut("result")
+            .map(Value::take)
+            .unwrap_or(Value::Null);
+        let id = self.id.clone().unwrap_or(Value::Null);
+        let wrapped = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": nested});
+        let (changed, mut out) = match judge.finish_message(wrapped.clone()) {
+            Some(rewritten) => (true, rewritten),
+            None => (false, wrapped),
+        };
+        let result = out
+            .get_mut("result")
+            .map(Value::take)
+            .unwrap_or(Value::Null);
+        holder.insert("result".into(), result);
+        changed
+    }
+
     fn sanitizer(&self) -> Sanitizer<'_> {
         Sanitizer::new(&self.sanitize, self.call.skip)
     }
@@ -214,9 +239,9 @@ impl Recipient {
     fn pass(&self, mut message: Value, raw_len: usize) -> Verdict {
         let mut report = Report::default();
         // A task's result inside it gets the checks of the task's tool first.
-        let nested = (self.tasks.as_ref()).is_some_and(|t| t.check_nested(self, &mut message));
+        let nested = (self.tasks.as_ref()).is_some_and(|t| self.check_nested_task(t, &mut message));
         if let Some(tasks) = &self.tasks {
-            tasks.clean(self, &mut message, &mut report);
+            tasks.clean(&self.reader(), &mut message, &mut report);
         }
         let sanitizer = self.sanitizer();
         let outcome = match shape(&message) {
@@ -254,12 +279,12 @@ impl Recipient {
         // Task state in a tools/call answer (a CreateTaskResult) is sanitized
         // before the checks, so block mode applies to it.
         if let Some(tasks) = &self.tasks {
-            tasks.clean(self, &mut message, &mut report);
+            tasks.clean(&self.reader(), &mut message, &mut report);
         }
         let outcome = self.judge(&mut message, raw_len, &mut report);
         self.log(&report);
         if let (Ok(()), Some(tasks)) = (&outcome, &self.tasks) {
-            tasks.learn(self, &message);
+            tasks.learn(&self.reader(), &message);
         }
         match outcome {
             Ok(()) if report.is_empty() => None,

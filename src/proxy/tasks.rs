@@ -30,21 +30,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::response::Response;
-use bytes::Bytes;
-use http::HeaderMap;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::forward::Forward;
-use super::forward::Pages;
-use super::respond::{self, CallFacts, Recipient};
+use super::catalog::CallFacts;
 use crate::auth::ClientId;
-use crate::error::{Rejection, UpstreamKind};
-use crate::mcp::jsonrpc::Message;
 use crate::mcp::version::Era;
-use crate::policy::Subject;
-use crate::proxy::upstream::UpstreamError;
-use crate::sanitize::{Report, Sanitizer, Skip};
+use crate::sanitize::{Report, SanitizeSettings, Sanitizer};
 
 /// `_meta` key naming the task a message belongs to (2025-11-25).
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
@@ -232,6 +223,17 @@ impl TaskStore {
     }
 }
 
+/// What a task scope needs to know of the reply it serves.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reader<'a> {
+    pub server: &'a str,
+    /// The called tool (a `tools/call` reply).
+    pub tool: Option<&'a str>,
+    pub era: Era,
+    pub call: &'a CallFacts,
+    pub sanitize: &'a SanitizeSettings,
+}
+
 /// The task side of one reply: whose tasks it may show, and whether it may
 /// create one (a `tools/call`).
 #[derive(Debug, Clone)]
@@ -244,8 +246,8 @@ pub(crate) struct TaskScope {
 
 impl TaskScope {
     /// Binds the task a `tools/call` reply creates (what the client receives).
-    pub(crate) fn learn(&self, to: &Recipient, message: &Value) {
-        let (true, Some(tool)) = (self.creates, to.tool.as_deref()) else {
+    pub(crate) fn learn(&self, to: &Reader<'_>, message: &Value) {
+        let (true, Some(tool)) = (self.creates, to.tool) else {
             return;
         };
         let Some(result) = message.get("result").and_then(Value::as_object) else {
@@ -268,12 +270,12 @@ impl TaskScope {
             .and_then(Value::as_u64)
             .map(Duration::from_millis);
         self.store.bind(Created {
-            server: &to.server,
+            server: to.server,
             task_id,
             client: &self.client,
             tool,
             era: to.era,
-            facts: &to.call,
+            facts: to.call,
             ttl,
         });
     }
@@ -306,10 +308,10 @@ impl TaskScope {
     /// a `Task` (a CreateTaskResult of either era, a `tasks/get` or
     /// `tasks/cancel` answer, each task of a list, a status notification's
     /// params) except its nested `result`, which is judged whole by
-    /// [`TaskScope::check_nested`] or the tools/call checks. What it finds is
+    /// the recipient's task-result check or the tools/call checks. What it finds is
     /// added to `report`, so block mode sees secrets in a status message too.
-    pub(crate) fn clean(&self, to: &Recipient, message: &mut Value, report: &mut Report) {
-        let sanitizer = Sanitizer::new(&to.sanitize, to.call.skip);
+    pub(crate) fn clean(&self, to: &Reader<'_>, message: &mut Value, report: &mut Report) {
+        let sanitizer = Sanitizer::new(to.sanitize, to.call.skip);
         let mut task = |t: &mut Value| {
             if let Some(map) = t.as_object_mut().filter(|m| m.contains_key("taskId")) {
                 for (k, v) in map.iter_mut() {
@@ -340,156 +342,6 @@ impl TaskScope {
         }
         task(result);
     }
-
-    /// Puts a task result carried inside `message` (a completed 2026
-    /// `tasks/get`, a status notification with `result`) through the output
-    /// checks of the task's tool, replacing it by the gateway's answer when
-    /// they refuse it. True when the message changed.
-    pub(crate) fn check_nested(&self, to: &Recipient, message: &mut Value) -> bool {
-        let holder = if message.get("method").is_some() {
-            message.get_mut("params")
-        } else {
-            message.get_mut("result")
-        };
-        let Some(holder) = holder.and_then(Value::as_object_mut) else {
-            return false;
-        };
-        // Only task state carries a task's result: a `taskId` beside `result`.
-        if !holder.get("result").is_some_and(Value::is_object) || !holder.contains_key("taskId") {
-            return false;
-        }
-        let task = holder
-            .get("taskId")
-            .and_then(Value::as_str)
-            .and_then(|id| self.store.owned(&to.server, id, &self.client));
-        let mut judge = to.clone();
-        judge.tasks = None;
-        // A result the gateway cannot attribute is still checked, with no schema.
-        let (tool, facts) =
-            task.map_or((String::new(), CallFacts::default()), |t| (t.tool, t.facts));
-        judge.tool = Some(tool);
-        judge.call = facts;
-        let nested = holder
-            .get_mut("result")
-            .map(Value::take)
-            .unwrap_or(Value::Null);
-        let id = to.id.clone().unwrap_or(Value::Null);
-        let wrapped = json!({"jsonrpc": "2.0", "id": id, "result": nested});
-        let (changed, mut out) = match judge.finish_message(wrapped.clone()) {
-            Some(rewritten) => (true, rewritten),
-            None => (false, wrapped),
-        };
-        let result = out
-            .get_mut("result")
-            .map(Value::take)
-            .unwrap_or(Value::Null);
-        holder.insert("result".into(), result);
-        changed
-    }
-}
-
-/// Serves a task method (one [`TaskMethod::of`] names) for `client` on
-/// `forward`'s server.
-pub(super) async fn serve(
-    forward: &Forward<'_>,
-    client: &ClientId,
-    audit_tool: &mut Option<String>,
-    headers: &HeaderMap,
-    message: &Message,
-    body: Bytes,
-    mut to: Recipient,
-) -> Result<Response, Rejection> {
-    let name = message.method().unwrap_or_default();
-    let method = TaskMethod::of(name).ok_or_else(|| Rejection::MethodNotFound(name.to_owned()))?;
-    let store = forward.state.tasks.clone();
-    let server = forward.name().to_owned();
-    if method == TaskMethod::List {
-        return list(forward, &store, client, headers, message, to).await;
-    }
-    let task_id = message
-        .params()
-        .and_then(|p| p.get("taskId"))
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            Rejection::InvalidParams(format!(
-                "{} needs params.taskId, a string",
-                message.method().unwrap_or_default()
-            ))
-        })?;
-    let policy = &forward.live.config.policy;
-    // A task whose tool the client may no longer call is not its to read.
-    let task = store
-        .owned(&server, task_id, client)
-        .filter(|t| t.era == to.era)
-        .filter(|t| {
-            policy
-                .decide(client, &server, Subject::Tool(&t.tool))
-                .allowed
-        })
-        .ok_or(Rejection::UnknownTask)?;
-    *audit_tool = Some(task.tool.clone());
-    if method == TaskMethod::Result {
-        // The answer stands for the tools/call: the same checks, exactly one answer.
-        to.tool = Some(task.tool);
-        to.call = task.facts;
-    }
-    forward.relay(headers, body, to).await
-}
-
-/// `tasks/list`: every page collected by the gateway, the caller's own tasks
-/// answered on one page. The gateway hands out no cursor, so a request that
-/// carries one is refused like an invalid cursor.
-async fn list(
-    forward: &Forward<'_>,
-    store: &TaskStore,
-    client: &ClientId,
-    headers: &HeaderMap,
-    message: &Message,
-    to: Recipient,
-) -> Result<Response, Rejection> {
-    let mut params = message.params().cloned().unwrap_or_default();
-    if params.remove("cursor").is_some() {
-        return Err(Rejection::InvalidParams(
-            "tasks/list: the gateway answers every task of yours on one page and hands out no cursor; send tasks/list without one".into(),
-        ));
-    }
-    let request = json!({"jsonrpc": "2.0", "id": to.id.clone().unwrap_or(Value::Null),
-        "method": "tasks/list", "params": Value::Object(params)});
-    let sanitizer = Sanitizer::new(&to.sanitize, Skip::default());
-    let mut report = Report::default();
-    let server = forward.name();
-    let pages = forward
-        .all_pages(headers, request, "tasks")
-        .await
-        .map_err(|e| to.failure(e))?;
-    let mut response = match pages {
-        Pages::Complete(items, mut result, _) => {
-            let own: Vec<Value> = items
-                .into_iter()
-                .filter(|t| {
-                    t.get("taskId")
-                        .and_then(Value::as_str)
-                        .is_some_and(|id| store.owned(server, id, client).is_some())
-                })
-                .collect();
-            result.remove("nextCursor");
-            result.insert("tasks".into(), Value::Array(own));
-            json!({"jsonrpc": "2.0", "id": to.id.clone().unwrap_or(Value::Null), "result": Value::Object(result)})
-        }
-        Pages::Refused(error, _) => error,
-        Pages::Unchanged(..) => {
-            let e = UpstreamError::new(UpstreamKind::Protocol, "its task list could not be read");
-            return Err(to.failure(e));
-        }
-    };
-    // The gateway built this response itself from the upstream's pages: its
-    // shape is known, and every string in it is sanitized like any message.
-    if sanitizer.message(&mut response, &mut report).is_err() {
-        let e = UpstreamError::new(UpstreamKind::Protocol, "its task list could not be read");
-        return Err(to.failure(e));
-    }
-    to.trail.sanitized(&report);
-    Ok(respond::json(&response, HeaderMap::new()))
 }
 
 #[cfg(test)]

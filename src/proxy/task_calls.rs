@@ -1,0 +1,127 @@
+//! The task methods a client sends (`tasks/get`, `tasks/result`,
+//! `tasks/cancel`, `tasks/update`, `tasks/list`): each names a task the
+//! client must own ([`super::tasks`]); `tasks/list` is collected whole and
+//! filtered to the caller's own tasks.
+//!
+//! Place: the task branch of dispatch, before forward. Invariants: another
+//! client's task, an expired one and one the gateway never saw created all
+//! get the answer an unknown task gets, and the upstream is not called.
+
+use axum::response::Response;
+use bytes::Bytes;
+use http::HeaderMap;
+use serde_json::{Value, json};
+
+use super::forward::{Forward, Pages};
+use super::respond::{self, Recipient};
+use super::tasks::{TaskMethod, TaskStore};
+use crate::auth::ClientId;
+use crate::error::{Rejection, UpstreamKind};
+use crate::mcp::jsonrpc::Message;
+use crate::policy::Subject;
+use crate::proxy::upstream::UpstreamError;
+use crate::sanitize::{Report, Sanitizer, Skip};
+
+/// Serves a task method (one [`TaskMethod::of`] names) for `client` on
+/// `forward`'s server.
+pub(super) async fn serve(
+    forward: &Forward<'_>,
+    client: &ClientId,
+    audit_tool: &mut Option<String>,
+    headers: &HeaderMap,
+    message: &Message,
+    body: Bytes,
+    mut to: Recipient,
+) -> Result<Response, Rejection> {
+    let name = message.method().unwrap_or_default();
+    let method = TaskMethod::of(name).ok_or_else(|| Rejection::MethodNotFound(name.to_owned()))?;
+    let store = forward.state.tasks.clone();
+    let server = forward.name().to_owned();
+    if method == TaskMethod::List {
+        return list(forward, &store, client, headers, message, to).await;
+    }
+    let task_id = message
+        .params()
+        .and_then(|p| p.get("taskId"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            Rejection::InvalidParams(format!(
+                "{} needs params.taskId, a string",
+                message.method().unwrap_or_default()
+            ))
+        })?;
+    let policy = &forward.live.config.policy;
+    // A task whose tool the client may no longer call is not its to read.
+    let task = store
+        .owned(&server, task_id, client)
+        .filter(|t| t.era == to.era)
+        .filter(|t| {
+            policy
+                .decide(client, &server, Subject::Tool(&t.tool))
+                .allowed
+        })
+        .ok_or(Rejection::UnknownTask)?;
+    *audit_tool = Some(task.tool.clone());
+    if method == TaskMethod::Result {
+        // The answer stands for the tools/call: the same checks, exactly one answer.
+        to.tool = Some(task.tool);
+        to.call = task.facts;
+    }
+    forward.relay(headers, body, to).await
+}
+
+/// `tasks/list`: every page collected by the gateway, the caller's own tasks
+/// answered on one page. The gateway hands out no cursor, so a request that
+/// carries one is refused like an invalid cursor.
+async fn list(
+    forward: &Forward<'_>,
+    store: &TaskStore,
+    client: &ClientId,
+    headers: &HeaderMap,
+    message: &Message,
+    to: Recipient,
+) -> Result<Response, Rejection> {
+    let mut params = message.params().cloned().unwrap_or_default();
+    if params.remove("cursor").is_some() {
+        return Err(Rejection::InvalidParams(
+            "tasks/list: the gateway answers every task of yours on one page and hands out no cursor; send tasks/list without one".into(),
+        ));
+    }
+    let request = json!({"jsonrpc": "2.0", "id": to.id.clone().unwrap_or(Value::Null),
+        "method": "tasks/list", "params": Value::Object(params)});
+    let sanitizer = Sanitizer::new(&to.sanitize, Skip::default());
+    let mut report = Report::default();
+    let server = forward.name();
+    let pages = forward
+        .all_pages(headers, request, "tasks")
+        .await
+        .map_err(|e| to.failure(e))?;
+    let mut response = match pages {
+        Pages::Complete(items, mut result, _) => {
+            let own: Vec<Value> = items
+                .into_iter()
+                .filter(|t| {
+                    t.get("taskId")
+                        .and_then(Value::as_str)
+                        .is_some_and(|id| store.owned(server, id, client).is_some())
+                })
+                .collect();
+            result.remove("nextCursor");
+            result.insert("tasks".into(), Value::Array(own));
+            json!({"jsonrpc": "2.0", "id": to.id.clone().unwrap_or(Value::Null), "result": Value::Object(result)})
+        }
+        Pages::Refused(error, _) => error,
+        Pages::Unchanged(..) => {
+            let e = UpstreamError::new(UpstreamKind::Protocol, "its task list could not be read");
+            return Err(to.failure(e));
+        }
+    };
+    // The gateway built this response itself from the upstream's pages: its
+    // shape is known, and every string in it is sanitized like any message.
+    if sanitizer.message(&mut response, &mut report).is_err() {
+        let e = UpstreamError::new(UpstreamKind::Protocol, "its task list could not be read");
+        return Err(to.failure(e));
+    }
+    to.trail.sanitized(&report);
+    Ok(respond::json(&response, HeaderMap::new()))
+}
