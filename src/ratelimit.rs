@@ -27,6 +27,7 @@
 //! lock; a backend that cannot answer is counted, logged, and answered per
 //! `on_backend_error`.
 
+pub mod bucket;
 pub mod clock;
 pub mod gcra;
 mod memory;
@@ -40,7 +41,8 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use crate::auth::ClientId;
-use crate::policy::{Decision, Policy, Rate, RateKey, Rule, Subject};
+use crate::policy::{Decision, Policy, RateKey, Rule, Subject};
+pub use bucket::Bucket;
 use clock::{Clock, MonotonicClock};
 use gcra::Quota;
 use memory::MemoryStore;
@@ -51,19 +53,6 @@ pub const JANITOR_EVERY: Duration = Duration::from_secs(30);
 const MAX_KEY_PART: usize = 200;
 /// How often a lasting backend outage is logged again.
 const REPORT_EVERY: Duration = Duration::from_secs(10);
-
-/// One bucket a call needs a token from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Bucket {
-    /// Who shares it: see [`bucket_key`].
-    pub key: String,
-    /// Its shape.
-    pub quota: Quota,
-    /// Position in `[[rules]]` of the rule it comes from.
-    pub rule: usize,
-    /// The rule's `rate`, as configured.
-    pub rate: Rate,
-}
 
 /// What a call gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,10 +13,12 @@ pub mod context;
 pub mod export;
 #[doc(hidden)]
 pub mod probe;
+pub(crate) mod settings;
 pub(crate) mod span;
 
 pub use export::{ExportCounters, Traces};
 
+pub use settings::{LogFormat, TelemetrySettings};
 use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber; `RUST_LOG` overrides the default `info` level.
@@ -29,22 +31,4 @@ pub fn init(format: LogFormat) {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Pretty => builder.compact().try_init(),
     };
-}
-
-/// `[telemetry]`.
-#[derive(Debug, Clone)]
-pub struct TelemetrySettings {
-    /// OTLP/HTTP endpoint for traces.
-    pub otlp_endpoint: Option<reqwest::Url>,
-    /// Log line format.
-    pub log_format: LogFormat,
-}
-
-/// Log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    /// One JSON object per line.
-    Json,
-    /// Human-readable.
-    Pretty,
 }

@@ -16,8 +16,10 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use super::model::{Key, PinKind, Record, Status};
+use super::present::{diff, entry_json};
+use super::scan;
 use super::store::{self, ApproveOutcome};
-use super::{Key, PinKind, Record, Status, diff, entry_json, scan};
 use crate::config::Config;
 use crate::util::time::iso8601;
 
@@ -138,7 +140,7 @@ fn row_text(config: &Config, key: &Key, r: &Record) -> String {
         let (changes, total) = diff(&a.version.definition, &r.seen.definition);
         for c in &changes {
             let show = |v: &Option<Value>| match v {
-                Some(v) => super::short(v),
+                Some(v) => super::present::short(v),
                 None => "(absent)".to_owned(),
             };
             line.push_str(&format!(
@@ -171,7 +173,7 @@ fn row_text(config: &Config, key: &Key, r: &Record) -> String {
     if r.status() != Status::Trusted {
         line.push_str(&format!(
             "      approve: {} --hash {}\n",
-            super::approve_command(&config.source, key),
+            super::present::approve_command(&config.source, key),
             hex::encode(r.seen.hash)
         ));
     }

@@ -23,8 +23,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 
+use super::model::{Approved, Key, PinKind, Record, Version};
 use super::scan::Finding;
-use super::{Approved, Key, PinKind, Record, Version};
 pub(crate) use crate::util::sqlite::{StoreError, err, open_migrated, open_read_only};
 
 /// How often the writer looks for approvals made by another process.
@@ -213,7 +213,13 @@ pub(crate) fn approve_in_file(
         "UPDATE pins SET approved_hash = seen_hash, approved_definition = seen_definition,
                          approved_at = ?4, approved_by = ?5
          WHERE server = ?1 AND kind = ?2 AND name = ?3",
-        params![key.server, key.kind.as_str(), key.name, super::now_ms(), by],
+        params![
+            key.server,
+            key.kind.as_str(),
+            key.name,
+            crate::util::time::now_ms(),
+            by
+        ],
     )
     .map_err(&e)?;
     tx.commit().map_err(&e)?;

@@ -1,3 +1,4 @@
+use crate::util::time::iso8601;
 use serde_json::{Value, json};
 
 use super::*;

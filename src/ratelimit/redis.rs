@@ -21,7 +21,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script};
 
-use super::Bucket;
+use super::bucket::Bucket;
 use super::gcra::NANOS_PER_SEC;
 
 /// Prefix of every key the gateway writes.

@@ -27,8 +27,8 @@ use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter, SpanLinks};
 
-use super::TelemetrySettings;
 use super::context::TraceParent;
+use super::settings::TelemetrySettings;
 
 /// Finished requests the queue holds before new ones are dropped.
 pub const QUEUE: usize = 4096;
