@@ -14,16 +14,19 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue};
 use toml::Spanned;
 
-use super::raw::{RawConfig, RawGateway, RawRule, RawServer};
-use super::{
-    ArgumentScan, AuditArguments, AuditSettings, Config, ConfigError, Exemption, GatewaySettings,
-    LogFormat, Mode, OnBackendError, Pinning, PinsSettings, RateBackend, RateLimitSettings,
-    SanitizeSettings, SecretsAction, ServerSettings, StdioCommand, TelemetrySettings, Transport,
+use super::model::{
+    Config, ConfigError, GatewaySettings, Mode, ServerSettings, StdioCommand, Transport,
 };
+use super::raw::{RawConfig, RawGateway, RawRule, RawServer};
+use crate::audit::{AuditArguments, AuditSettings};
 use crate::auth::{ClientTable, hash_key};
 use crate::mcp::methods::{ExtraError, Extras};
+use crate::pins::{Pinning, PinsSettings};
 use crate::policy::glob::Glob;
 use crate::policy::{Action, Policy, Rate, RateKey, Rule};
+use crate::ratelimit::{OnBackendError, RateBackend, RateLimitSettings};
+use crate::sanitize::{ArgumentScan, Exemption, SanitizeSettings, SecretsAction};
+use crate::telemetry::{LogFormat, TelemetrySettings};
 use crate::util::duration;
 use crate::validate::{CompiledSchema, SchemaLimits};
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::super::ServerSettings;
+use super::super::model::ServerSettings;
 use super::super::raw::RawJwt;
 use super::{Ctx, Result};
 use crate::auth::jwt::{Algorithm, Audience, JwtSettings, JwtVerifier, KeySet, KeySource};
