@@ -15,6 +15,7 @@ pub(crate) mod ingress;
 mod lists;
 mod pipeline;
 mod refusals;
+pub(crate) mod reply;
 mod resource;
 mod respond;
 pub(crate) mod session;

@@ -50,9 +50,10 @@ use crate::mcp::methods::{Class, Method as Rpc};
 use crate::mcp::sse::SseItem;
 use crate::mcp::version::{self, Era};
 use crate::policy::Subject;
+use crate::proxy::reply::Reply;
 use crate::proxy::respond::{self, relay};
 use crate::proxy::session::Member;
-use crate::proxy::upstream::{Reply, forwarded_headers};
+use crate::proxy::upstream::forwarded_headers;
 use crate::sanitize::{Report, Sanitizer, Skip};
 
 /// Separates the server's name from the tool's or prompt's.

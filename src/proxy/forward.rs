@@ -19,8 +19,9 @@ use serde_json::{Map, Value, json};
 
 use super::state::{AppState, Live, ServerState};
 use crate::proxy::catalog::ToolSet;
+use crate::proxy::reply::{Reply, UpstreamError};
 use crate::proxy::respond::{self, Recipient, relay};
-use crate::proxy::upstream::{Reply, UpstreamError, forwarded_headers};
+use crate::proxy::upstream::forwarded_headers;
 
 use super::exchange::{ACCEPT_BOTH, Exchange, recipient};
 use crate::auth::ClientId;
@@ -168,7 +169,7 @@ impl Forward<'_> {
         mut headers: HeaderMap,
         body: Bytes,
         idle: bool,
-    ) -> Result<super::upstream::Reply, UpstreamError> {
+    ) -> Result<super::reply::Reply, UpstreamError> {
         let upstream = &self.server.upstream;
         let url = upstream.settings.url();
         let body = (self.trail.trace()).forward(&mut headers, Some(body), url);
@@ -354,8 +355,8 @@ impl RetainParamFree for HeaderMap {
     }
 }
 
-pub(super) fn reply_headers(reply: &super::upstream::Reply) -> &HeaderMap {
-    use super::upstream::Reply;
+pub(super) fn reply_headers(reply: &super::reply::Reply) -> &HeaderMap {
+    use super::reply::Reply;
     match reply {
         Reply::Json { headers, .. }
         | Reply::Sse { headers, .. }
@@ -364,8 +365,8 @@ pub(super) fn reply_headers(reply: &super::upstream::Reply) -> &HeaderMap {
     }
 }
 
-pub(super) fn reply_headers_mut(reply: &mut super::upstream::Reply) -> &mut HeaderMap {
-    use super::upstream::Reply;
+pub(super) fn reply_headers_mut(reply: &mut super::reply::Reply) -> &mut HeaderMap {
+    use super::reply::Reply;
     match reply {
         Reply::Json { headers, .. }
         | Reply::Sse { headers, .. }
@@ -374,8 +375,8 @@ pub(super) fn reply_headers_mut(reply: &mut super::upstream::Reply) -> &mut Head
     }
 }
 
-pub(super) fn reply_status(reply: &super::upstream::Reply) -> http::StatusCode {
-    use super::upstream::Reply;
+pub(super) fn reply_status(reply: &super::reply::Reply) -> http::StatusCode {
+    use super::reply::Reply;
     match reply {
         Reply::Json { status, .. }
         | Reply::Sse { status, .. }

@@ -26,8 +26,8 @@ use serde_json::Value;
 
 use super::catalog::CallFacts;
 use super::catalog::Catalog;
+use super::reply::{Reply, SseStream, UpstreamError};
 use super::tasks::{Reader, TaskScope};
-use super::upstream::{Reply, SseStream, UpstreamError};
 use crate::config::SanitizeSettings;
 use crate::error::{
     self, OutputKind, OutputRefusal, Rejection, RenderCtx, RpcError, ToolFailure, UpstreamFailure,

@@ -28,8 +28,8 @@
 //!   answered `upstream_unavailable`.
 
 mod child;
+mod shared;
 
-use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,26 +42,20 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::upstream::{Reply, SseStream, UpstreamError};
+use super::reply::{Reply, SseStream, UpstreamError};
 use crate::config::StdioCommand;
 use crate::error::UpstreamKind;
-use crate::mcp::META_PROTOCOL_VERSION;
 use crate::mcp::headers::MCP_SESSION_ID;
 use crate::mcp::sse::{SseEvent, SseItem};
 use crate::mcp::version::{LEGACY, MODERN};
 use crate::util::time::humanize;
 
-use child::Life;
-pub(crate) use child::Link;
+pub(crate) use shared::Link;
+use shared::{Life, MAX_NOTES, TOKEN_PREFIX};
+use shared::{Pending, Shared, line_of, strip_envelope, unavailable};
 
 /// Most requests in flight to one child.
 pub(crate) const MAX_PENDING: usize = 4096;
-/// Most notifications queued for one request; later ones are dropped while it lags.
-const MAX_NOTES: usize = 256;
-/// Prefix of the progress tokens the gateway gives the child.
-const TOKEN_PREFIX: &str = "portcullis-progress-";
-const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
-
 /// A stdio server: its supervisor task and the requests in flight.
 pub(crate) struct Stdio {
     shared: Arc<Shared>,
@@ -75,39 +69,6 @@ impl std::fmt::Debug for Stdio {
             .field("server", &self.shared.name)
             .finish()
     }
-}
-
-/// What the supervisor, the reader of the child's stdout and the requests share.
-struct Shared {
-    name: String,
-    command: StdioCommand,
-    /// The server's `timeout`.
-    timeout: Duration,
-    /// Longest line read from the child.
-    max_line: usize,
-    next_id: AtomicU64,
-    pending: Mutex<HashMap<u64, Pending>>,
-    /// The child's state, as requests and `/readyz` see it.
-    link: watch::Sender<Link>,
-    restarts: AtomicU64,
-    /// Called when the child's tools may have changed (announced, or a new process).
-    tools_changed: Box<dyn Fn() + Send + Sync>,
-}
-
-/// A request written to the child and not answered yet.
-struct Pending {
-    /// The process life it was written to.
-    generation: u64,
-    /// The id the client gave it.
-    client_id: Value,
-    /// The progress token the client gave it, if any.
-    progress: Option<Value>,
-    /// The client's session, to map its `notifications/cancelled`.
-    session: Option<String>,
-    /// The method, when the client speaks 2026-07-28 (its result is completed for that era).
-    modern: Option<String>,
-    notes: mpsc::Sender<Value>,
-    done: Option<oneshot::Sender<Result<Value, UpstreamError>>>,
 }
 
 impl Stdio {
@@ -399,188 +360,6 @@ impl Drop for Stdio {
     }
 }
 
-impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Pending>> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Routes one message the child wrote. Returns a line to write back, if any.
-    fn route(&self, mut message: Value) -> Option<Bytes> {
-        let method = message
-            .get("method")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        match (method, message.get("id").cloned()) {
-            (Some(method), Some(id)) => Some(line_of(&answer_request(&method, id))),
-            (Some(method), None) => {
-                self.notification(&method, message);
-                None
-            }
-            (None, Some(id)) => {
-                let Some(gid) = id.as_u64() else {
-                    tracing::warn!(server = %self.name, "the server process answered an id the gateway never sent");
-                    return None;
-                };
-                let entry = self.lock().remove(&gid);
-                let Some(mut entry) = entry else {
-                    // Answered after its client gave up (or twice).
-                    return None;
-                };
-                message["id"] = entry.client_id.clone();
-                if let Some(method) = &entry.modern {
-                    modernize(&mut message, method);
-                }
-                if let Some(done) = entry.done.take() {
-                    let _ = done.send(Ok(message));
-                }
-                None
-            }
-            (None, None) => {
-                tracing::warn!(server = %self.name, "the server process wrote a message with neither method nor id");
-                None
-            }
-        }
-    }
-
-    fn notification(&self, method: &str, mut message: Value) {
-        match method {
-            "notifications/tools/list_changed" => (self.tools_changed)(),
-            "notifications/message" => {
-                let params = message.get("params").cloned().unwrap_or(Value::Null);
-                let level = params
-                    .get("level")
-                    .and_then(Value::as_str)
-                    .unwrap_or("info");
-                let data = clip(&params.get("data").map(Value::to_string).unwrap_or_default());
-                tracing::info!(server = %self.name, level, data = %data, "log message from the server process");
-                return;
-            }
-            _ => {}
-        }
-        let Some(params) = message.get_mut("params").and_then(Value::as_object_mut) else {
-            return;
-        };
-        // Progress names the request by the token the gateway gave it; a
-        // subscription's notifications name the listen request's id.
-        let by_token = params
-            .get("progressToken")
-            .and_then(Value::as_str)
-            .and_then(|t| t.strip_prefix(TOKEN_PREFIX))
-            .and_then(|n| n.parse::<u64>().ok());
-        let by_subscription = params
-            .get("_meta")
-            .and_then(|m| m.get(SUBSCRIPTION_ID))
-            .and_then(Value::as_u64);
-        let Some(gid) = by_token.or(by_subscription) else {
-            return;
-        };
-        let pending = self.lock();
-        let Some(entry) = pending.get(&gid) else {
-            return;
-        };
-        if by_token.is_some() {
-            match &entry.progress {
-                Some(token) => {
-                    params.insert("progressToken".into(), token.clone());
-                }
-                None => return,
-            }
-        } else if let Some(Value::Object(meta)) = params.get_mut("_meta") {
-            meta.insert(SUBSCRIPTION_ID.into(), entry.client_id.clone());
-        }
-        // A client that lags loses notifications, never the child's time.
-        let _ = entry.notes.try_send(message);
-    }
-
-    /// Answers every request in flight to process life `generation` as failed.
-    fn fail_generation(&self, generation: u64, reason: &str) {
-        let failed: Vec<Pending> = {
-            let mut pending = self.lock();
-            let gids: Vec<u64> = pending
-                .iter()
-                .filter(|(_, p)| p.generation == generation)
-                .map(|(g, _)| *g)
-                .collect();
-            gids.iter().filter_map(|g| pending.remove(g)).collect()
-        };
-        for mut entry in failed {
-            if let Some(done) = entry.done.take() {
-                let _ = done.send(Err(unavailable(reason)));
-            }
-        }
-    }
-
-    /// A line longer than the cap: the request it answers, when its id can be
-    /// read from the start, is failed rather than left to time out.
-    fn too_long(&self, head: &[u8], len: usize) {
-        tracing::warn!(server = %self.name, bytes = len, max = self.max_line, "the server process wrote a line longer than max_response_bytes; dropped");
-        let Some(gid) = leading_id(head) else { return };
-        let entry = self.lock().remove(&gid);
-        if let Some(mut entry) = entry
-            && let Some(done) = entry.done.take()
-        {
-            let e = UpstreamError::new(
-                UpstreamKind::Protocol,
-                format!("the reply is larger than {} bytes", self.max_line),
-            );
-            let _ = done.send(Err(e));
-        }
-    }
-}
-
-/// Removes the 2026-07-28 request envelope (`io.modelcontextprotocol/*` in
-/// `_meta`): the child is spoken to in the handshake era it was initialized
-/// in, and SDK servers refuse that envelope on such a connection. True when
-/// the request had one.
-fn strip_envelope(message: &mut Value) -> bool {
-    let Some(params) = message.get_mut("params").and_then(Value::as_object_mut) else {
-        return false;
-    };
-    let Some(Value::Object(meta)) = params.get_mut("_meta") else {
-        return false;
-    };
-    let modern = meta.contains_key(META_PROTOCOL_VERSION);
-    meta.retain(|k, _| !k.starts_with("io.modelcontextprotocol/") || k == SUBSCRIPTION_ID);
-    if meta.is_empty() {
-        params.remove("_meta");
-    }
-    modern
-}
-
-/// A handshake-era result made a 2026-07-28 one: `resultType`, and the cache
-/// fields lists and reads must carry (private: the gateway filters per client).
-fn modernize(message: &mut Value, method: &str) {
-    let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) else {
-        return;
-    };
-    result
-        .entry("resultType")
-        .or_insert_with(|| "complete".into());
-    let cached = matches!(
-        method,
-        "tools/list"
-            | "prompts/list"
-            | "resources/list"
-            | "resources/templates/list"
-            | "resources/read"
-    );
-    if cached {
-        result.entry("ttlMs").or_insert_with(|| 0.into());
-        result
-            .entry("cacheScope")
-            .or_insert_with(|| "private".into());
-    }
-}
-
-/// The answer to a request the child sends: the gateway relays none of them.
-fn answer_request(method: &str, id: Value) -> Value {
-    if method == "ping" {
-        return json!({"jsonrpc": "2.0", "id": id, "result": {}});
-    }
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601,
-        "message": format!("{method} is not available: the client is a gateway that relays no requests from the server")}})
-}
-
 /// Removes a request from the table when its waiter goes away; one still
 /// unanswered is cancelled at the child.
 struct InFlight {
@@ -741,34 +520,6 @@ fn mint_session() -> String {
     hex::encode(rand::random::<[u8; 16]>())
 }
 
-/// One message as one line (JSON never has a raw newline).
-fn line_of(message: &Value) -> Bytes {
-    let mut line = serde_json::to_vec(message).unwrap_or_default();
-    line.push(b'\n');
-    Bytes::from(line)
-}
-
-/// The numeric `id` near the start of a line cut for length, if there is one.
-fn leading_id(head: &[u8]) -> Option<u64> {
-    let text = String::from_utf8_lossy(head);
-    let at = text.find("\"id\":")?;
-    let digits: String = text[at + 5..]
-        .trim_start()
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
-}
-
-/// At most about 4 KiB, for a log line.
-fn clip(text: &str) -> String {
-    crate::util::text::clip_to(text, 4096)
-}
-
-fn unavailable(reason: impl Into<String>) -> UpstreamError {
-    UpstreamError::new(UpstreamKind::Unavailable, reason)
-}
-
 fn not_run(reason: impl Into<String>) -> UpstreamError {
     let mut e = unavailable(reason);
     e.not_run = true;
@@ -785,6 +536,7 @@ fn timeout(limit: Duration) -> UpstreamError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shared::{answer_request, leading_id};
 
     #[test]
     fn server_requests_are_answered_at_once() {

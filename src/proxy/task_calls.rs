@@ -19,7 +19,7 @@ use crate::auth::ClientId;
 use crate::error::{Rejection, UpstreamKind};
 use crate::mcp::jsonrpc::Message;
 use crate::policy::Subject;
-use crate::proxy::upstream::UpstreamError;
+use crate::proxy::reply::UpstreamError;
 use crate::sanitize::{Report, Sanitizer, Skip};
 
 /// Serves a task method (one [`TaskMethod::of`] names) for `client` on

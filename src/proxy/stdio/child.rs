@@ -33,7 +33,7 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::{Pending, Shared, clip, line_of};
+use super::shared::{Life, Link, Pending, Shared, clip, line_of};
 use crate::mcp::version::LEGACY;
 use crate::util::time::humanize;
 
@@ -55,33 +55,6 @@ const HEAD: usize = 4096;
 const DRAIN: Duration = Duration::from_millis(500);
 /// The gateway's variables a child inherits.
 const INHERITED: &[&str] = &["PATH", "HOME", "LANG"];
-
-/// The state of a stdio server's process.
-#[derive(Debug, Clone)]
-pub(crate) enum Link {
-    /// Spawned (or being spawned) and not handshaken yet.
-    Starting,
-    Running(Arc<Life>),
-    /// Ended; the next process starts at `at`.
-    Restarting {
-        at: Instant,
-    },
-    Stopped,
-}
-
-/// One process, handshaken.
-#[derive(Debug)]
-pub(crate) struct Life {
-    pub pid: Option<u32>,
-    /// Counts process lives from 1.
-    pub generation: u64,
-    /// Lines for its stdin.
-    pub stdin: mpsc::Sender<Bytes>,
-    /// Its `InitializeResult`.
-    pub init: Value,
-    /// The protocol version it negotiated.
-    pub version: String,
-}
 
 /// Why a process life ended.
 enum End {
