@@ -30,6 +30,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod metrics;

@@ -147,7 +147,7 @@ fn pins(command: PinsCommand) -> ExitCode {
     let result = match command {
         PinsCommand::List { config, json } => config::load(&config)
             .map_err(|e| e.to_string())
-            .and_then(|c| portcullis::pins::cli::list(&c, json)),
+            .and_then(|c| portcullis::cli::pins::list(&c, json)),
         PinsCommand::Approve {
             config,
             server,
@@ -156,13 +156,13 @@ fn pins(command: PinsCommand) -> ExitCode {
             hash,
         } => {
             let subject = match tool {
-                Some(t) => portcullis::pins::cli::Subject::Tool(t),
-                None => portcullis::pins::cli::Subject::Instructions,
+                Some(t) => portcullis::cli::pins::Subject::Tool(t),
+                None => portcullis::cli::pins::Subject::Instructions,
             };
             config::load(&config)
                 .map_err(|e| e.to_string())
                 .and_then(|c| {
-                    portcullis::pins::cli::approve(&c, &server, &subject, hash.as_deref())
+                    portcullis::cli::pins::approve(&c, &server, &subject, hash.as_deref())
                 })
         }
     };

@@ -17,7 +17,6 @@
 //! never trusted on first use; any semantic change (and nothing else: not key
 //! order, whitespace or number spelling) changes the pin.
 
-pub mod cli;
 pub(crate) mod jcs;
 pub(crate) mod model;
 pub(crate) mod present;

@@ -16,11 +16,11 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::model::{Key, PinKind, Record, Status};
-use super::present::{diff, entry_json};
-use super::scan;
-use super::store::{self, ApproveOutcome};
 use crate::config::Config;
+use crate::pins::model::{Key, PinKind, Record, Status};
+use crate::pins::present::{diff, entry_json};
+use crate::pins::scan;
+use crate::pins::store::{self, ApproveOutcome};
 use crate::util::time::iso8601;
 
 /// What to approve.
@@ -140,7 +140,7 @@ fn row_text(config: &Config, key: &Key, r: &Record) -> String {
         let (changes, total) = diff(&a.version.definition, &r.seen.definition);
         for c in &changes {
             let show = |v: &Option<Value>| match v {
-                Some(v) => super::present::short(v),
+                Some(v) => crate::pins::present::short(v),
                 None => "(absent)".to_owned(),
             };
             line.push_str(&format!(
@@ -173,7 +173,7 @@ fn row_text(config: &Config, key: &Key, r: &Record) -> String {
     if r.status() != Status::Trusted {
         line.push_str(&format!(
             "      approve: {} --hash {}\n",
-            super::present::approve_command(&config.source, key),
+            crate::pins::present::approve_command(&config.source, key),
             hex::encode(r.seen.hash)
         ));
     }

@@ -1,0 +1,7 @@
+//! Commands of the `portcullis` binary that work on a configuration and its
+//! stores without a running gateway (`portcullis pins list | approve`).
+//!
+//! Place: the top layer beside the binary; it reads config and the stores,
+//! nothing reads it.
+
+pub mod pins;
