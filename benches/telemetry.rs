@@ -15,8 +15,8 @@ use std::time::Duration;
 use criterion::Criterion;
 use http::HeaderMap;
 use portcullis::config::{LogFormat, TelemetrySettings};
+use portcullis::record::probe::Probe;
 use portcullis::telemetry::Traces;
-use portcullis::telemetry::probe::Probe;
 
 const BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
 

@@ -2,7 +2,7 @@
 //!
 //! Logs: one line per request (client, server, method, tool, outcome, latency),
 //! as JSON or human-readable. Traces: one span per request with a child per
-//! pipeline stage ([`span`]), exported over OTLP/HTTP when
+//! pipeline stage (`record::span`), exported over OTLP/HTTP when
 //! `[telemetry] otlp_endpoint` is set ([`export`]); the trace context comes from
 //! the client ([`context`]) and goes on to the upstream.
 //!
@@ -11,10 +11,7 @@
 
 pub mod context;
 pub mod export;
-#[doc(hidden)]
-pub mod probe;
 pub(crate) mod settings;
-pub(crate) mod span;
 
 pub use export::{ExportCounters, Traces};
 

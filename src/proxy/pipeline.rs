@@ -49,8 +49,8 @@ use crate::auth::ClientId;
 use crate::config::Mode;
 use crate::error::Rejection;
 use crate::mcp::version::Era;
+use crate::record::span::RequestTrace;
 use crate::record::trail::Trail;
-use crate::telemetry::span::RequestTrace;
 
 use super::federate;
 /// Serves one request on `/mcp` or `/mcp/<server>`.

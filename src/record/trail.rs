@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use super::event::Event;
 use super::sink::Sinks;
+use crate::record::span::RequestTrace;
 use crate::sanitize::Report;
-use crate::telemetry::span::RequestTrace;
 
 /// The audit event of one request while it is served; recorded when dropped.
 #[derive(Debug)]

@@ -7,10 +7,10 @@
 use bytes::Bytes;
 use http::{HeaderMap, Method, Uri, Version};
 
-use super::Traces;
 use super::span::RequestTrace;
 use crate::mcp::jsonrpc::Message;
 use crate::record::event::Event;
+use crate::telemetry::Traces;
 
 /// One request, classified once.
 #[derive(Debug)]

@@ -25,12 +25,12 @@ use opentelemetry::trace::{SpanId, SpanKind, TraceId};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::context::TraceParent;
-use super::export::{Exporter, Finished, FinishedStage};
 use crate::mcp::META_PROTOCOL_VERSION;
 use crate::mcp::headers::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::mcp::jsonrpc::Message;
 use crate::record::event::Event;
+use crate::telemetry::context::TraceParent;
+use crate::telemetry::export::{Exporter, Finished, FinishedStage};
 
 /// The stage opened when the upstream's reply arrives: relaying it to the
 /// client, with sanitizing and the rewriting of failures.
