@@ -1,0 +1,82 @@
+//! The integration suite: one test binary, so the harness in `tests/support/`
+//! is compiled once and shared by every story.
+//!
+//! Each module is one topic (the file names of the former per-file test
+//! binaries, so `cargo test --test suite audit::` runs what
+//! `cargo test --test audit` ran). Every test runs in this one process, in
+//! parallel with the others: a test keeps its state in its own temporary
+//! directory, its own ports (picked by the OS) and its own processes, and never
+//! changes what the process shares (environment, current directory, global
+//! log subscriber, descriptor limits of others). A test that must not overlap
+//! with others takes [`support::exclusive`]; see there for why each does.
+//!
+//! To add a topic: put `tests/suite/NAME.rs` next to the others, starting with
+//! `use crate::support;` (and `use support::{...}` for the parts it needs), and
+//! declare it below with `mod NAME;` in alphabetical order. A file that is not
+//! declared here is not compiled: `every_module_is_declared` fails then.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod audit;
+mod bad_input;
+mod battery;
+mod browser;
+mod catalog;
+mod check;
+mod conformance;
+mod container;
+mod credentials;
+mod dashboard;
+mod demo;
+mod deploy;
+mod edges;
+mod federation;
+mod fuzz;
+mod hostile_schemas;
+mod jwt;
+mod methods;
+mod metrics;
+mod observe;
+mod overload;
+mod pinning;
+mod policy;
+mod rate_limit_replicas;
+mod rate_limits;
+mod ratelimit;
+mod refusals;
+mod reload;
+mod resources;
+mod rewrite;
+mod sanitize;
+mod sanitize_messages;
+mod sanitize_props;
+mod sdk;
+mod shutdown;
+mod stdio;
+mod stores;
+mod tasks;
+mod telemetry;
+mod upstream_failures;
+
+/// Every `tests/suite/*.rs` file is a module of this binary: one left out
+/// would never be compiled nor run, silently.
+#[test]
+fn every_module_is_declared() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/suite");
+    let main = std::fs::read_to_string(dir.join("main.rs")).expect("main.rs");
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("tests/suite") {
+        let path = entry.expect("entry").path();
+        let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        if path.extension().is_some_and(|e| e == "rs")
+            && name != "main"
+            && !main.lines().any(|l| l.trim() == format!("mod {name};"))
+        {
+            missing.push(name.to_owned());
+        }
+    }
+    assert!(missing.is_empty(), "not declared in tests/suite/main.rs: {missing:?}");
+}

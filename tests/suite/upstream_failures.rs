@@ -1,0 +1,81 @@
+//! When the upstream fails, a `tools/call` still gets exactly one answer: an
+//! `isError` result saying what happened and whether a retry can help.
+
+use crate::support;
+
+use serde_json::{Value, json};
+use support::upstreams::InProcess;
+use support::{
+    ALICE, TestGateway, allow_all, borrow, clients, modern_call, modern_call_headers, raw_post,
+};
+
+fn config(url: &str, timeout: &str) -> String {
+    format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n[servers.s]\nurl = \"{url}\"\ntimeout = \"{timeout}\"\nconnect_timeout = \"1s\"\n{}{}",
+        clients(),
+        allow_all()
+    )
+}
+
+async fn call(gateway: &TestGateway, name: &str, args: Value) -> Value {
+    let headers = modern_call_headers(ALICE, name);
+    let r = raw_post(
+        &gateway.url("s"),
+        &borrow(&headers),
+        modern_call(9, name, args),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["id"], 9, "{}", r.text);
+    r.body["result"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_reported_as_unavailable() {
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let gateway =
+        TestGateway::start_raw(&config(&format!("http://127.0.0.1:{port}/mcp"), "5s")).await;
+    let result = call(&gateway, "echo", json!({"text": "x"})).await;
+    assert_eq!(result["isError"], true);
+    assert_eq!(
+        result["_meta"]["portcullis/error"]["code"], "upstream_unavailable",
+        "{result}"
+    );
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Retrying later may help"),
+        "{result}"
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_tool_times_out_with_retry_advice() {
+    let upstream = InProcess::demo().await;
+    let gateway = TestGateway::start_raw(&config(&upstream.url, "1s")).await;
+    let result = call(&gateway, "slow_query", json!({"seconds": 3})).await;
+    assert_eq!(
+        result["_meta"]["portcullis/error"]["code"], "upstream_timeout",
+        "{result}"
+    );
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("may still have run"),
+        "{result}"
+    );
+    assert_eq!(result["resultType"], "complete");
+    // The gateway is still serving.
+    assert_eq!(
+        call(&gateway, "echo", json!({"text": "still here"})).await["content"][0]["text"],
+        "still here"
+    );
+    gateway.stop().await;
+}
