@@ -4,11 +4,15 @@
 //! Each module is one topic (the file names of the former per-file test
 //! binaries, so `cargo test --test suite audit::` runs what
 //! `cargo test --test audit` ran). Every test runs in this one process, in
-//! parallel with the others: a test keeps its state in its own temporary
-//! directory, its own ports (picked by the OS) and its own processes, and never
-//! changes what the process shares (environment, current directory, global
-//! log subscriber, descriptor limits of others). A test that must not overlap
-//! with others takes [`support::exclusive`]; see there for why each does.
+//! parallel with the others (as many at once as libtest runs, two on two
+//! cores, as the per-file binaries did): a test keeps its state in its own
+//! temporary directory, its own ports (picked by the OS) and its own processes,
+//! passes environment to the children it starts (`Command::env`), never to this
+//! process, and never changes what the process shares (the current directory,
+//! the global log subscriber: a test that reads the log installs a subscriber
+//! for its own thread only). Nothing here needs to run alone: the one
+//! process-wide change, `overload`'s raise of the soft descriptor limit to the
+//! hard one, only gives every test more room.
 //!
 //! To add a topic: put `tests/suite/NAME.rs` next to the others, starting with
 //! `use crate::support;` (and `use support::{...}` for the parts it needs), and

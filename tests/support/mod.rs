@@ -5,8 +5,6 @@
 //! A peer that is missing fails the test with the command that installs it
 //! (`bash tests/peers/setup.sh`); nothing is skipped silently.
 
-#![allow(dead_code)]
-
 pub mod fuzz;
 pub mod jwt;
 pub mod misbehaving;
@@ -82,7 +80,8 @@ pub struct TestGateway {
     handle: Option<GatewayHandle>,
     /// The gateway's own directory: a relative (or default) store path of its
     /// configuration lands here, never in the working or global temp directory.
-    dir: Option<tempfile::TempDir>,
+    /// Held only to be removed when the gateway is dropped.
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl TestGateway {
@@ -134,7 +133,7 @@ impl TestGateway {
         let handle = Gateway::start(config).await.expect("gateway starts");
         Self {
             handle: Some(handle),
-            dir: Some(dir),
+            _dir: Some(dir),
         }
     }
 
@@ -142,14 +141,8 @@ impl TestGateway {
     pub fn from_handle(handle: GatewayHandle) -> Self {
         Self {
             handle: Some(handle),
-            dir: None,
+            _dir: None,
         }
-    }
-
-    /// The gateway's own temporary directory (where relative store paths
-    /// of [`TestGateway::start_raw`] configurations land).
-    pub fn dir(&self) -> Option<&std::path::Path> {
-        self.dir.as_ref().map(tempfile::TempDir::path)
     }
 
     /// `http://127.0.0.1:P/mcp/<server>`.
