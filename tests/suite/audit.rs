@@ -5,6 +5,7 @@
 //! gateway leave 10,000 rows, and stopping during load loses no event.
 
 use crate::support;
+use support::tools_call;
 
 use std::time::Duration;
 
@@ -13,9 +14,7 @@ use portcullis::config::{AuditArguments, AuditSettings};
 use rusqlite::Connection;
 use serde_json::{Value, json};
 use support::upstreams::InProcess;
-use support::{
-    ALICE, TestGateway, allow_all, borrow, clients, modern_call, modern_call_headers, raw_post,
-};
+use support::{ALICE, TestGateway, allow_all, clients, modern_call, modern_call_headers};
 
 /// One row of `events`, as the test reads it.
 #[derive(Debug)]
@@ -69,15 +68,6 @@ fn rows(path: &std::path::Path) -> Vec<Row> {
     .expect("rows read")
 }
 
-async fn call(url: &str, key: &str, tool: &str, args: Value, extra: &[(&str, &str)]) -> Value {
-    let headers = modern_call_headers(key, tool);
-    let mut headers = borrow(&headers);
-    headers.extend_from_slice(extra);
-    raw_post(url, &headers, modern_call(7, tool, args))
-        .await
-        .body
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_decision_leaves_one_row_with_its_fields() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -97,7 +87,7 @@ async fn every_decision_leaves_one_row_with_its_fields() {
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
     // 1. forwarded, with the client's trace id and arguments by shape.
-    call(
+    tools_call(
         &url,
         ALICE,
         "lookup_order",
@@ -106,7 +96,7 @@ async fn every_decision_leaves_one_row_with_its_fields() {
     )
     .await;
     // 2. schema violation.
-    call(
+    tools_call(
         &url,
         ALICE,
         "lookup_order",
@@ -115,11 +105,11 @@ async fn every_decision_leaves_one_row_with_its_fields() {
     )
     .await;
     // 3. a tool that does not exist.
-    call(&url, ALICE, "no_such_tool", json!({}), &[]).await;
+    tools_call(&url, ALICE, "no_such_tool", json!({}), &[]).await;
     // 4. an unknown key.
-    call(&url, "wrong-key", "lookup_order", json!({}), &[]).await;
+    tools_call(&url, "wrong-key", "lookup_order", json!({}), &[]).await;
     // 5. output the sanitizer cleans.
-    call(&url, ALICE, "fetch_logs", json!({}), &[]).await;
+    tools_call(&url, ALICE, "fetch_logs", json!({}), &[]).await;
     gateway.stop().await;
 
     let rows = rows(&db);

@@ -10,6 +10,7 @@
 //! fails, never skips, when either is missing.
 
 use crate::support;
+use support::tools_call;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -17,17 +18,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::upstreams::InProcess;
-use support::{ALICE, TestGateway, borrow, clients, modern_call, modern_call_headers, raw_post};
+use support::{ALICE, TestGateway, clients};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 const ADMIN_TOKEN: &str = "dashboard-admin-token";
-
-async fn call(url: &str, tool: &str, args: Value) -> Value {
-    let headers = modern_call_headers(ALICE, tool);
-    raw_post(url, &borrow(&headers), modern_call(1, tool, args))
-        .await
-        .body
-}
 
 /// The gateway's result code in a 2026-07-28 call result.
 fn code(body: &Value) -> Option<&str> {
@@ -86,14 +80,32 @@ async fn dashboard_in_chromium_shows_calls_and_approves_a_quarantined_tool() {
     };
 
     expect("feed-open").await;
-    call(&url, "lookup_order", json!({"order_id": "ORD-004211"})).await;
-    call(&url, "lookup_order", json!({"order_id": "1 OR 1=1"})).await;
-    let held = call(&url, "sync_notes", json!({})).await;
+    tools_call(
+        &url,
+        ALICE,
+        "lookup_order",
+        json!({"order_id": "ORD-004211"}),
+        &[],
+    )
+    .await;
+    tools_call(
+        &url,
+        ALICE,
+        "lookup_order",
+        json!({"order_id": "1 OR 1=1"}),
+        &[],
+    )
+    .await;
+    let held = tools_call(&url, ALICE, "sync_notes", json!({}), &[])
+        .await
+        .body;
     assert_eq!(code(&held), Some("tool_quarantined"), "{held}");
     stdin.write_all(b"calls made\n").await.expect("write");
 
     expect("approved").await;
-    let released = call(&url, "sync_notes", json!({})).await;
+    let released = tools_call(&url, ALICE, "sync_notes", json!({}), &[])
+        .await
+        .body;
     assert_eq!(
         code(&released),
         None,
@@ -137,7 +149,14 @@ async fn a_rebinding_page_in_chromium_reads_nothing() {
     .await;
     // Something worth stealing: a call with its arguments in the audit trail.
     let secret = json!({"text": "the arguments a rebinding page wants"});
-    assert!(code(&call(&gateway.url("demo"), "echo", secret).await).is_none());
+    assert!(
+        code(
+            &tools_call(&gateway.url("demo"), ALICE, "echo", secret, &[])
+                .await
+                .body
+        )
+        .is_none()
+    );
     let port = |url: &str| {
         url.rsplit(':')
             .next()

@@ -5,27 +5,13 @@ use crate::support;
 
 use serde_json::{Value, json};
 use support::upstreams::{InProcess, Script};
-use support::{
-    ALICE, TestGateway, borrow, clients, modern_call, modern_call_headers, modern_meta, raw_post,
-};
+use support::{TestGateway, clients, modern_meta, raw_post};
 
 fn tool(name: &str, max: i64) -> Value {
     json!({"name": name, "inputSchema": {"type": "object", "properties": {"n": {"type": "integer", "maximum": max}}}})
 }
 
 const RULES: &str = "[[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"*\"]\naction = \"allow\"\n[[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"t3\"]\naction = \"deny\"\n";
-
-async fn call(gateway: &TestGateway, name: &str, args: Value) -> Value {
-    let headers = modern_call_headers(ALICE, name);
-    let r = raw_post(
-        &gateway.url("s"),
-        &borrow(&headers),
-        modern_call(1, name, args),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.text);
-    r.body["result"].clone()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_page_is_collected_filtered_and_enforced() {
@@ -64,13 +50,13 @@ async fn every_page_is_collected_filtered_and_enforced() {
     assert_eq!(r.body["result"]["cacheScope"], "private");
 
     // A tool from the last page is validated against its own schema.
-    let refused = call(&gateway, "t7", json!({"n": 8})).await;
+    let refused = gateway.call("s", "t7", json!({"n": 8})).await;
     assert_eq!(
         refused["_meta"]["portcullis/error"]["code"],
         "invalid_arguments"
     );
     assert_eq!(
-        call(&gateway, "t7", json!({"n": 7})).await["content"][0]["text"],
+        gateway.call("s", "t7", json!({"n": 7})).await["content"][0]["text"],
         "ran"
     );
     gateway.stop().await;
@@ -98,24 +84,24 @@ async fn a_changed_list_is_fetched_again() {
     .await;
 
     assert_eq!(
-        call(&gateway, "limit", json!({"n": 20})).await["_meta"]["portcullis/error"]["code"],
+        gateway.call("s", "limit", json!({"n": 20})).await["_meta"]["portcullis/error"]["code"],
         "invalid_arguments"
     );
     assert_eq!(
-        call(&gateway, "added", json!({})).await["_meta"]["portcullis/error"]["code"],
+        gateway.call("s", "added", json!({})).await["_meta"]["portcullis/error"]["code"],
         "unknown_tool"
     );
     // The server changes its tools and says so on the call's stream.
     assert_eq!(
-        call(&gateway, "mutate", json!({})).await["content"][0]["text"],
+        gateway.call("s", "mutate", json!({})).await["content"][0]["text"],
         "ran"
     );
     assert_eq!(
-        call(&gateway, "limit", json!({"n": 20})).await["content"][0]["text"],
+        gateway.call("s", "limit", json!({"n": 20})).await["content"][0]["text"],
         "ran"
     );
     assert_eq!(
-        call(&gateway, "added", json!({})).await["content"][0]["text"],
+        gateway.call("s", "added", json!({})).await["content"][0]["text"],
         "ran"
     );
     let ran: Vec<String> = upstream.ran().into_iter().map(|(n, _)| n).collect();

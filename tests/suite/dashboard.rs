@@ -3,20 +3,14 @@
 //! and the effective policy; the page itself is served from the binary.
 
 use crate::support;
+use support::tools_call;
 
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use support::upstreams::InProcess;
-use support::{
-    ALICE, TestGateway, allow_all, borrow, clients, modern_call, modern_call_headers, raw_post,
-};
-
-async fn call(url: &str, tool: &str, args: Value) {
-    let headers = modern_call_headers(ALICE, tool);
-    raw_post(url, &borrow(&headers), modern_call(1, tool, args)).await;
-}
+use support::{ALICE, TestGateway, allow_all, clients};
 
 fn http() -> reqwest::Client {
     reqwest::Client::builder()
@@ -60,9 +54,16 @@ async fn api_lists_streams_and_summarizes_events() {
     assert_eq!(feed.headers()["content-type"], "text/event-stream");
     let mut feed = feed.bytes_stream();
 
-    call(&url, "lookup_order", json!({"order_id": "ORD-004211"})).await;
-    call(&url, "lookup_order", json!({"order_id": "bad"})).await;
-    call(&url, "not_a_tool", json!({})).await;
+    tools_call(
+        &url,
+        ALICE,
+        "lookup_order",
+        json!({"order_id": "ORD-004211"}),
+        &[],
+    )
+    .await;
+    tools_call(&url, ALICE, "lookup_order", json!({"order_id": "bad"}), &[]).await;
+    tools_call(&url, ALICE, "not_a_tool", json!({}), &[]).await;
 
     let mut seen = String::new();
     let found = tokio::time::timeout(Duration::from_secs(10), async {

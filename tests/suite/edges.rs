@@ -485,36 +485,15 @@ fn any_overlong_identifier_is_refused_alike_and_kept_bounded() {
     runtime.block_on(async { drop(upstream) });
 }
 
-/// Log lines written to memory, as the binary's JSON log writes them.
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// The log keeps no more of an identifier than the audit does.
 ///
-/// The subscriber is this test's own, not the process's: every test of the
-/// suite shares this process, and their logs must neither land here nor be
-/// held in memory after it. On a current-thread runtime every task of the
-/// gateway started here runs on this thread, so the thread's default
-/// subscriber sees all of its request log.
+/// The log read is this thread's only (`support::log`): every test of the
+/// suite shares this process, and their logs must not land here. On a
+/// current-thread runtime every task of the gateway started here runs on this
+/// thread.
 #[tokio::test]
 async fn the_log_keeps_identifiers_bounded() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .with_writer(move || writer.clone())
-        .finish();
-    let _log = tracing::subscriber::set_default(subscriber);
+    let captured = support::log::capture();
     let upstream = InProcess::demo().await;
     let rest = format!("pinning = \"off\"\n{}{}", clients(), allow_all());
     let gateway = TestGateway::start(&[("logged", &upstream.url)], &rest).await;
@@ -530,7 +509,7 @@ async fn the_log_keeps_identifiers_bounded() {
         assert_eq!(r.status, 400, "{}", &r.text[..r.text.len().min(300)]);
     }
     gateway.stop().await;
-    let log = String::from_utf8(captured.0.lock().expect("log").clone()).expect("UTF-8");
+    let log = captured.text();
     let refusals = log
         .lines()
         .filter(|l| l.contains("identifier_too_long") && l.contains("\"logged\""))

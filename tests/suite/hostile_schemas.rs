@@ -9,25 +9,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 use support::upstreams::InProcess;
-use support::{
-    ALICE, TestGateway, allow_all, borrow, clients, modern_call, modern_call_headers, raw_post,
-};
+use support::{TestGateway, allow_all, clients};
 use tokio::net::TcpListener;
 
 fn tool(name: &str, schema: Value) -> Value {
     json!({"name": name, "description": "hostile", "inputSchema": schema})
-}
-
-async fn call(gateway: &TestGateway, name: &str, args: Value) -> Value {
-    let headers = modern_call_headers(ALICE, name);
-    let r = raw_post(
-        &gateway.url("evil"),
-        &borrow(&headers),
-        modern_call(7, name, args),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.text);
-    r.body["result"].clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,7 +48,9 @@ async fn hostile_schemas_are_refused_or_bounded_and_fetch_nothing() {
     .await;
 
     for name in ["remote_ref", "file_ref", "deep", "odd_dialect"] {
-        let result = call(&gateway, name, json!({"a": "x", "d": "x"})).await;
+        let result = gateway
+            .call("evil", name, json!({"a": "x", "d": "x"}))
+            .await;
         assert_eq!(result["isError"], true, "{name}: {result}");
         assert_eq!(
             result["_meta"]["portcullis/error"]["code"], "tool_quarantined",
@@ -70,12 +58,12 @@ async fn hostile_schemas_are_refused_or_bounded_and_fetch_nothing() {
         );
     }
     let near_miss = format!("{}b", "a".repeat(100_000));
-    let result = call(&gateway, "redos", json!({"s": near_miss})).await;
+    let result = gateway.call("evil", "redos", json!({"s": near_miss})).await;
     assert_eq!(
         result["_meta"]["portcullis/error"]["code"], "invalid_arguments",
         "{result}"
     );
-    let result = call(&gateway, "redos", json!({"s": "aaaa"})).await;
+    let result = gateway.call("evil", "redos", json!({"s": "aaaa"})).await;
     assert_eq!(result["content"][0]["text"], "ran");
 
     assert_eq!(

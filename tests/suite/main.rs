@@ -82,5 +82,8 @@ fn every_module_is_declared() {
             missing.push(name.to_owned());
         }
     }
-    assert!(missing.is_empty(), "not declared in tests/suite/main.rs: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "not declared in tests/suite/main.rs: {missing:?}"
+    );
 }

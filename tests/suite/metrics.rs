@@ -5,15 +5,14 @@
 //! rate-limit refusals, configuration reloads and the span exporter.
 
 use crate::support;
+use support::tools_call;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use support::upstreams::InProcess;
-use support::{
-    ALICE, TestGateway, allow_all, borrow, clients, modern_call, modern_call_headers, raw_post,
-};
+use support::{ALICE, TestGateway, allow_all, clients};
 
 /// One sample: metric name, labels, value.
 type Sample = (String, BTreeMap<String, String>, f64);
@@ -81,11 +80,6 @@ fn value(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
-async fn call(url: &str, key: &str, tool: &str, args: Value) {
-    let headers = modern_call_headers(key, tool);
-    raw_post(url, &borrow(&headers), modern_call(1, tool, args)).await;
-}
-
 async fn scrape(admin: &str) -> Vec<Sample> {
     let resp = reqwest::Client::builder()
         .no_proxy()
@@ -116,19 +110,27 @@ async fn metrics_parse_and_count_what_happened() {
     )
     .await;
     let url = gateway.url("demo");
-    call(
+    tools_call(
         &url,
         ALICE,
         "lookup_order",
         json!({"order_id": "ORD-004211"}),
+        &[],
     )
     .await;
-    call(&url, ALICE, "lookup_order", json!({"order_id": "nope"})).await;
-    call(&url, ALICE, "lookup_order", json!({"order_id": 7})).await;
-    call(&url, ALICE, "invented_name_1", json!({})).await;
-    call(&url, ALICE, "fetch_logs", json!({})).await;
-    call(&url, "wrong-key", "lookup_order", json!({})).await;
-    call(&gateway.url("dead"), ALICE, "anything", json!({})).await;
+    tools_call(
+        &url,
+        ALICE,
+        "lookup_order",
+        json!({"order_id": "nope"}),
+        &[],
+    )
+    .await;
+    tools_call(&url, ALICE, "lookup_order", json!({"order_id": 7}), &[]).await;
+    tools_call(&url, ALICE, "invented_name_1", json!({}), &[]).await;
+    tools_call(&url, ALICE, "fetch_logs", json!({}), &[]).await;
+    tools_call(&url, "wrong-key", "lookup_order", json!({}), &[]).await;
+    tools_call(&gateway.url("dead"), ALICE, "anything", json!({}), &[]).await;
 
     // Events are counted once their response has been sent to the end.
     let admin = gateway.admin_url();
@@ -364,11 +366,12 @@ async fn metrics_count_rate_limit_refusals_reloads_and_span_export() {
     );
 
     for _ in 0..3 {
-        call(
+        tools_call(
             &url,
             ALICE,
             "lookup_order",
             json!({"order_id": "ORD-004211"}),
+            &[],
         )
         .await;
     }

@@ -5,6 +5,7 @@
 //! the audit row, the dashboard's events and overview, and `/metrics`.
 
 use crate::support;
+use support::tools_call;
 
 use std::time::Duration;
 
@@ -31,24 +32,24 @@ fn server(name: &str, url: &str, mode: Option<&str>) -> String {
     format!("[servers.{name}]\nurl = \"{url}\"\ntimeout = \"20s\"\npinning = \"off\"\n{mode}")
 }
 
-/// The gateway's refusal code for a call, `None` when it went through.
-async fn call(url: &str, name: &str, args: Value) -> Option<String> {
-    let headers = modern_call_headers(ALICE, name);
-    let r = raw_post(url, &borrow(&headers), modern_call(1, name, args)).await;
-    assert_eq!(r.status, 200, "{}", r.text);
-    r.body["result"]["_meta"]["portcullis/error"]["code"]
-        .as_str()
-        .map(str::to_owned)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observe_mode_lets_refusable_calls_through_and_lists_everything() {
     let up = InProcess::demo().await;
     let gw = TestGateway::start_raw(&config(&server("s", &up.url, None), "observe")).await;
     let url = gw.url("s");
     // Not allowed by the rules, and arguments outside the schema (lines ≤ 100): both pass.
-    assert_eq!(call(&url, "fetch_logs", json!({"lines": 1000})).await, None);
-    assert_eq!(call(&url, "echo", json!({"text": 5})).await, None);
+    assert_eq!(
+        tools_call(&url, ALICE, "fetch_logs", json!({"lines": 1000}), &[])
+            .await
+            .refusal(),
+        None
+    );
+    assert_eq!(
+        tools_call(&url, ALICE, "echo", json!({"text": 5}), &[])
+            .await
+            .refusal(),
+        None
+    );
     let ran: Vec<String> = up.ran().into_iter().map(|(t, _)| t).collect();
     assert_eq!(ran, ["fetch_logs", "echo"]);
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": modern_meta()}});
@@ -102,12 +103,18 @@ async fn a_server_can_observe_while_the_gateway_enforces() {
     let gw = TestGateway::start_raw(&config(&servers, "enforce")).await;
     let bad = json!({"text": 5});
     assert_eq!(
-        call(&gw.url("enforced"), "echo", bad.clone())
+        tools_call(&gw.url("enforced"), ALICE, "echo", bad.clone(), &[])
             .await
+            .refusal()
             .as_deref(),
         Some("invalid_arguments")
     );
-    assert_eq!(call(&gw.url("trial"), "echo", bad).await, None);
+    assert_eq!(
+        tools_call(&gw.url("trial"), ALICE, "echo", bad, &[])
+            .await
+            .refusal(),
+        None
+    );
     assert_eq!(up.ran().len(), 1, "only the observed call ran");
     gw.stop().await;
 }
@@ -122,7 +129,12 @@ async fn the_log_says_what_enforcement_would_have_done() {
     let mut child = support::run_binary(&path, &[]);
     let (mcp, _, mut log) = support::listening_log(&mut child).await;
     let url = format!("http://{mcp}/mcp/s");
-    assert_eq!(call(&url, "echo", json!({"text": 5})).await, None);
+    assert_eq!(
+        tools_call(&url, ALICE, "echo", json!({"text": 5}), &[])
+            .await
+            .refusal(),
+        None
+    );
     let line = tokio::time::timeout(Duration::from_secs(10), async {
         while let Some(line) = log.recv().await {
             if let Ok(v) = serde_json::from_str::<Value>(&line)

@@ -12,9 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::upstreams::{InProcess, Script};
-use support::{
-    ALICE, TestGateway, borrow, clients, modern_call, modern_call_headers, modern_meta, raw_post,
-};
+use support::{ALICE, TestGateway, clients, raw_post};
 
 const ADMIN_TOKEN: &str = "admin-token";
 
@@ -43,32 +41,6 @@ fn config(url: &str, pinning: &str, pins: &str) -> String {
         clients(),
         support::allow_all()
     )
-}
-
-async fn call(gateway: &TestGateway, name: &str, args: Value) -> Value {
-    let headers = modern_call_headers(ALICE, name);
-    let r = raw_post(
-        &gateway.url("s"),
-        &borrow(&headers),
-        modern_call(1, name, args),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.text);
-    r.body["result"].clone()
-}
-
-async fn list(gateway: &TestGateway) -> Vec<Value> {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": modern_meta()}});
-    let headers = [
-        ("authorization", "Bearer alice-key"),
-        ("mcp-protocol-version", "2026-07-28"),
-        ("mcp-method", "tools/list"),
-    ];
-    let r = raw_post(&gateway.url("s"), &headers, body.to_string()).await;
-    r.body["result"]["tools"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
 }
 
 fn tool<'a>(tools: &'a [Value], name: &str) -> Option<&'a Value> {
@@ -162,16 +134,19 @@ async fn block_holds_a_changed_tool_and_the_admin_api_releases_it() {
     .await;
     let gateway = TestGateway::start_raw(&config(&upstream.url, "block", "\":memory:\"")).await;
 
-    assert_eq!(text(&call(&gateway, "calc", json!({"n": 1})).await), "ran");
-    assert_eq!(text(&call(&gateway, "mutate", json!({})).await), "ran");
+    assert_eq!(
+        text(&gateway.call("s", "calc", json!({"n": 1})).await),
+        "ran"
+    );
+    assert_eq!(text(&gateway.call("s", "mutate", json!({})).await), "ran");
 
     // The list shows the approved definition; the call is answered by the gateway.
-    let tools = list(&gateway).await;
+    let tools = gateway.list("s").await;
     assert_eq!(
         tool(&tools, "calc").map(|t| &t["description"]),
         Some(&json!("Adds one to n."))
     );
-    let refused = call(&gateway, "calc", json!({"n": 20})).await;
+    let refused = gateway.call("s", "calc", json!({"n": 20})).await;
     assert_eq!(code(&refused), Some("tool_quarantined"), "{refused}");
     assert_eq!(refused["isError"], true);
     let said = text(&refused);
@@ -223,9 +198,12 @@ async fn block_holds_a_changed_tool_and_the_admin_api_releases_it() {
     let (status, answer) = admin(&gateway, Some(ADMIN_TOKEN), Some(body)).await;
     assert_eq!(status, 200, "{answer}");
 
-    assert_eq!(text(&call(&gateway, "calc", json!({"n": 20})).await), "ran");
     assert_eq!(
-        tool(&list(&gateway).await, "calc").map(|t| &t["description"]),
+        text(&gateway.call("s", "calc", json!({"n": 20})).await),
+        "ran"
+    );
+    assert_eq!(
+        tool(&gateway.list("s").await, "calc").map(|t| &t["description"]),
         Some(&json!("Adds one to n, for any n."))
     );
     let ran: Vec<String> = upstream.ran().into_iter().map(|(n, _)| n).collect();
@@ -246,11 +224,14 @@ async fn changed_instructions_hold_every_tool_until_approved() {
     .await;
     let gateway = TestGateway::start_raw(&config(&upstream.url, "block", "\":memory:\"")).await;
     initialize(&gateway).await;
-    assert_eq!(text(&call(&gateway, "calc", json!({"n": 1})).await), "ran");
-    assert_eq!(text(&call(&gateway, "mutate", json!({})).await), "ran");
+    assert_eq!(
+        text(&gateway.call("s", "calc", json!({"n": 1})).await),
+        "ran"
+    );
+    assert_eq!(text(&gateway.call("s", "mutate", json!({})).await), "ran");
     initialize(&gateway).await;
 
-    let refused = call(&gateway, "calc", json!({"n": 1})).await;
+    let refused = gateway.call("s", "calc", json!({"n": 1})).await;
     assert_eq!(code(&refused), Some("tool_quarantined"), "{refused}");
     assert_eq!(
         refused["_meta"]["portcullis/error"]["reason"],
@@ -264,14 +245,17 @@ async fn changed_instructions_hold_every_tool_until_approved() {
     );
     assert!(!said.contains("IMPORTANT"), "{said}");
     assert!(
-        tool(&list(&gateway).await, "calc").is_some(),
+        tool(&gateway.list("s").await, "calc").is_some(),
         "the tool itself is unchanged and stays listed"
     );
 
     let body = json!({"server": "s", "instructions": true});
     let (status, answer) = admin(&gateway, Some(ADMIN_TOKEN), Some(body)).await;
     assert_eq!(status, 200, "{answer}");
-    assert_eq!(text(&call(&gateway, "calc", json!({"n": 1})).await), "ran");
+    assert_eq!(
+        text(&gateway.call("s", "calc", json!({"n": 1})).await),
+        "ran"
+    );
     gateway.stop().await;
 }
 
@@ -283,10 +267,13 @@ async fn warn_passes_a_changed_tool_and_flags_it() {
     ]))
     .await;
     let gateway = TestGateway::start_raw(&config(&upstream.url, "warn", "\":memory:\"")).await;
-    assert_eq!(text(&call(&gateway, "mutate", json!({})).await), "ran");
-    assert_eq!(text(&call(&gateway, "calc", json!({"n": 20})).await), "ran");
+    assert_eq!(text(&gateway.call("s", "mutate", json!({})).await), "ran");
     assert_eq!(
-        tool(&list(&gateway).await, "calc").map(|t| &t["description"]),
+        text(&gateway.call("s", "calc", json!({"n": 20})).await),
+        "ran"
+    );
+    assert_eq!(
+        tool(&gateway.list("s").await, "calc").map(|t| &t["description"]),
         Some(&json!("Adds one to n, for any n."))
     );
     let (_, report) = admin(&gateway, Some(ADMIN_TOKEN), None).await;
@@ -313,12 +300,12 @@ async fn a_poisoned_new_tool_is_held_and_its_payload_never_reaches_the_model() {
     ]))
     .await;
     let gateway = TestGateway::start_raw(&config(&upstream.url, "block", "\":memory:\"")).await;
-    assert_eq!(text(&call(&gateway, "mutate", json!({})).await), "ran");
+    assert_eq!(text(&gateway.call("s", "mutate", json!({})).await), "ran");
 
-    let tools = list(&gateway).await;
+    let tools = gateway.list("s").await;
     assert!(tool(&tools, "add").is_none(), "never approved: not listed");
     assert!(tool(&tools, "calc").is_some());
-    let refused = call(&gateway, "add", json!({"sidenote": "x"})).await;
+    let refused = gateway.call("s", "add", json!({"sidenote": "x"})).await;
     assert_eq!(code(&refused), Some("tool_quarantined"), "{refused}");
     let said = text(&refused);
     assert!(said.contains("It is new"), "{said}");
@@ -413,7 +400,10 @@ async fn pins_survive_a_restart_and_the_cli_approves() {
     let before = InProcess::scripted(vec![calc("Adds one to n.", 5)]).await;
     let path = write_config(dir.path(), &before.url);
     let gateway = start_from(&path).await;
-    assert_eq!(text(&call(&gateway, "calc", json!({"n": 1})).await), "ran");
+    assert_eq!(
+        text(&gateway.call("s", "calc", json!({"n": 1})).await),
+        "ran"
+    );
     gateway.stop().await;
     assert!(
         dir.path().join("pins.db").exists(),
@@ -424,7 +414,7 @@ async fn pins_survive_a_restart_and_the_cli_approves() {
     let after = InProcess::scripted(vec![calc("Adds one to n, for any n.", 50)]).await;
     let path = write_config(dir.path(), &after.url);
     let gateway = start_from(&path).await;
-    let refused = call(&gateway, "calc", json!({"n": 20})).await;
+    let refused = gateway.call("s", "calc", json!({"n": 20})).await;
     assert_eq!(code(&refused), Some("tool_quarantined"), "{refused}");
     assert!(text(&refused).contains(&format!(
         "portcullis pins approve --config {path} --server s --tool calc"
@@ -466,7 +456,7 @@ async fn pins_survive_a_restart_and_the_cli_approves() {
     // The running gateway picks the approval up from the store.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let result = call(&gateway, "calc", json!({"n": 20})).await;
+        let result = gateway.call("s", "calc", json!({"n": 20})).await;
         if text(&result) == "ran" {
             break;
         }
@@ -487,7 +477,8 @@ async fn the_demo_server_is_listed_whole_but_its_poisoned_tool() {
         &format!("{}{}", clients(), support::allow_all()),
     )
     .await;
-    let names: Vec<String> = list(&gateway)
+    let names: Vec<String> = gateway
+        .list("s")
         .await
         .iter()
         .filter_map(|t| t["name"].as_str().map(str::to_owned))
@@ -527,7 +518,9 @@ async fn the_demo_server_is_listed_whole_but_its_poisoned_tool() {
         }
     }
     assert_eq!(tools.len(), 7);
-    let refused = call(&gateway, "sync_notes", json!({"folder": "x"})).await;
+    let refused = gateway
+        .call("s", "sync_notes", json!({"folder": "x"}))
+        .await;
     assert_eq!(code(&refused), Some("tool_quarantined"));
     assert!(upstream.ran().is_empty());
     gateway.stop().await;

@@ -3,6 +3,7 @@
 //! stays; a call in flight finishes under the configuration it started with.
 
 use crate::support;
+use support::tools_call;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use portcullis::Gateway;
 use serde_json::{Value, json};
 use support::upstreams::InProcess;
-use support::{ALICE, TestGateway, borrow, clients, modern_call, modern_call_headers, raw_post};
+use support::{ALICE, TestGateway, clients, raw_post};
 
 const ADMIN_TOKEN: &str = "reload-admin-token";
 
@@ -39,17 +40,6 @@ async fn start(dir: &Path, text: &str) -> (TestGateway, PathBuf) {
     std::fs::write(&path, text).expect("write");
     let handle = Gateway::start_file(&path).await.expect("gateway starts");
     (TestGateway::from_handle(handle), path)
-}
-
-/// The gateway's refusal code for a call on `base/mcp/s`, `None` when the tool ran.
-async fn call(mcp: &str, name: &str, args: Value) -> Option<String> {
-    let headers = modern_call_headers(ALICE, name);
-    let r = raw_post(mcp, &borrow(&headers), modern_call(1, name, args)).await;
-    assert_eq!(r.status, 200, "{}", r.text);
-    assert!(r.body["result"].is_object(), "{}", r.text);
-    r.body["result"]["_meta"]["portcullis/error"]["code"]
-        .as_str()
-        .map(str::to_owned)
 }
 
 async fn until(what: &str, mut check: impl AsyncFnMut() -> bool) {
@@ -85,13 +75,19 @@ async fn a_replaced_file_changes_the_policy_and_a_broken_one_is_refused() {
     let mcp = gw.url("s");
     let slow = json!({"seconds": 0});
     assert_eq!(
-        call(&mcp, "slow_query", slow.clone()).await.as_deref(),
+        tools_call(&mcp, ALICE, "slow_query", slow.clone(), &[])
+            .await
+            .refusal()
+            .as_deref(),
         Some("unknown_tool")
     );
 
     replace(&path, &config(&up.url, &["echo", "slow_query"]));
     until("the new policy allows slow_query", async || {
-        call(&mcp, "slow_query", slow.clone()).await.is_none()
+        tools_call(&mcp, ALICE, "slow_query", slow.clone(), &[])
+            .await
+            .refusal()
+            .is_none()
     })
     .await;
 
@@ -114,8 +110,18 @@ async fn a_replaced_file_changes_the_policy_and_a_broken_one_is_refused() {
     );
     assert!(status["refused"].as_u64() >= Some(1), "{status}");
     // The last good policy is still in force.
-    assert_eq!(call(&mcp, "slow_query", slow).await, None);
-    assert_eq!(call(&mcp, "echo", json!({"text": "hi"})).await, None);
+    assert_eq!(
+        tools_call(&mcp, ALICE, "slow_query", slow, &[])
+            .await
+            .refusal(),
+        None
+    );
+    assert_eq!(
+        tools_call(&mcp, ALICE, "echo", json!({"text": "hi"}), &[])
+            .await
+            .refusal(),
+        None
+    );
     gw.stop().await;
 }
 
@@ -146,7 +152,10 @@ async fn the_api_reloads_with_the_admin_token_and_refuses_what_cannot_change() {
     );
     let args = json!({"lines": 1});
     assert_eq!(
-        call(&mcp, "fetch_logs", args.clone()).await.as_deref(),
+        tools_call(&mcp, ALICE, "fetch_logs", args.clone(), &[])
+            .await
+            .refusal()
+            .as_deref(),
         Some("unknown_tool")
     );
 
@@ -155,7 +164,12 @@ async fn the_api_reloads_with_the_admin_token_and_refuses_what_cannot_change() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["ok"], true);
     assert!(body["at"].is_string() && body["error"].is_null(), "{body}");
-    assert_eq!(call(&mcp, "fetch_logs", args).await, None);
+    assert_eq!(
+        tools_call(&mcp, ALICE, "fetch_logs", args, &[])
+            .await
+            .refusal(),
+        None
+    );
     gw.stop().await;
 }
 
@@ -168,7 +182,11 @@ async fn a_call_in_flight_finishes_under_the_config_it_started_with() {
     let slow = json!({"seconds": 2});
     let in_flight = tokio::spawn({
         let (mcp, slow) = (mcp.clone(), slow.clone());
-        async move { call(&mcp, "slow_query", slow).await }
+        async move {
+            tools_call(&mcp, ALICE, "slow_query", slow, &[])
+                .await
+                .refusal()
+        }
     });
     tokio::time::sleep(Duration::from_millis(400)).await;
     std::fs::write(&path, config(&up.url, &["echo"])).expect("write");
@@ -180,7 +198,10 @@ async fn a_call_in_flight_finishes_under_the_config_it_started_with() {
     );
     // New calls see the new policy; the one in flight finishes under the old.
     assert_eq!(
-        call(&mcp, "slow_query", slow).await.as_deref(),
+        tools_call(&mcp, ALICE, "slow_query", slow, &[])
+            .await
+            .refusal()
+            .as_deref(),
         Some("unknown_tool")
     );
     assert_eq!(in_flight.await.expect("task"), None);
@@ -198,7 +219,10 @@ async fn sighup_reloads_the_running_binary() {
     let mcp = format!("http://{mcp}/mcp/s");
     let args = json!({"lines": 1});
     assert_eq!(
-        call(&mcp, "fetch_logs", args.clone()).await.as_deref(),
+        tools_call(&mcp, ALICE, "fetch_logs", args.clone(), &[])
+            .await
+            .refusal()
+            .as_deref(),
         Some("unknown_tool")
     );
 
@@ -210,7 +234,10 @@ async fn sighup_reloads_the_running_binary() {
         .expect("kill");
     assert!(sent.success());
     until("SIGHUP applied the new policy", async || {
-        call(&mcp, "fetch_logs", args.clone()).await.is_none()
+        tools_call(&mcp, ALICE, "fetch_logs", args.clone(), &[])
+            .await
+            .refusal()
+            .is_none()
     })
     .await;
     let (_, status) = admin(
@@ -299,10 +326,23 @@ async fn a_reload_keeps_the_buckets_of_unchanged_rules() {
     let (gw, path) = start(dir.path(), &first).await;
     let (mcp, base) = (gw.url("s"), gw.admin_url());
     let slow = json!({"seconds": 0});
-    assert_eq!(call(&mcp, "slow_query", slow.clone()).await, None);
-    assert_eq!(call(&mcp, "slow_query", slow.clone()).await, None);
     assert_eq!(
-        call(&mcp, "slow_query", slow.clone()).await.as_deref(),
+        tools_call(&mcp, ALICE, "slow_query", slow.clone(), &[])
+            .await
+            .refusal(),
+        None
+    );
+    assert_eq!(
+        tools_call(&mcp, ALICE, "slow_query", slow.clone(), &[])
+            .await
+            .refusal(),
+        None
+    );
+    assert_eq!(
+        tools_call(&mcp, ALICE, "slow_query", slow.clone(), &[])
+            .await
+            .refusal()
+            .as_deref(),
         Some("rate_limited")
     );
 
@@ -318,12 +358,17 @@ async fn a_reload_keeps_the_buckets_of_unchanged_rules() {
         200
     );
     assert_eq!(
-        call(&mcp, "fetch_logs", json!({})).await,
+        tools_call(&mcp, ALICE, "fetch_logs", json!({}), &[])
+            .await
+            .refusal(),
         None,
         "the new rule is in force"
     );
     assert_eq!(
-        call(&mcp, "slow_query", slow.clone()).await.as_deref(),
+        tools_call(&mcp, ALICE, "slow_query", slow.clone(), &[])
+            .await
+            .refusal()
+            .as_deref(),
         Some("rate_limited")
     );
 
@@ -339,6 +384,11 @@ async fn a_reload_keeps_the_buckets_of_unchanged_rules() {
             .0,
         200
     );
-    assert_eq!(call(&mcp, "slow_query", slow).await, None);
+    assert_eq!(
+        tools_call(&mcp, ALICE, "slow_query", slow, &[])
+            .await
+            .refusal(),
+        None
+    );
     gw.stop().await;
 }

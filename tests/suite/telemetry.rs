@@ -9,6 +9,7 @@
 //! when SIGTERM stops it. JSON logs never carry arguments or results.
 
 use crate::support;
+use support::tools_call;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -45,15 +46,6 @@ async fn gateway(upstream: &InProcess, receiver: &Receiver, db: &Path) -> TestGa
         ),
     )
     .await
-}
-
-async fn call(url: &str, key: &str, tool: &str, args: Value, extra: &[(&str, &str)]) -> Value {
-    let headers = modern_call_headers(key, tool);
-    let mut headers = borrow(&headers);
-    headers.extend_from_slice(extra);
-    let reply = raw_post(url, &headers, modern_call(1, tool, args)).await;
-    assert_eq!(reply.status, 200, "{}", reply.text);
-    reply.body
 }
 
 /// (trace id, tool) of every audit row, in order.
@@ -95,16 +87,19 @@ async fn a_call_is_a_request_span_with_a_child_per_stage_in_the_clients_trace() 
 
     let parent = traceparent(CLIENT_TRACE, CLIENT_SPAN);
     let session = "session-that-must-not-appear-raw";
-    call(
+    tools_call(
         &url,
         ALICE,
         "lookup_order",
         json!({"order_id": ORDER}),
         &[("traceparent", &parent), ("mcp-session-id", session)],
     )
-    .await;
+    .await
+    .ok();
     // A second call with no trace context of its own starts a new trace.
-    call(&url, ALICE, "lookup_order", json!({"order_id": ORDER}), &[]).await;
+    tools_call(&url, ALICE, "lookup_order", json!({"order_id": ORDER}), &[])
+        .await
+        .ok();
     gw.stop().await;
 
     let spans = receiver.spans();
@@ -223,8 +218,12 @@ async fn refusals_are_error_spans_with_their_decision() {
     let gw = gateway(&upstream, &receiver, &db).await;
     let url = gw.url("demo");
 
-    call(&url, ALICE, "no_such_tool", json!({}), &[]).await;
-    call(&url, ALICE, "lookup_order", json!({"order_id": 7}), &[]).await;
+    tools_call(&url, ALICE, "no_such_tool", json!({}), &[])
+        .await
+        .ok();
+    tools_call(&url, ALICE, "lookup_order", json!({"order_id": 7}), &[])
+        .await
+        .ok();
     let headers = modern_call_headers("wrong-key", "lookup_order");
     let refused = raw_post(
         &url,
@@ -360,12 +359,16 @@ async fn sigterm_sends_the_last_spans_and_json_logs_hold_no_arguments_or_results
     let mut child = support::run_binary(&path, &[]);
     let (mcp, _admin, mut log) = support::listening_log(&mut child).await;
     let url = format!("http://{mcp}/mcp/s");
-    let result = call(&url, ALICE, "lookup_order", json!({"order_id": ORDER}), &[]).await;
+    let result = tools_call(&url, ALICE, "lookup_order", json!({"order_id": ORDER}), &[])
+        .await
+        .ok();
     let output = result["result"]["content"][0]["text"]
         .as_str()
         .expect("the tool's text")
         .to_owned();
-    call(&url, ALICE, "lookup_order", json!({"order_id": 7}), &[]).await;
+    tools_call(&url, ALICE, "lookup_order", json!({"order_id": 7}), &[])
+        .await
+        .ok();
 
     let pid = child.id().expect("pid").to_string();
     let sent = std::process::Command::new("kill")
@@ -423,7 +426,9 @@ async fn an_upstream_failure_is_an_error_on_the_forward_stage() {
         ),
     )
     .await;
-    call(&gw.url("dead"), ALICE, "anything", json!({}), &[]).await;
+    tools_call(&gw.url("dead"), ALICE, "anything", json!({}), &[])
+        .await
+        .ok();
     gw.stop().await;
 
     let spans = receiver.spans();

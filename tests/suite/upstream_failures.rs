@@ -3,11 +3,9 @@
 
 use crate::support;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use support::upstreams::InProcess;
-use support::{
-    ALICE, TestGateway, allow_all, borrow, clients, modern_call, modern_call_headers, raw_post,
-};
+use support::{TestGateway, allow_all, clients};
 
 fn config(url: &str, timeout: &str) -> String {
     format!(
@@ -15,19 +13,6 @@ fn config(url: &str, timeout: &str) -> String {
         clients(),
         allow_all()
     )
-}
-
-async fn call(gateway: &TestGateway, name: &str, args: Value) -> Value {
-    let headers = modern_call_headers(ALICE, name);
-    let r = raw_post(
-        &gateway.url("s"),
-        &borrow(&headers),
-        modern_call(9, name, args),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}", r.text);
-    assert_eq!(r.body["id"], 9, "{}", r.text);
-    r.body["result"].clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -39,7 +24,7 @@ async fn an_unreachable_server_is_reported_as_unavailable() {
         .port();
     let gateway =
         TestGateway::start_raw(&config(&format!("http://127.0.0.1:{port}/mcp"), "5s")).await;
-    let result = call(&gateway, "echo", json!({"text": "x"})).await;
+    let result = gateway.call("s", "echo", json!({"text": "x"})).await;
     assert_eq!(result["isError"], true);
     assert_eq!(
         result["_meta"]["portcullis/error"]["code"], "upstream_unavailable",
@@ -59,7 +44,7 @@ async fn an_unreachable_server_is_reported_as_unavailable() {
 async fn a_slow_tool_times_out_with_retry_advice() {
     let upstream = InProcess::demo().await;
     let gateway = TestGateway::start_raw(&config(&upstream.url, "1s")).await;
-    let result = call(&gateway, "slow_query", json!({"seconds": 3})).await;
+    let result = gateway.call("s", "slow_query", json!({"seconds": 3})).await;
     assert_eq!(
         result["_meta"]["portcullis/error"]["code"], "upstream_timeout",
         "{result}"
@@ -74,7 +59,9 @@ async fn a_slow_tool_times_out_with_retry_advice() {
     assert_eq!(result["resultType"], "complete");
     // The gateway is still serving.
     assert_eq!(
-        call(&gateway, "echo", json!({"text": "still here"})).await["content"][0]["text"],
+        gateway
+            .call("s", "echo", json!({"text": "still here"}))
+            .await["content"][0]["text"],
         "still here"
     );
     gateway.stop().await;

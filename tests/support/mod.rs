@@ -5,8 +5,10 @@
 //! A peer that is missing fails the test with the command that installs it
 //! (`bash tests/peers/setup.sh`); nothing is skipped silently.
 
+pub mod config;
 pub mod fuzz;
 pub mod jwt;
+pub mod log;
 pub mod misbehaving;
 pub mod otlp;
 pub mod process;
@@ -19,6 +21,7 @@ use std::process::Stdio;
 use std::sync::Once;
 use std::time::Duration;
 
+pub use config::Config;
 use portcullis::{Gateway, GatewayHandle};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -61,15 +64,9 @@ pub fn init() {
     });
 }
 
-/// `[clients]` tables for alice, bob and admin.
+/// `[clients]` tables for alice, bob and admin (as [`Config::clients`] writes them).
 pub fn clients() -> String {
-    let hash = |k: &str| hex::encode(portcullis::auth::hash_key(k));
-    format!(
-        "[clients.alice]\napi_key_sha256 = \"{}\"\n[clients.bob]\napi_key_sha256 = \"{}\"\n[clients.admin]\napi_key_sha256 = \"{}\"\n",
-        hash(ALICE),
-        hash(BOB),
-        hash(ADMIN)
-    )
+    Config::fragment().clients().render()
 }
 
 // === Gateway ===
@@ -97,19 +94,20 @@ impl TestGateway {
         pinning: Option<&str>,
         rest: &str,
     ) -> Self {
-        init();
-        let mut text =
-            String::from("[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n");
+        let mut config = Config::new();
         for (name, url) in servers {
-            text.push_str(&format!(
-                "[servers.{name}]\nurl = \"{url}\"\ntimeout = \"20s\"\n"
-            ));
+            config = config.server(name, url);
             if let Some(p) = pinning {
-                text.push_str(&format!("pinning = \"{p}\"\n"));
+                config = config.set("pinning", p);
             }
         }
-        text.push_str(rest);
-        Self::start_raw(&text).await
+        Self::start_raw(&config.raw(rest).render()).await
+    }
+
+    /// Starts a gateway from a [`Config`] (as [`TestGateway::start_raw`]
+    /// its text).
+    pub async fn start_config(config: &Config) -> Self {
+        Self::start_raw(&config.render()).await
     }
 
     /// Starts a gateway from a whole configuration text (listeners included).
@@ -218,9 +216,10 @@ impl ConfigFile {
     }
 }
 
-/// Rules that let everyone call everything.
+/// Rules that let everyone call everything (as [`Config::allow_all`] writes them).
 pub fn allow_all() -> &'static str {
-    "[[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"*\"]\nresources = [\"*\"]\nprompts = [\"*\"]\naction = \"allow\"\n"
+    static RULES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    RULES.get_or_init(|| Config::fragment().allow_all().render())
 }
 
 // === The real binary ===
@@ -510,13 +509,11 @@ impl StdioPeer {
 impl TestGateway {
     /// Starts a gateway in front of stdio servers, with `rest` (clients, rules).
     pub async fn start_stdio(servers: &[&StdioPeer], rest: &str) -> Self {
-        let mut text =
-            String::from("[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n");
+        let mut config = Config::new();
         for server in servers {
-            text.push_str(&server.table);
+            config = config.raw(&server.table);
         }
-        text.push_str(rest);
-        Self::start_raw(&text).await
+        Self::start_raw(&config.raw(rest).render()).await
     }
 
     /// `GET /readyz`: status and body.
@@ -701,6 +698,81 @@ pub async fn raw_post(url: &str, headers: &[(&str, &str)], body: impl Into<reqwe
         headers,
         body,
         text,
+    }
+}
+
+/// The JSON-RPC id of the requests [`tools_call`] and [`tools_list`] send.
+pub const RPC_ID: u64 = 1;
+
+/// A 2026-07-28 `tools/call` of `name` with `args` on `url` as the client
+/// holding `key`, with `extra` headers: the raw exchange. Every test calls a
+/// tool through here (or through an SDK client with [`sdk`]).
+pub async fn tools_call(
+    url: &str,
+    key: &str,
+    name: &str,
+    args: Value,
+    extra: &[(&str, &str)],
+) -> Raw {
+    let headers = modern_call_headers(key, name);
+    let mut headers = borrow(&headers);
+    headers.extend_from_slice(extra);
+    raw_post(url, &headers, modern_call(RPC_ID, name, args)).await
+}
+
+/// A 2026-07-28 `tools/list` on `url` as the client holding `key`: the raw exchange.
+pub async fn tools_list(url: &str, key: &str) -> Raw {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": RPC_ID, "method": "tools/list",
+        "params": {"_meta": modern_meta()}});
+    let auth = format!("Bearer {key}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/list"),
+    ];
+    raw_post(url, &headers, body.to_string()).await
+}
+
+impl Raw {
+    /// Asserts an HTTP 200 answer; its body.
+    pub fn ok(self) -> Value {
+        assert_eq!(self.status, 200, "{}", self.text);
+        self.body
+    }
+
+    /// Asserts an HTTP 200 answer with a JSON-RPC result to request
+    /// [`RPC_ID`]; that result.
+    pub fn result(self) -> Value {
+        assert_eq!(self.status, 200, "{}", self.text);
+        assert_eq!(self.body["id"], RPC_ID, "{}", self.text);
+        assert!(self.body["result"].is_object(), "{}", self.text);
+        self.body["result"].clone()
+    }
+
+    /// The gateway's refusal code of a `tools/call` result (asserting one,
+    /// as [`Raw::result`]), `None` when the tool ran.
+    pub fn refusal(self) -> Option<String> {
+        self.result()["_meta"]["portcullis/error"]["code"]
+            .as_str()
+            .map(str::to_owned)
+    }
+}
+
+impl TestGateway {
+    /// `tools/call` of `name` on `server` as alice ([`tools_call`]): asserts
+    /// a JSON-RPC result ([`Raw::result`]) and returns it.
+    pub async fn call(&self, server: &str, name: &str, args: Value) -> Value {
+        tools_call(&self.url(server), ALICE, name, args, &[])
+            .await
+            .result()
+    }
+
+    /// `tools/list` on `server` as alice ([`tools_list`]): the tools listed.
+    pub async fn list(&self, server: &str) -> Vec<Value> {
+        tools_list(&self.url(server), ALICE).await.body["result"]["tools"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
     }
 }
 
