@@ -2,6 +2,7 @@
 //! upstream sees no traffic at all, and the gateway keeps serving.
 
 use crate::support;
+use support::Config;
 
 use serde_json::{Value, json};
 use support::upstreams::InProcess;
@@ -241,13 +242,14 @@ async fn a_session_belongs_to_the_client_that_opened_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_clients_initialize_flood_never_evicts_another_clients_session() {
     let upstream = InProcess::demo().await;
-    let gateway = TestGateway::start_raw(&format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmax_sessions = 50\nmax_sessions_per_client = 3\n\
-         [servers.demo]\nurl = \"{}\"\n{}{}",
-        upstream.url,
-        clients(),
-        allow_all()
-    ))
+    let gateway = TestGateway::start_config(
+        &Config::new()
+            .gateway("max_sessions", 50)
+            .gateway("max_sessions_per_client", 3)
+            .server("demo", &upstream.url)
+            .clients()
+            .allow_all(),
+    )
     .await;
     let url = gateway.url("demo");
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;

@@ -13,13 +13,14 @@
 //! observation from `tests/support/process.rs`. RELIABILITY.md lists the cases.
 
 use crate::support;
+use support::Config;
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::misbehaving::{CANARY_FRAGMENTS, CARD_PATTERN, HUGE, Misbehaving};
 use support::process::Observed;
-use support::{ALICE, Raw, borrow, clients, modern_call, modern_call_headers, raw_post};
+use support::{ALICE, Raw, borrow, modern_call, modern_call_headers, raw_post};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -30,17 +31,21 @@ const MAX_RESPONSE: u64 = 1 << 20;
 const RSS_GROWTH_LIMIT_KIB: u64 = 96 * 1024;
 
 fn config(upstream: &str) -> String {
-    format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-         max_response_bytes = {MAX_RESPONSE}\nclient_timeout = \"3s\"\n\
-         [servers.s]\nurl = \"{upstream}\"\ntimeout = \"2s\"\nconnect_timeout = \"1s\"\npinning = \"warn\"\n\
-         {clients}\
-         [[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"*\"]\naction = \"allow\"\n\
-         [[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"canary_*\"]\naction = \"deny\"\n\
-         [[sanitize.patterns]]\nname = \"card\"\nregex = '{CARD_PATTERN}'\n\
-         [pins]\ndatabase = \":memory:\"\n[audit]\ndatabase = \":memory:\"\n",
-        clients = clients()
-    )
+    Config::new()
+        .gateway("max_response_bytes", MAX_RESPONSE as i64)
+        .gateway("client_timeout", "3s")
+        .server("s", upstream)
+        .set("timeout", "2s")
+        .set("connect_timeout", "1s")
+        .set("pinning", "warn")
+        .clients()
+        .allow(&["*"])
+        .deny(&["canary_*"])
+        .raw(&format!(
+            "[[sanitize.patterns]]\nname = \"card\"\nregex = '{CARD_PATTERN}'\n"
+        ))
+        .memory_stores()
+        .render()
 }
 
 /// The misbehaving upstream, the gateway process in front of it, and the

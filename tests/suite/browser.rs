@@ -10,6 +10,7 @@
 //! fails, never skips, when either is missing.
 
 use crate::support;
+use support::Config;
 use support::tools_call;
 
 use std::path::PathBuf;
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::upstreams::InProcess;
-use support::{ALICE, TestGateway, clients};
+use support::{ALICE, TestGateway};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 const ADMIN_TOKEN: &str = "dashboard-admin-token";
@@ -45,14 +46,15 @@ async fn dashboard_in_chromium_shows_calls_and_approves_a_quarantined_tool() {
     let profile = tempfile::tempdir().expect("profile dir");
 
     let upstream = InProcess::demo().await;
-    let gateway = TestGateway::start_raw(&format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{}\"\n\
-         [servers.demo]\nurl = \"{}\"\ntimeout = \"20s\"\npinning = \"block\"\n{}{}",
-        hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN)),
-        upstream.url,
-        clients(),
-        support::allow_all()
-    ))
+    let gateway = TestGateway::start_config(
+        &Config::new()
+            .admin_token(ADMIN_TOKEN)
+            .server("demo", &upstream.url)
+            .set("timeout", "20s")
+            .set("pinning", "block")
+            .clients()
+            .allow_all(),
+    )
     .await;
     let url = gateway.url("demo");
 
@@ -139,13 +141,16 @@ async fn a_rebinding_page_in_chromium_reads_nothing() {
     );
     let profile = tempfile::tempdir().expect("profile dir");
     let upstream = InProcess::demo().await;
-    let gateway = TestGateway::start_raw(&format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-         [servers.demo]\nurl = \"{}\"\npinning = \"off\"\n{}{}[audit]\ndatabase = \":memory:\"\narguments = \"full\"\n",
-        upstream.url,
-        clients(),
-        support::allow_all()
-    ))
+    let gateway = TestGateway::start_config(
+        &Config::new()
+            .server("demo", &upstream.url)
+            .set("pinning", "off")
+            .clients()
+            .allow_all()
+            .section("audit")
+            .set("database", ":memory:")
+            .set("arguments", "full"),
+    )
     .await;
     // Something worth stealing: a call with its arguments in the audit trail.
     let secret = json!({"text": "the arguments a rebinding page wants"});

@@ -5,6 +5,7 @@
 //! rate-limit refusals, configuration reloads and the span exporter.
 
 use crate::support;
+use support::Config;
 use support::tools_call;
 
 use std::collections::BTreeMap;
@@ -251,14 +252,13 @@ const ADMIN_TOKEN: &str = "metrics-admin-token";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_need_the_admin_token_once_one_is_configured() {
     let upstream = InProcess::demo().await;
-    let gateway = TestGateway::start_raw(&format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{}\"\n\
-         [servers.demo]\nurl = \"{}\"\n{}{}",
-        hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN)),
-        upstream.url,
-        clients(),
-        allow_all()
-    ))
+    let gateway = TestGateway::start_config(
+        &Config::new()
+            .admin_token(ADMIN_TOKEN)
+            .server("demo", &upstream.url)
+            .clients()
+            .allow_all(),
+    )
     .await;
     let client = reqwest::Client::builder()
         .no_proxy()
@@ -291,16 +291,17 @@ async fn metrics_need_the_admin_token_once_one_is_configured() {
 /// A configuration file's text: one server, `lookup_order` allowed once per
 /// 100 s per client, traces exported to `otlp`.
 fn limited(url: &str, otlp: &str) -> String {
-    format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{}\"\n\
-         [servers.demo]\nurl = \"{url}\"\ntimeout = \"20s\"\npinning = \"off\"\n{}\
-         [[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"lookup_order\"]\naction = \"allow\"\n\
-         rate = {{ burst = 1, per_second = 0.01, key = \"client+tool\" }}\n\
-         [pins]\ndatabase = \":memory:\"\n[audit]\ndatabase = \":memory:\"\n\
-         [telemetry]\notlp_endpoint = \"{otlp}\"\n",
-        hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN)),
-        clients(),
-    )
+    Config::new()
+        .admin_token(ADMIN_TOKEN)
+        .server("demo", url)
+        .set("timeout", "20s")
+        .set("pinning", "off")
+        .clients()
+        .allow(&["lookup_order"])
+        .rate(1, 0.01, "client+tool")
+        .memory_stores()
+        .otlp(otlp)
+        .render()
 }
 
 async fn reload(admin: &str) -> u16 {

@@ -5,6 +5,7 @@
 //! the audit row, the dashboard's events and overview, and `/metrics`.
 
 use crate::support;
+use support::Config;
 use support::tools_call;
 
 use std::time::Duration;
@@ -12,17 +13,18 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use support::upstreams::InProcess;
 use support::{
-    ALICE, Mode, Peer, PeerServer, Sdk, TestGateway, borrow, call as op, clients, modern_call,
+    ALICE, Mode, Peer, PeerServer, Sdk, TestGateway, borrow, call as op, modern_call,
     modern_call_headers, modern_meta, raw_post, sdk,
 };
 
 /// Only `echo` is allowed; `mode` lines go where the caller puts them.
 fn config(servers: &str, gateway_mode: &str) -> String {
-    format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmode = \"{gateway_mode}\"\n\
-         {servers}{}[[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"echo\"]\naction = \"allow\"\n",
-        clients()
-    )
+    Config::new()
+        .gateway("mode", gateway_mode)
+        .raw(servers)
+        .clients()
+        .allow(&["echo"])
+        .render()
 }
 
 fn server(name: &str, url: &str, mode: Option<&str>) -> String {

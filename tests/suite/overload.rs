@@ -7,13 +7,14 @@
 //! closed, while an idle keep-alive connection stays.
 
 use crate::support;
+use support::Config;
 
 use std::time::Duration;
 
 use serde_json::json;
 use support::process::Observed;
 use support::upstreams::InProcess;
-use support::{ALICE, Mode, Sdk, allow_all, call, clients, list, sdk};
+use support::{ALICE, Mode, Sdk, call, list, sdk};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -43,14 +44,16 @@ fn room_for_connections() -> usize {
 }
 
 fn config(upstream: &str, max_connections: usize, header_timeout: &str) -> String {
-    format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-         max_connections = {max_connections}\nheader_timeout = \"{header_timeout}\"\nclient_timeout = \"120s\"\n\
-         [servers.demo]\nurl = \"{upstream}\"\ntimeout = \"20s\"\n{}{}\
-         [pins]\ndatabase = \":memory:\"\n[audit]\ndatabase = \":memory:\"\n",
-        clients(),
-        allow_all()
-    )
+    Config::new()
+        .gateway("max_connections", max_connections as i64)
+        .gateway("header_timeout", header_timeout)
+        .gateway("client_timeout", "120s")
+        .server("demo", upstream)
+        .set("timeout", "20s")
+        .clients()
+        .allow_all()
+        .memory_stores()
+        .render()
 }
 
 /// A connection that sends a request line and one header, never the end.

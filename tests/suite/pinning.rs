@@ -5,6 +5,7 @@
 //! restart, and never let a poisoned new definition reach the model.
 
 use crate::support;
+use support::Config;
 
 use std::path::Path;
 use std::process::Command;
@@ -34,13 +35,16 @@ fn tags(text: &str) -> String {
 
 /// A gateway config for server `s` at `url` with `pinning`, an admin token and `pins`.
 fn config(url: &str, pinning: &str, pins: &str) -> String {
-    format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{}\"\n\
-         [servers.s]\nurl = \"{url}\"\ntimeout = \"20s\"\npinning = \"{pinning}\"\n{}{}\n[pins]\ndatabase = {pins}\n",
-        hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN)),
-        clients(),
-        support::allow_all()
-    )
+    Config::new()
+        .admin_token(ADMIN_TOKEN)
+        .server("s", url)
+        .set("timeout", "20s")
+        .set("pinning", pinning)
+        .clients()
+        .allow_all()
+        .section("pins")
+        .set_raw("database", pins)
+        .render()
 }
 
 fn tool<'a>(tools: &'a [Value], name: &str) -> Option<&'a Value> {

@@ -4,6 +4,7 @@
 //! serving, and recover by themselves when it comes back.
 
 use crate::support;
+use support::Config;
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::redis::RedisServer;
 use support::upstreams::InProcess;
-use support::{ALICE, clients, modern_call};
+use support::{ALICE, modern_call};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -29,13 +30,17 @@ impl Replica {
     /// Runs `portcullis run --config FILE` in front of `upstream` with `redis`
     /// as the rate-limit backend, and waits until it listens.
     async fn start(upstream: &str, redis: &str, on_error: &str, rate: &str) -> Self {
-        let text = format!(
-            "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-             [servers.demo]\nurl = \"{upstream}\"\n{}\
-             [[rules]]\nclients = [\"*\"]\nservers = [\"demo\"]\ntools = [\"echo\"]\naction = \"allow\"\nrate = {rate}\n\
-             [rate_limit]\nbackend = \"redis\"\nredis_url = \"{redis}\"\non_backend_error = \"{on_error}\"\n",
-            clients()
-        );
+        let text = Config::new()
+            .server("demo", upstream)
+            .clients()
+            .allow(&["echo"])
+            .set("servers", vec!["demo"])
+            .set_raw("rate", rate)
+            .section("rate_limit")
+            .set("backend", "redis")
+            .set("redis_url", redis)
+            .set("on_backend_error", on_error)
+            .render();
         let config = support::ConfigFile::new(&text);
         let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
             .arg("run")

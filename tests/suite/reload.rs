@@ -3,6 +3,7 @@
 //! stays; a call in flight finishes under the configuration it started with.
 
 use crate::support;
+use support::Config;
 use support::tools_call;
 
 use std::path::{Path, PathBuf};
@@ -11,20 +12,22 @@ use std::time::Duration;
 use portcullis::Gateway;
 use serde_json::{Value, json};
 use support::upstreams::InProcess;
-use support::{ALICE, TestGateway, clients, raw_post};
+use support::{ALICE, TestGateway, raw_post};
 
 const ADMIN_TOKEN: &str = "reload-admin-token";
 
 /// A whole configuration that lets everyone call `tools` on server `s`.
 fn config(url: &str, tools: &[&str]) -> String {
-    format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{}\"\n\
-         [servers.s]\nurl = \"{url}\"\ntimeout = \"20s\"\npinning = \"off\"\n{}\
-         [[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = {tools:?}\naction = \"allow\"\n\
-         [pins]\ndatabase = \":memory:\"\n",
-        hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN)),
-        clients(),
-    )
+    Config::new()
+        .admin_token(ADMIN_TOKEN)
+        .server("s", url)
+        .set("timeout", "20s")
+        .set("pinning", "off")
+        .clients()
+        .allow(tools)
+        .section("pins")
+        .set("database", ":memory:")
+        .render()
 }
 
 /// Replaces the file the way editors and Kubernetes do: write aside, rename over.

@@ -6,6 +6,7 @@
 //! any rule is looked at, the upstream not called.
 
 use crate::support;
+use support::Config;
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -181,12 +182,12 @@ async fn a_spelling_that_changes_structure_gets_an_explicit_answer_and_is_not_fo
 #[tokio::test]
 async fn observe_mode_still_refuses_a_spelling_that_changes_structure() {
     let py = PeerServer::start(Peer::Python).await;
-    let text = format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmode = \"observe\"\n\
-         [servers.py]\nurl = \"{}\"\n{}{RULES}",
-        py.url,
-        clients()
-    );
+    let text = Config::new()
+        .gateway("mode", "observe")
+        .server("py", &py.url)
+        .clients()
+        .raw(RULES)
+        .render();
     let gateway = TestGateway::start_raw(&text).await;
     let observed = modern_read(&gateway.url("py"), "users://%61dmin/profile").await;
     assert_eq!(

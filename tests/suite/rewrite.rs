@@ -11,6 +11,7 @@
 //! canary secret and hidden channels in its raw bytes.
 
 use crate::support;
+use support::Config;
 
 use std::fs;
 use std::path::Path;
@@ -18,8 +19,8 @@ use std::path::Path;
 use serde_json::{Value, json};
 use support::misbehaving::{CANARY_PASSWORD, Misbehaving};
 use support::{
-    ALICE, Mode, Peer, PeerServer, Sdk, TestGateway, allow_all, borrow, call, clients,
-    gateway_code, modern_call, modern_call_headers, raw_post, sdk,
+    ALICE, Mode, Peer, PeerServer, Sdk, TestGateway, borrow, call, gateway_code, modern_call,
+    modern_call_headers, raw_post, sdk,
 };
 
 const SNAPSHOTS: &str = "tests/snapshots/rewrite";
@@ -49,14 +50,15 @@ fn assert_snapshot(name: &str, actual: &str) {
 }
 
 fn config(servers: &[(&str, &str)], timeout: &str, sanitize: &str) -> String {
-    let mut text =
-        String::from("[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n");
+    let mut config = Config::new();
     for (name, url) in servers {
-        text.push_str(&format!(
-            "[servers.{name}]\nurl = \"{url}\"\ntimeout = \"{timeout}\"\nconnect_timeout = \"1s\"\npinning = \"warn\"\n"
-        ));
+        config = config
+            .server(name, url)
+            .set("timeout", timeout)
+            .set("connect_timeout", "1s")
+            .set("pinning", "warn");
     }
-    format!("{text}{}{}{sanitize}", clients(), allow_all())
+    config.clients().allow_all().raw(sanitize).render()
 }
 
 /// Hidden channels that must never reach a client, raw or JSON-escaped.

@@ -4,6 +4,7 @@
 //! secrets never appear in any byte a client receives; long text is cut.
 
 use crate::support;
+use support::Config;
 
 use serde_json::{Value, json};
 use support::{
@@ -21,12 +22,14 @@ const CANARIES: &[&str] = &[
 /// Pinning warns here: these tests look at what the sanitizer makes of
 /// definitions that the pinning scan would otherwise hold back.
 fn config(url: &str, sanitize: &str) -> String {
-    format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n[servers.s]\nurl = \"{url}\"\ntimeout = \"20s\"\n{}{}{}{sanitize}",
-        "pinning = \"warn\"\n",
-        clients(),
-        allow_all()
-    )
+    Config::new()
+        .server("s", url)
+        .set("timeout", "20s")
+        .set("pinning", "warn")
+        .clients()
+        .allow_all()
+        .raw(sanitize)
+        .render()
 }
 
 /// Nothing hidden, nothing secret: checked on text as a client decoded it.

@@ -2,25 +2,29 @@
 //! a call in flight finish and exits 0; past `shutdown_grace` it exits anyway.
 
 use crate::support;
+use support::Config;
 
 use std::time::Duration;
 
 use serde_json::json;
 use support::upstreams::InProcess;
-use support::{ALICE, borrow, clients, modern_call, modern_call_headers, raw_post};
+use support::{ALICE, borrow, modern_call, modern_call_headers, raw_post};
 
 /// Starts `portcullis run` in front of `url` with `shutdown_grace = grace`;
 /// returns the process and its MCP address.
 async fn start(dir: &std::path::Path, url: &str, grace: &str) -> (tokio::process::Child, String) {
     support::init();
     let path = dir.join("portcullis.toml");
-    let text = format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nshutdown_grace = \"{grace}\"\n\
-         [servers.s]\nurl = \"{url}\"\ntimeout = \"20s\"\npinning = \"off\"\n{}{}\
-         [pins]\ndatabase = \":memory:\"\n",
-        clients(),
-        support::allow_all()
-    );
+    let text = Config::new()
+        .gateway("shutdown_grace", grace)
+        .server("s", url)
+        .set("timeout", "20s")
+        .set("pinning", "off")
+        .clients()
+        .allow_all()
+        .section("pins")
+        .set("database", ":memory:")
+        .render();
     std::fs::write(&path, text).expect("write");
     let mut child = support::run_binary(&path, &[]);
     let (mcp, _) = support::listening(&mut child).await;

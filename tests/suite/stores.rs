@@ -5,6 +5,7 @@
 //! timing that one round may miss.
 
 use crate::support;
+use support::Config;
 
 use std::time::Duration;
 
@@ -13,9 +14,7 @@ use rusqlite::Connection;
 use serde_json::json;
 use support::process::Observed;
 use support::upstreams::InProcess;
-use support::{
-    ALICE, ConfigFile, allow_all, borrow, clients, modern_call, modern_call_headers, raw_post,
-};
+use support::{ALICE, ConfigFile, borrow, modern_call, modern_call_headers, raw_post};
 
 /// Gateways started together in each round.
 const GATEWAYS: usize = 6;
@@ -25,12 +24,12 @@ const ROUNDS: usize = 10;
 /// A gateway in front of `url` with the default stores: `portcullis-audit.db`
 /// and `portcullis-pins.db` beside the configuration file.
 fn config(url: &str) -> String {
-    format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-         [servers.s]\nurl = \"{url}\"\ntimeout = \"20s\"\n{}{}",
-        clients(),
-        allow_all()
-    )
+    Config::new()
+        .server("s", url)
+        .set("timeout", "20s")
+        .clients()
+        .allow_all()
+        .render()
 }
 
 fn count(path: &std::path::Path, sql: &str) -> i64 {

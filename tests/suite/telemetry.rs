@@ -9,6 +9,7 @@
 //! when SIGTERM stops it. JSON logs never carry arguments or results.
 
 use crate::support;
+use support::Config;
 use support::tools_call;
 
 use std::collections::BTreeSet;
@@ -345,16 +346,17 @@ async fn sigterm_sends_the_last_spans_and_json_logs_hold_no_arguments_or_results
     let upstream = InProcess::demo().await;
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("portcullis.toml");
-    let text = format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-         [servers.s]\nurl = \"{}\"\ntimeout = \"20s\"\npinning = \"off\"\n{}{}\
-         [pins]\ndatabase = \":memory:\"\n[audit]\ndatabase = \":memory:\"\narguments = \"full\"\n\
-         [telemetry]\notlp_endpoint = \"{}\"\nlog_format = \"json\"\n",
-        upstream.url,
-        clients(),
-        allow_all(),
-        receiver.endpoint
-    );
+    let text = Config::new()
+        .server("s", &upstream.url)
+        .set("timeout", "20s")
+        .set("pinning", "off")
+        .clients()
+        .allow_all()
+        .memory_stores()
+        .set("arguments", "full")
+        .otlp(&receiver.endpoint)
+        .set("log_format", "json")
+        .render();
     std::fs::write(&path, text).expect("write");
     let mut child = support::run_binary(&path, &[]);
     let (mcp, _admin, mut log) = support::listening_log(&mut child).await;

@@ -2,17 +2,20 @@
 //! `isError` result saying what happened and whether a retry can help.
 
 use crate::support;
+use support::Config;
 
 use serde_json::json;
+use support::TestGateway;
 use support::upstreams::InProcess;
-use support::{TestGateway, allow_all, clients};
 
 fn config(url: &str, timeout: &str) -> String {
-    format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n[servers.s]\nurl = \"{url}\"\ntimeout = \"{timeout}\"\nconnect_timeout = \"1s\"\n{}{}",
-        clients(),
-        allow_all()
-    )
+    Config::new()
+        .server("s", url)
+        .set("timeout", timeout)
+        .set("connect_timeout", "1s")
+        .clients()
+        .allow_all()
+        .render()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,29 +14,36 @@
 //! ```
 //!
 //! Values go through `toml::Value`, so strings are quoted and escaped as TOML
-//! wants. `set` adds a key to the table added last (the gateway table before
-//! any other); a test whose point is a particular TOML text (refusals of bad
+//! wants. `set` sets a key of the table added last (the gateway table before
+//! any other), `gateway` one of `[gateway]`, `raw` adds TOML as written in
+//! its place; a test whose point is a particular TOML text (refusals of bad
 //! configurations with their line numbers, shipped files) keeps that text.
 
 use std::fmt::Write as _;
 
 use super::{ADMIN, ALICE, BOB};
 
-/// One table of the configuration, in the order it was added.
+/// One part of the configuration, in the order it was added.
+#[derive(Debug, Clone)]
+enum Part {
+    Table(Table),
+    /// TOML as written (a table the builder has no word for).
+    Raw(String),
+}
+
+/// A table with its keys.
 #[derive(Debug, Clone)]
 struct Table {
     /// `[servers.s]`, `[[rules]]`, …
     header: String,
-    /// `key = value` lines, values rendered.
-    lines: Vec<String>,
+    /// Keys and their values as TOML writes them, in the order first set.
+    lines: Vec<(String, String)>,
 }
 
 /// A gateway configuration under construction; renders with [`Config::render`].
 #[derive(Debug, Clone)]
 pub struct Config {
-    tables: Vec<Table>,
-    /// TOML appended as written (an unusual table the builder has no word for).
-    raw: String,
+    parts: Vec<Part>,
 }
 
 impl Default for Config {
@@ -50,50 +57,65 @@ pub fn value(v: impl Into<toml::Value>) -> String {
     v.into().to_string()
 }
 
+/// Sets `key` in `lines`, replacing a value set before.
+fn put(lines: &mut Vec<(String, String)>, key: &str, toml: &str) {
+    match lines.iter_mut().find(|(k, _)| k == key) {
+        Some(line) => line.1 = toml.to_owned(),
+        None => lines.push((key.to_owned(), toml.to_owned())),
+    }
+}
+
 impl Config {
     /// Both listeners on loopback ports the OS picks; nothing else.
     pub fn new() -> Self {
         let gateway = Table {
             header: "[gateway]".into(),
             lines: vec![
-                "listen = \"127.0.0.1:0\"".into(),
-                "admin_listen = \"127.0.0.1:0\"".into(),
+                ("listen".into(), "\"127.0.0.1:0\"".into()),
+                ("admin_listen".into(), "\"127.0.0.1:0\"".into()),
             ],
         };
         Self {
-            tables: vec![gateway],
-            raw: String::new(),
+            parts: vec![Part::Table(gateway)],
         }
     }
 
     /// No table at all: for fragments ([`super::clients`], [`super::allow_all`])
     /// that go into a text of their own.
     pub(super) fn fragment() -> Self {
-        Self {
-            tables: Vec::new(),
-            raw: String::new(),
-        }
+        Self { parts: Vec::new() }
     }
 
     fn table(mut self, header: String) -> Self {
-        self.tables.push(Table {
+        self.parts.push(Part::Table(Table {
             header,
             lines: Vec::new(),
-        });
+        }));
         self
     }
 
-    /// Sets `key` to `v` in the table added last.
-    pub fn set(mut self, key: &str, v: impl Into<toml::Value>) -> Self {
-        let line = format!("{key} = {}", value(v));
-        self.tables.last_mut().expect("a table").lines.push(line);
+    /// Sets `key` to `v` in the table added last (again: the new value replaces the old).
+    pub fn set(self, key: &str, v: impl Into<toml::Value>) -> Self {
+        self.set_raw(key, &value(v))
+    }
+
+    /// Sets `key` to `toml`, a value as TOML writes it (`{ burst = 2, per_second = 1.0 }`).
+    pub fn set_raw(mut self, key: &str, toml: &str) -> Self {
+        match self.parts.last_mut() {
+            Some(Part::Table(table)) => put(&mut table.lines, key, toml),
+            _ => panic!("`{key}` set where no table was added last"),
+        }
         self
     }
 
     /// Sets `key` in the `[gateway]` table, wherever the builder is.
     pub fn gateway(mut self, key: &str, v: impl Into<toml::Value>) -> Self {
-        let line = format!("{key} = {}", value(v));
-        self.tables[0].lines.push(line);
+        match self.parts.first_mut() {
+            Some(Part::Table(table)) if table.header == "[gateway]" => {
+                put(&mut table.lines, key, &value(v))
+            }
+            _ => panic!("a fragment has no [gateway] table for `{key}`"),
+        }
         self
     }
 
@@ -103,19 +125,9 @@ impl Config {
         self.gateway("admin_token_sha256", hash)
     }
 
-    /// `[servers.NAME]` reached at `url`, with the harness's 20 s timeout.
+    /// `[servers.NAME]` reached at `url` (its other keys with [`Config::set`]).
     pub fn server(self, name: &str, url: &str) -> Self {
-        self.table(format!("[servers.{name}]"))
-            .set("url", url)
-            .set("timeout", "20s")
-    }
-
-    /// `[servers.NAME]` spawned with `command` on stdio, 20 s timeout.
-    pub fn stdio_server(self, name: &str, command: &[String]) -> Self {
-        let command: Vec<toml::Value> = command.iter().map(|w| w.as_str().into()).collect();
-        self.table(format!("[servers.{name}]"))
-            .set("command", command)
-            .set("timeout", "20s")
+        self.table(format!("[servers.{name}]")).set("url", url)
     }
 
     /// `[clients.NAME]` holding `key`.
@@ -174,6 +186,11 @@ impl Config {
         self.table(format!("[{name}]"))
     }
 
+    /// `[telemetry]` exporting spans to `otlp`.
+    pub fn otlp(self, endpoint: &str) -> Self {
+        self.section("telemetry").set("otlp_endpoint", endpoint)
+    }
+
     /// Pins and audit events in memory (what [`super::TestGateway::start_raw`]
     /// does on its own; for a configuration the real binary reads).
     pub fn memory_stores(self) -> Self {
@@ -183,25 +200,31 @@ impl Config {
             .set("database", ":memory:")
     }
 
-    /// Appends `toml` as written.
+    /// Adds `toml` as written, here in the order (bare keys in it land in
+    /// the table added before it).
     pub fn raw(mut self, toml: &str) -> Self {
-        self.raw.push_str(toml);
-        if !toml.ends_with('\n') {
-            self.raw.push('\n');
+        let mut toml = toml.to_owned();
+        if !toml.is_empty() && !toml.ends_with('\n') {
+            toml.push('\n');
         }
+        self.parts.push(Part::Raw(toml));
         self
     }
 
     /// The configuration text.
     pub fn render(&self) -> String {
         let mut text = String::new();
-        for table in &self.tables {
-            let _ = writeln!(text, "{}", table.header);
-            for line in &table.lines {
-                let _ = writeln!(text, "{line}");
+        for part in &self.parts {
+            match part {
+                Part::Table(table) => {
+                    let _ = writeln!(text, "{}", table.header);
+                    for (key, value) in &table.lines {
+                        let _ = writeln!(text, "{key} = {value}");
+                    }
+                }
+                Part::Raw(toml) => text.push_str(toml),
             }
         }
-        text.push_str(&self.raw);
         text
     }
 }
@@ -223,6 +246,7 @@ mod tests {
         let built = Config::new()
             .gateway("max_response_bytes", 65536)
             .server("s", "http://127.0.0.1:1/mcp")
+            .set("timeout", "20s")
             .set("pinning", "off")
             .client("alice", ALICE)
             .allow(&["lookup_order"])

@@ -96,7 +96,7 @@ impl TestGateway {
     ) -> Self {
         let mut config = Config::new();
         for (name, url) in servers {
-            config = config.server(name, url);
+            config = config.server(name, url).set("timeout", "20s");
             if let Some(p) = pinning {
                 config = config.set("pinning", p);
             }
