@@ -7,6 +7,7 @@
 //! configuration is refused.
 
 use crate::support;
+use support::Config;
 
 use std::io::Write as _;
 use std::path::Path;
@@ -24,10 +25,6 @@ use support::{
 };
 
 const ADMIN_TOKEN: &str = "edges-admin-token";
-
-fn admin_hash() -> String {
-    hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN))
-}
 
 fn http() -> reqwest::Client {
     support::init();
@@ -124,21 +121,22 @@ async fn every_listener_and_endpoint_refuses_rebinding_alike() {
     let upstream = InProcess::demo().await;
     let keys = jwks_file();
     for with_token in [true, false] {
-        let token_line = match with_token {
-            true => format!("admin_token_sha256 = \"{}\"\n", admin_hash()),
-            false => String::new(),
-        };
-        let text = format!(
-            "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{token_line}\
-             allowed_hosts = [\"mcp.example.test\"]\nallowed_origins = [\"https://app.example.test\"]\n\
-             [servers.s]\nurl = \"{}\"\npinning = \"off\"\n{}{}\
-             [auth.jwt]\nissuer = \"https://idp.example.test\"\naudience = \"https://mcp.example.test/mcp/s\"\n\
-             jwks_file = \"{}\"\n",
-            upstream.url,
-            clients(),
-            allow_all(),
-            keys.path().display()
-        );
+        let mut config = Config::new();
+        if with_token {
+            config = config.admin_token(ADMIN_TOKEN);
+        }
+        let text = config
+            .gateway("allowed_hosts", vec!["mcp.example.test"])
+            .gateway("allowed_origins", vec!["https://app.example.test"])
+            .server("s", &upstream.url)
+            .set("pinning", "off")
+            .clients()
+            .allow_all()
+            .section("auth.jwt")
+            .set("issuer", "https://idp.example.test")
+            .set("audience", "https://mcp.example.test/mcp/s")
+            .set("jwks_file", keys.path().display().to_string())
+            .render();
         let gateway = TestGateway::start_raw(&text).await;
         let mcp = gateway.url("s");
         let mcp_base = mcp.trim_end_matches("/mcp/s").to_owned();
@@ -597,18 +595,21 @@ async fn a_flood_of_worst_case_names_leaves_others_served() {
 /// A whole configuration file: server `s`, clients alice and bob (bob only
 /// when `with_bob`), and an allow-all rule for `allowed` clients.
 fn reload_config(url: &str, allowed: &[&str], with_bob: bool) -> String {
-    let mut clients = clients();
-    if !with_bob {
-        let hash = hex::encode(portcullis::auth::hash_key(BOB));
-        clients = clients.replace(&format!("[clients.bob]\napi_key_sha256 = \"{hash}\"\n"), "");
+    let mut config = Config::new()
+        .admin_token(ADMIN_TOKEN)
+        .server("s", url)
+        .set("timeout", "20s")
+        .set("pinning", "off")
+        .client("alice", ALICE);
+    if with_bob {
+        config = config.client("bob", BOB);
     }
-    format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{}\"\n\
-         [servers.s]\nurl = \"{url}\"\ntimeout = \"20s\"\npinning = \"off\"\n{clients}\
-         [[rules]]\nclients = {allowed:?}\nservers = [\"*\"]\ntools = [\"*\"]\nresources = [\"*\"]\nprompts = [\"*\"]\naction = \"allow\"\n\
-         [pins]\ndatabase = \":memory:\"\n[audit]\ndatabase = \":memory:\"\n",
-        admin_hash()
-    )
+    config
+        .client("admin", support::ADMIN)
+        .allow_all()
+        .set("clients", allowed.to_vec())
+        .memory_stores()
+        .render()
 }
 
 async fn reload(client: &reqwest::Client, admin: &str, path: &Path, text: &str) {
@@ -902,13 +903,15 @@ async fn a_reload_that_would_unbind_an_audience_is_refused_with_the_reason() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("portcullis.toml");
     let text = |servers: &str| {
-        format!(
-            "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{}\"\n\
-             {servers}[auth.jwt]\nissuer = \"https://idp.example.test\"\naudience = \"https://gw.test/mcp/hotels\"\n\
-             jwks_file = \"{}\"\n[pins]\ndatabase = \":memory:\"\n[audit]\ndatabase = \":memory:\"\n",
-            admin_hash(),
-            keys.path().display()
-        )
+        Config::new()
+            .admin_token(ADMIN_TOKEN)
+            .raw(servers)
+            .section("auth.jwt")
+            .set("issuer", "https://idp.example.test")
+            .set("audience", "https://gw.test/mcp/hotels")
+            .set("jwks_file", keys.path().display().to_string())
+            .memory_stores()
+            .render()
     };
     let both = "[servers.flights]\nurl = \"http://127.0.0.1:1/mcp\"\n[servers.hotels]\nurl = \"http://127.0.0.1:2/mcp\"\n";
     let flights_only = "[servers.flights]\nurl = \"http://127.0.0.1:1/mcp\"\n";

@@ -6,6 +6,7 @@
 //! fetched, and a rotated key is picked up; rules name JWT clients.
 
 use crate::support;
+use support::Config;
 
 use std::io::Write as _;
 
@@ -489,14 +490,16 @@ async fn a_jwks_file_is_read_again_on_reload() {
     std::fs::write(&keys, jwks(&[&first])).expect("write");
     let admin_token = "jwt-admin-token";
     let path = dir.path().join("portcullis.toml");
-    let text = format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{}\"\n\
-         [servers.flights]\nurl = \"{}\"\n{}{}[pins]\ndatabase = \":memory:\"\n[audit]\ndatabase = \":memory:\"\n",
-        hex::encode(portcullis::auth::hash_key(admin_token)),
-        upstream.url,
-        jwt_table(&format!("jwks_file = \"{}\"", keys.display()), ""),
-        allow_all()
-    );
+    let text = Config::new()
+        .admin_token(admin_token)
+        .server("flights", &upstream.url)
+        .raw(&jwt_table(
+            &format!("jwks_file = \"{}\"", keys.display()),
+            "",
+        ))
+        .allow_all()
+        .memory_stores()
+        .render();
     std::fs::write(&path, text).expect("write");
     support::init();
     let gateway = TestGateway::from_handle(

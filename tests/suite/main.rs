@@ -8,11 +8,11 @@
 //! cores, as the per-file binaries did): a test keeps its state in its own
 //! temporary directory, its own ports (picked by the OS) and its own processes,
 //! passes environment to the children it starts (`Command::env`), never to this
-//! process, and never changes what the process shares (the current directory,
-//! the global log subscriber: a test that reads the log installs a subscriber
-//! for its own thread only). Nothing here needs to run alone: the one
-//! process-wide change, `overload`'s raise of the soft descriptor limit to the
-//! hard one, only gives every test more room.
+//! process, and never changes what the process shares (the current directory;
+//! the log: a test reads it through `support::log`, one subscriber for the
+//! process that keeps only the capturing thread's events). Nothing here needs
+//! to run alone: the one process-wide change, `overload`'s raise of the soft
+//! descriptor limit to the hard one, only gives every test more room.
 //!
 //! To add a topic: put `tests/suite/NAME.rs` next to the others, starting with
 //! `use crate::support;` (and `use support::{...}` for the parts it needs), and

@@ -3,6 +3,7 @@
 //! check of the HTTP path; it restarts a child that dies and stops it at shutdown.
 
 use crate::support;
+use support::Config;
 
 use std::time::Duration;
 
@@ -217,13 +218,12 @@ async fn stderr_lines_reach_the_gateway_log() {
     let everything = StdioPeer::new(Peer::Everything, "everything");
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("portcullis.toml");
-    let text = format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{}{}{}\
-         [pins]\ndatabase = \":memory:\"\n[audit]\ndatabase = \":memory:\"\n",
-        everything.table,
-        clients(),
-        allow_all()
-    );
+    let text = Config::new()
+        .raw(&everything.table)
+        .clients()
+        .allow_all()
+        .memory_stores()
+        .render();
     std::fs::write(&path, text).expect("config written");
     let mut child = support::run_binary(&path, &[]);
     let (_mcp, _admin, mut log) = support::listening_log(&mut child).await;
@@ -280,12 +280,13 @@ async fn the_child_gets_a_minimal_environment() {
 /// says so, and calls get `upstream_unavailable` instead of hanging.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_command_is_restarted_and_calls_do_not_hang() {
-    let text = format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-         [servers.crashy]\ncommand = [\"sh\", \"-c\", \"echo failing >&2; exit 3\"]\ntimeout = \"2s\"\n{}{}",
-        clients(),
-        allow_all()
-    );
+    let text = Config::new()
+        .section("servers.crashy")
+        .set("command", vec!["sh", "-c", "echo failing >&2; exit 3"])
+        .set("timeout", "2s")
+        .clients()
+        .allow_all()
+        .render();
     let gw = TestGateway::start_raw(&text).await;
     let mut seen = Value::Null;
     for _ in 0..200 {
@@ -323,15 +324,17 @@ async fn a_failing_command_is_restarted_and_calls_do_not_hang() {
 async fn a_reload_replaces_only_a_changed_process() {
     let py = StdioPeer::new(Peer::Python, "py");
     let text = |timeout: &str, tools: &str| {
-        format!(
-            "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{}\"\n{}{}\
-             [[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [{tools}]\naction = \"allow\"\n\
-             [pins]\ndatabase = \":memory:\"\n[audit]\ndatabase = \":memory:\"\n",
-            hex::encode(portcullis::auth::hash_key("admin-token")),
-            py.table
-                .replace("timeout = \"20s\"", &format!("timeout = \"{timeout}\"")),
-            clients(),
-        )
+        Config::new()
+            .admin_token("admin-token")
+            .raw(
+                &py.table
+                    .replace("timeout = \"20s\"", &format!("timeout = \"{timeout}\"")),
+            )
+            .clients()
+            .allow(&[])
+            .set_raw("tools", &format!("[{tools}]"))
+            .memory_stores()
+            .render()
     };
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("portcullis.toml");
@@ -397,12 +400,12 @@ async fn a_reload_replaces_only_a_changed_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_line_longer_than_the_cap_is_refused_and_the_process_serves_on() {
     let py = StdioPeer::new(Peer::Python, "py");
-    let text = format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nmax_response_bytes = 65536\n{}{}{}",
-        py.table,
-        clients(),
-        allow_all()
-    );
+    let text = Config::new()
+        .gateway("max_response_bytes", 65536)
+        .raw(&py.table)
+        .clients()
+        .allow_all()
+        .render();
     let gw = TestGateway::start_raw(&text).await;
     let r = sdk(
         Sdk::Python,
