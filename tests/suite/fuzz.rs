@@ -128,6 +128,8 @@ fn instance() -> impl Strategy<Value = Value> {
 
 #[test]
 fn fuzz_schema_compiler_on_hostile_schemas() {
+    // CPU-bound for its whole run (see `support::exclusive`).
+    let _alone = support::exclusive_blocking();
     let (listener, remote) = trap();
     fuzz::run(
         "schema",
@@ -188,6 +190,8 @@ fn sanitizer_invariants(input: &str) -> Result<(), TestCaseError> {
 
 #[test]
 fn fuzz_sanitizer() {
+    // CPU-bound for its whole run (see `support::exclusive`).
+    let _alone = support::exclusive_blocking();
     fuzz::run(
         "sanitize",
         |bytes| sanitizer_invariants(&String::from_utf8_lossy(bytes)).expect("invariants hold"),
@@ -306,6 +310,8 @@ fn parse_arrivals(bytes: &[u8]) -> Option<Arrivals> {
 
 #[test]
 fn fuzz_rate_limit_arithmetic_against_a_model() {
+    // CPU-bound for its whole run (see `support::exclusive`).
+    let _alone = support::exclusive_blocking();
     fuzz::run(
         "ratelimit",
         |bytes| {

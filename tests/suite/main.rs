@@ -10,9 +10,11 @@
 //! passes environment to the children it starts (`Command::env`), never to this
 //! process, and never changes what the process shares (the current directory;
 //! the log: a test reads it through `support::log`, one subscriber for the
-//! process that keeps only the capturing thread's events). Nothing here needs
-//! to run alone: the one process-wide change, `overload`'s raise of the soft
-//! descriptor limit to the hard one, only gives every test more room.
+//! process that keeps only the capturing thread's events). The one
+//! process-wide change, `overload`'s raise of the soft descriptor limit to the
+//! hard one, only gives every test more room. The one serialization,
+//! `support::exclusive`, keeps the test that measures against the wall clock
+//! apart from the CPU-bound ones (see there why).
 //!
 //! To add a topic: put `tests/suite/NAME.rs` next to the others, starting with
 //! `use crate::support;` (and `use support::{...}` for the parts it needs), and

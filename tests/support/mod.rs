@@ -64,6 +64,25 @@ pub fn init() {
     });
 }
 
+/// The suite's one serialization: held for the whole run of a test that
+/// measures against the wall clock (`rate_limit_replicas`: admissions of a
+/// shared bucket over ten seconds) and of the tests that keep both cores busy
+/// (the fuzz targets, `overload`'s thousands of connections). All tests share
+/// one process; the per-file binaries ran such tests only beside their own
+/// file's, and a measurement must not share the cores with a CPU-bound run.
+/// Every other test runs beside them.
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Waits until no other [`exclusive`] test runs; hold the guard to the end.
+pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+    ALONE.lock().await
+}
+
+/// [`exclusive`] for a test that runs outside any async runtime.
+pub fn exclusive_blocking() -> tokio::sync::MutexGuard<'static, ()> {
+    ALONE.blocking_lock()
+}
+
 /// `[clients]` tables for alice, bob and admin (as [`Config::clients`] writes them).
 pub fn clients() -> String {
     Config::fragment().clients().render()
