@@ -9,6 +9,8 @@
 //! Also checked: the annotated example `config/portcullis.example.toml` passes,
 //! and it and the README name every key that `src/config/raw.rs` accepts.
 
+use crate::support;
+
 use std::fs;
 use std::io::Write as _;
 use std::path::Path;
@@ -42,29 +44,6 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8(bytes.to_vec()).expect("the output is UTF-8")
 }
 
-/// Compares `actual` with the snapshot `name`, or writes it when `UPDATE_SNAPSHOTS=1`.
-fn assert_snapshot(name: &str, actual: &str) {
-    let path = Path::new(ROOT).join(SNAPSHOTS).join(format!("{name}.txt"));
-    if std::env::var("UPDATE_SNAPSHOTS").as_deref() == Ok("1") {
-        fs::create_dir_all(path.parent().expect("snapshot dir")).expect("create snapshot dir");
-        fs::write(&path, actual).expect("write snapshot");
-        return;
-    }
-    let expected = fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read {}: {e}\nrun `UPDATE_SNAPSHOTS=1 cargo test --test suite check::` to create it",
-            path.display()
-        )
-    });
-    if expected != actual {
-        panic!(
-            "output differs from {}\n--- expected\n{expected}\n--- actual\n{actual}\n---\n\
-             if the change is intended, run `UPDATE_SNAPSHOTS=1 cargo test --test suite check::`",
-            path.display()
-        );
-    }
-}
-
 /// A broken fixture: `check` refuses it with exit code 2, prints nothing on
 /// stdout, and its stderr is exactly the snapshot of the same name.
 fn assert_refused(name: &str) {
@@ -77,7 +56,7 @@ fn assert_refused(name: &str) {
         stderr.starts_with(&format!("error: {path}:")),
         "{path}: the message names the file:\n{stderr}"
     );
-    assert_snapshot(name, &stderr);
+    support::assert_snapshot("check", name, &stderr);
 }
 
 /// One test per broken fixture, named after it; `BROKEN` lists them all.
@@ -150,7 +129,7 @@ fn a_valid_config_prints_its_effective_policy() {
     let out = check(&format!("{FIXTURES}/valid.toml"));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stderr), "");
-    assert_snapshot("valid", &text(&out.stdout));
+    support::assert_snapshot("check", "valid", &text(&out.stdout));
 }
 
 /// JWT clients: the token settings, and the keyless client listed with its rules.
@@ -158,7 +137,7 @@ fn a_valid_config_prints_its_effective_policy() {
 fn check_describes_jwt_clients() {
     let out = check(&format!("{FIXTURES}/jwt.toml"));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_snapshot("jwt", &text(&out.stdout));
+    support::assert_snapshot("check", "jwt", &text(&out.stdout));
 }
 
 /// Overlapping rates: each allowed pattern lists every bucket it draws from.
@@ -166,7 +145,7 @@ fn check_describes_jwt_clients() {
 fn check_lists_every_limit_per_tool() {
     let out = check(&format!("{FIXTURES}/rate_limits.toml"));
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_snapshot("rate_limits", &text(&out.stdout));
+    support::assert_snapshot("check", "rate_limits", &text(&out.stdout));
 }
 
 #[test]
@@ -294,7 +273,7 @@ fn hash_key_refuses_an_empty_key() {
     let out = hash_key("\n");
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(text(&out.stdout), "");
-    assert_snapshot("hash_key_empty", &text(&out.stderr));
+    support::assert_snapshot("check", "hash_key_empty", &text(&out.stderr));
 }
 
 #[test]

@@ -55,22 +55,7 @@ fn tool<'a>(tools: &'a [Value], name: &str) -> Option<&'a Value> {
 /// `UPDATE_SNAPSHOTS=1` rewrites it.
 fn assert_snapshot(name: &str, actual: &str) {
     let dates = regex::Regex::new(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z").expect("regex");
-    let actual = dates.replace_all(actual, "<date>");
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/snapshots/pinning")
-        .join(format!("{name}.txt"));
-    if std::env::var("UPDATE_SNAPSHOTS").as_deref() == Ok("1") {
-        std::fs::create_dir_all(path.parent().expect("dir")).expect("snapshot dir");
-        std::fs::write(&path, actual.as_ref()).expect("write snapshot");
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read {}: {e}; run `UPDATE_SNAPSHOTS=1 cargo test --test suite pinning::`",
-            path.display()
-        )
-    });
-    assert_eq!(expected, actual, "the text differs from {}", path.display());
+    support::assert_snapshot("pinning", name, &dates.replace_all(actual, "<date>"));
 }
 
 fn code(result: &Value) -> Option<&str> {

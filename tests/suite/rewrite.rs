@@ -13,41 +13,12 @@
 use crate::support;
 use support::Config;
 
-use std::fs;
-use std::path::Path;
-
 use serde_json::{Value, json};
 use support::misbehaving::{CANARY_PASSWORD, Misbehaving};
 use support::{
     ALICE, Mode, Peer, PeerServer, Sdk, TestGateway, borrow, call, gateway_code, modern_call,
     modern_call_headers, raw_post, sdk,
 };
-
-const SNAPSHOTS: &str = "tests/snapshots/rewrite";
-
-/// Compares `actual` with the snapshot `name`, or writes it when `UPDATE_SNAPSHOTS=1`.
-fn assert_snapshot(name: &str, actual: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(SNAPSHOTS)
-        .join(format!("{name}.txt"));
-    if std::env::var("UPDATE_SNAPSHOTS").as_deref() == Ok("1") {
-        fs::create_dir_all(path.parent().expect("snapshot dir")).expect("create snapshot dir");
-        fs::write(&path, actual).expect("write snapshot");
-        return;
-    }
-    let expected = fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read {}: {e}\nrun `UPDATE_SNAPSHOTS=1 cargo test --test suite rewrite::` to create it",
-            path.display()
-        )
-    });
-    assert!(
-        expected == actual,
-        "text differs from {}\n--- expected\n{expected}\n--- actual\n{actual}\n---\n\
-         if the change is intended, run `UPDATE_SNAPSHOTS=1 cargo test --test suite rewrite::`",
-        path.display()
-    );
-}
 
 fn config(servers: &[(&str, &str)], timeout: &str, sanitize: &str) -> String {
     let mut config = Config::new();
@@ -113,7 +84,11 @@ fn snapshot(name: &str, code: &str, result: &Value) {
         "{result}"
     );
     assert_eq!(result["resultType"], "complete");
-    assert_snapshot(name, &format!("code: {code}\n\n{}\n", text_of(result)));
+    support::assert_snapshot(
+        "rewrite",
+        name,
+        &format!("code: {code}\n\n{}\n", text_of(result)),
+    );
 }
 
 /// Snapshots a result seen by an SDK client (`{"isError","text","meta"}`).
@@ -122,7 +97,7 @@ fn snapshot_sdk(name: &str, code: &str, result: &Value) {
     assert_eq!(gateway_code(result), Some(code), "{result}");
     let text = result["text"].as_str().unwrap_or_default();
     assert_clean_bytes(text);
-    assert_snapshot(name, &format!("code: {code}\n\n{text}\n"));
+    support::assert_snapshot("rewrite", name, &format!("code: {code}\n\n{text}\n"));
 }
 
 async fn misbehaving_row(name: &str, tool: &str, code: &str) {

@@ -88,6 +88,31 @@ pub fn clients() -> String {
     Config::fragment().clients().render()
 }
 
+/// Compares `actual` with the snapshot `tests/snapshots/<topic>/<name>.txt`,
+/// or writes it when `UPDATE_SNAPSHOTS=1` (then read the diff before
+/// committing).
+pub fn assert_snapshot(topic: &str, name: &str, actual: &str) {
+    let path = repo(&format!("tests/snapshots/{topic}/{name}.txt"));
+    let again = format!("UPDATE_SNAPSHOTS=1 cargo test --test suite {topic}::");
+    if std::env::var("UPDATE_SNAPSHOTS").as_deref() == Ok("1") {
+        std::fs::create_dir_all(path.parent().expect("snapshot dir")).expect("snapshot dir");
+        std::fs::write(&path, actual).expect("write snapshot");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {}: {e}\nrun `{again}` to create it",
+            path.display()
+        )
+    });
+    assert!(
+        expected == actual,
+        "the text differs from {}\n--- expected\n{expected}\n--- actual\n{actual}\n---\n\
+         if the change is intended, run `{again}`",
+        path.display()
+    );
+}
+
 // === Gateway ===
 
 /// A gateway serving in-process on a free loopback port.
@@ -282,6 +307,27 @@ pub async fn listening_log(
 
 // === Peer servers ===
 
+/// The calls a peer wrote to its `--record` file, one JSON line each (none
+/// for a peer that does not record).
+fn recorded(record: Option<&tempfile::NamedTempFile>) -> Vec<Value> {
+    let Some(record) = record else {
+        return Vec::new();
+    };
+    std::fs::read_to_string(record.path())
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The `tool` of each recorded call, in order.
+fn tool_names(calls: &[Value]) -> Vec<String> {
+    calls
+        .iter()
+        .filter_map(|c| c["tool"].as_str().map(str::to_owned))
+        .collect()
+}
+
 /// A peer MCP server process, killed when dropped.
 #[derive(Debug)]
 pub struct PeerServer {
@@ -424,22 +470,12 @@ impl PeerServer {
 
     /// Every tool call the server actually ran, as `{"tool", "arguments"}`.
     pub fn calls(&self) -> Vec<Value> {
-        let Some(record) = &self.record else {
-            return Vec::new();
-        };
-        std::fs::read_to_string(record.path())
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
+        recorded(self.record.as_ref())
     }
 
     /// Names of the tools the server ran, in order.
     pub fn ran(&self) -> Vec<String> {
-        self.calls()
-            .iter()
-            .filter_map(|c| c["tool"].as_str().map(str::to_owned))
-            .collect()
+        tool_names(&self.calls())
     }
 
     /// Stops the process by its PID and waits for it.
@@ -506,22 +542,12 @@ impl StdioPeer {
 
     /// Every tool call the server actually ran, as `{"tool", "arguments"}`.
     pub fn calls(&self) -> Vec<Value> {
-        let Some(record) = &self.record else {
-            return Vec::new();
-        };
-        std::fs::read_to_string(record.path())
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
+        recorded(self.record.as_ref())
     }
 
     /// Names of the tools the server ran, in order.
     pub fn ran(&self) -> Vec<String> {
-        self.calls()
-            .iter()
-            .filter_map(|c| c["tool"].as_str().map(str::to_owned))
-            .collect()
+        tool_names(&self.calls())
     }
 }
 
