@@ -323,10 +323,7 @@ fn redacted_arguments_keep_no_secret() {
 /// returns how many were.
 async fn load(url: String, n: usize, concurrency: usize) -> usize {
     use futures_util::StreamExt;
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+    let client = support::http();
     let headers = modern_call_headers(ALICE, "lookup_order");
     futures_util::stream::iter(0..n)
         .map(|i| {

@@ -684,10 +684,7 @@ async fn duplicate_keys_never_smuggle_a_name_past_policy() {
 async fn transport_mistakes_get_one_refusal() {
     let bench = Bench::start().await;
     let list = r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#;
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+    let client = support::http();
     let send = |content_type: &'static str, accept: &'static str, body: &'static str| {
         client
             .post(bench.gateway.url("s"))

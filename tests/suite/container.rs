@@ -470,10 +470,7 @@ async fn the_kubernetes_manifests_play_as_a_sidecar_pod() {
     }
     // The admin listener needs the token from the Secret for its API.
     support::init();
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+    let client = support::http();
     let events = format!("http://127.0.0.1:{admin}/api/events");
     let anonymous = client.get(&events).send().await.expect("answers");
     assert_eq!(anonymous.status().as_u16(), 401);

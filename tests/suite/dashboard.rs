@@ -12,15 +12,8 @@ use serde_json::{Value, json};
 use support::upstreams::InProcess;
 use support::{ALICE, TestGateway, allow_all, clients};
 
-fn http() -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client")
-}
-
 async fn get(url: &str) -> Value {
-    let r = http().get(url).send().await.expect("sent");
+    let r = support::http().get(url).send().await.expect("sent");
     assert_eq!(r.status(), 200, "{url}");
     serde_json::from_str(&r.text().await.expect("body")).expect("JSON")
 }
@@ -36,7 +29,11 @@ async fn api_lists_streams_and_summarizes_events() {
     let url = gateway.url("demo");
     let admin = gateway.admin_url();
 
-    let page = http().get(format!("{admin}/")).send().await.expect("page");
+    let page = support::http()
+        .get(format!("{admin}/"))
+        .send()
+        .await
+        .expect("page");
     assert_eq!(page.status(), 200);
     assert!(
         page.text()
@@ -46,7 +43,7 @@ async fn api_lists_streams_and_summarizes_events() {
     );
 
     // The live feed, opened before the calls.
-    let feed = http()
+    let feed = support::http()
         .get(format!("{admin}/api/events/stream?decision=unknown_tool"))
         .send()
         .await
@@ -102,7 +99,7 @@ async fn api_lists_streams_and_summarizes_events() {
     let one = get(&format!("{admin}/api/events/{id}")).await;
     assert_eq!(one["decision"], "invalid_arguments");
     assert_eq!(one["violations"].as_array().map(Vec::len), Some(1));
-    let missing = http()
+    let missing = support::http()
         .get(format!("{admin}/api/events/999999"))
         .send()
         .await

@@ -42,10 +42,7 @@ async fn the_demo_answers_a_real_client() {
     .flatten()
     .expect("the demo prints its dashboard, then its MCP endpoint");
     support::init();
-    let page = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client")
+    let page = support::http()
         .get(&dashboard)
         .send()
         .await

@@ -746,10 +746,7 @@ async fn a_reload_that_revokes_ends_the_clients_streams_and_sessions() {
         format!("http://{admin_addr}"),
     );
     // No overall timeout: these streams are meant to stay open.
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+    let client = support::http();
     let alice = open_session(&client, &url, ALICE).await;
     let bob = open_session(&client, &url, BOB).await;
     let mut alice_stream = get_stream(&client, &url, ALICE, &alice).await;

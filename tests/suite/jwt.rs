@@ -275,10 +275,7 @@ action = "allow"
     assert_eq!(server.ran(), ["book_flight", "echo", "echo"]);
 
     // Metrics name carol; dave, whom no table names, is counted as `other`.
-    let metrics = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client")
+    let metrics = support::http()
         .get(format!("{}/metrics", gateway.admin_url()))
         .send()
         .await
@@ -390,10 +387,7 @@ async fn a_redirected_or_oversized_key_set_is_not_trusted() {
 
 async fn get(url: &str, host: Option<&str>) -> (u16, Value) {
     support::init();
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+    let client = support::http();
     let mut req = client.get(url);
     if let Some(host) = host {
         req = req.header("host", host);
@@ -525,10 +519,7 @@ async fn a_jwks_file_is_read_again_on_reload() {
 
     // The key set file is rotated, then the configuration reloaded.
     std::fs::write(&keys, jwks(&[&second])).expect("write");
-    let reload = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client")
+    let reload = support::http()
         .post(format!("{}/api/reload", gateway.admin_url()))
         .bearer_auth(admin_token)
         .send()

@@ -82,10 +82,7 @@ fn value(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> f64 {
 }
 
 async fn scrape(admin: &str) -> Vec<Sample> {
-    let resp = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client")
+    let resp = support::http()
         .get(format!("{admin}/metrics"))
         // Needed once a gateway has an admin token; ignored otherwise.
         .bearer_auth(ADMIN_TOKEN)
@@ -260,10 +257,7 @@ async fn metrics_need_the_admin_token_once_one_is_configured() {
             .allow_all(),
     )
     .await;
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+    let client = support::http();
     let url = format!("{}/metrics", gateway.admin_url());
     let status = |r: reqwest::Response| r.status().as_u16();
     let without = client.get(&url).send().await.expect("scrape");
@@ -305,10 +299,7 @@ fn limited(url: &str, otlp: &str) -> String {
 }
 
 async fn reload(admin: &str) -> u16 {
-    reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client")
+    support::http()
         .post(format!("{admin}/api/reload"))
         .bearer_auth(ADMIN_TOKEN)
         .send()

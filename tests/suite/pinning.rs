@@ -67,10 +67,7 @@ fn text(result: &Value) -> &str {
 }
 
 async fn admin(gateway: &TestGateway, token: Option<&str>, body: Option<Value>) -> (u16, Value) {
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+    let client = support::http();
     let mut req = match &body {
         Some(b) => client
             .post(format!("{}/api/pins/approve", gateway.admin_url()))

@@ -119,14 +119,6 @@ fn code(response: &Value) -> Option<&str> {
     response["result"]["_meta"]["portcullis/error"]["code"].as_str()
 }
 
-fn http() -> reqwest::Client {
-    support::init();
-    reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_share_one_bucket_through_redis() {
     // Admissions are counted against the wall clock (see `support::exclusive`).
@@ -138,7 +130,7 @@ async fn two_replicas_share_one_bucket_through_redis() {
     let rate = format!("{{ burst = {BURST}, per_second = {PER_SECOND}, key = \"client+tool\" }}");
     let a = Replica::start(&upstream.url, &redis.url(), "deny", &rate).await;
     let b = Replica::start(&upstream.url, &redis.url(), "deny", &rate).await;
-    let http = http();
+    let http = support::http();
 
     // Two callers per replica, each a call every 10 ms, for 10 s (and at most
     // 2,000 calls each).
@@ -204,7 +196,7 @@ async fn replicas_follow_on_backend_error_while_redis_is_down_and_recover() {
     let rate = "{ burst = 1000, per_second = 100.0, key = \"client+tool\" }";
     let deny = Replica::start(&upstream.url, &redis.url(), "deny", rate).await;
     let allow = Replica::start(&upstream.url, &redis.url(), "allow", rate).await;
-    let http = http();
+    let http = support::http();
     for replica in [&deny, &allow] {
         let r = echo(&http, &replica.url).await;
         assert!(r["result"]["isError"].is_null(), "Redis up: {r}");

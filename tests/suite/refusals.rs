@@ -141,10 +141,7 @@ async fn raw(
     headers: &[(&str, &str)],
 ) -> (u16, reqwest::header::HeaderMap, String) {
     support::init();
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+    let client = support::http();
     let mut req = client
         .request(method, url)
         .header("authorization", format!("Bearer {ALICE}"))
@@ -260,10 +257,7 @@ async fn a_get_stream_the_upstream_does_not_offer_is_answered_405_as_the_upstrea
         .to_str()
         .expect("session id")
         .to_owned();
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+    let client = support::http();
     let get = client
         .get(&url)
         .header("authorization", &key)
@@ -382,10 +376,7 @@ async fn a_session_the_upstream_ended_is_answered_404_so_the_client_starts_a_new
         .expect("session id")
         .to_owned();
     // The server ends the session behind the gateway's back.
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+    let client = support::http();
     let ended = client
         .delete(&up.url)
         .header("mcp-session-id", &session)

@@ -56,10 +56,7 @@ async fn until(what: &str, mut check: impl AsyncFnMut() -> bool) {
 }
 
 async fn admin(base: &str, method: reqwest::Method, token: Option<&str>) -> (u16, Value) {
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+    let client = support::http();
     let mut req = client.request(method, format!("{base}/api/reload"));
     if let Some(t) = token {
         req = req.bearer_auth(t);
@@ -230,12 +227,7 @@ async fn sighup_reloads_the_running_binary() {
     );
 
     std::fs::write(&path, config(&up.url, &["echo", "fetch_logs"])).expect("write");
-    let pid = child.id().expect("pid").to_string();
-    let sent = std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .expect("kill");
-    assert!(sent.success());
+    support::signal(child.id().expect("pid").into(), "HUP");
     until("SIGHUP applied the new policy", async || {
         tools_call(&mcp, ALICE, "fetch_logs", args.clone(), &[])
             .await

@@ -45,12 +45,7 @@ fn slow_call(mcp: &str, seconds: u64) -> tokio::task::JoinHandle<support::Raw> {
 }
 
 fn sigterm(child: &tokio::process::Child) {
-    let pid = child.id().expect("pid").to_string();
-    let sent = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
-    assert!(sent.success());
+    support::signal(child.id().expect("pid").into(), "TERM");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,11 +18,7 @@ async fn gateway(servers: &[&StdioPeer]) -> TestGateway {
 }
 
 fn kill(pid: u64) {
-    let status = std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill -KILL {pid}");
+    support::signal(pid, "KILL");
 }
 
 /// Twenty clients at once, each in its own session (or none, in the 2026
@@ -352,10 +348,7 @@ async fn a_reload_replaces_only_a_changed_process() {
         std::fs::rename(&aside, &path).expect("rename");
     };
     let reloaded = || async {
-        reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .expect("client")
+        support::http()
             .post(format!("{}/api/reload", gw.admin_url()))
             .bearer_auth("admin-token")
             .send()

@@ -372,12 +372,7 @@ async fn sigterm_sends_the_last_spans_and_json_logs_hold_no_arguments_or_results
         .await
         .ok();
 
-    let pid = child.id().expect("pid").to_string();
-    let sent = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
-    assert!(sent.success());
+    support::signal(child.id().expect("pid").into(), "TERM");
     let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
         .await
         .expect("the process exits")

@@ -83,6 +83,16 @@ pub fn exclusive_blocking() -> tokio::sync::MutexGuard<'static, ()> {
     ALONE.blocking_lock()
 }
 
+/// An HTTP client for loopback (no proxy from the environment), the TLS
+/// provider installed.
+pub fn http() -> reqwest::Client {
+    init();
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client")
+}
+
 /// `[clients]` tables for alice, bob and admin (as [`Config::clients`] writes them).
 pub fn clients() -> String {
     Config::fragment().clients().render()
@@ -563,10 +573,7 @@ impl TestGateway {
 
     /// `GET /readyz`: status and body.
     pub async fn readyz(&self) -> (u16, Value) {
-        let response = reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .expect("client")
+        let response = http()
             .get(format!("{}/readyz", self.admin_url()))
             .send()
             .await
@@ -591,6 +598,16 @@ impl TestGateway {
         }
         panic!("{server} did not reach the running state");
     }
+}
+
+/// Sends `signal` (`TERM`, `HUP`, `KILL`, …) to the process `pid` with
+/// `kill(1)`, asserting it was delivered.
+pub fn signal(pid: u64, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{signal} {pid}");
 }
 
 /// True while a process with `pid` exists (a zombie counts as gone).
@@ -712,10 +729,7 @@ pub struct Raw {
 /// POSTs `body` to `url` with `headers`.
 pub async fn raw_post(url: &str, headers: &[(&str, &str)], body: impl Into<reqwest::Body>) -> Raw {
     init();
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+    let client = http();
     let mut req = client
         .post(url)
         .header("content-type", "application/json")
