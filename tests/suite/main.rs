@@ -19,7 +19,8 @@
 //! To add a topic: put `tests/suite/NAME.rs` next to the others, starting with
 //! `use crate::support;` (and `use support::{...}` for the parts it needs), and
 //! declare it below with `mod NAME;` in alphabetical order. A file that is not
-//! declared here is not compiled: `every_module_is_declared` fails then.
+//! declared here, or one left in `tests/` itself, is not compiled:
+//! `every_module_is_declared` fails then.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -65,25 +66,32 @@ mod tasks;
 mod telemetry;
 mod upstream_failures;
 
-/// Every `tests/suite/*.rs` file is a module of this binary: one left out
-/// would never be compiled nor run, silently.
+/// Every `tests/suite/*.rs` file is a module of this binary, and no test file
+/// lies in `tests/` itself (with `autotests = false` Cargo builds none there):
+/// one left out would never be compiled nor run, silently.
 #[test]
 fn every_module_is_declared() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/suite");
-    let main = std::fs::read_to_string(dir.join("main.rs")).expect("main.rs");
-    let mut missing = Vec::new();
-    for entry in std::fs::read_dir(&dir).expect("tests/suite") {
-        let path = entry.expect("entry").path();
-        let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
-            continue;
-        };
-        if path.extension().is_some_and(|e| e == "rs")
-            && name != "main"
-            && !main.lines().any(|l| l.trim() == format!("mod {name};"))
-        {
-            missing.push(name.to_owned());
-        }
-    }
+    let tests = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let rust_files = |dir: &std::path::Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("a tests directory")
+            .map(|entry| entry.expect("entry").path())
+            .filter(|path| path.extension().is_some_and(|e| e == "rs"))
+            .filter_map(|path| Some(path.file_stem()?.to_str()?.to_owned()))
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        rust_files(&tests),
+        Vec::<String>::new(),
+        "test files in tests/ are not built: move them to tests/suite/ and declare them in main.rs"
+    );
+    let main = std::fs::read_to_string(tests.join("suite/main.rs")).expect("main.rs");
+    let missing: Vec<String> = rust_files(&tests.join("suite"))
+        .into_iter()
+        .filter(|name| name != "main" && !main.lines().any(|l| l.trim() == format!("mod {name};")))
+        .collect();
     assert!(
         missing.is_empty(),
         "not declared in tests/suite/main.rs: {missing:?}"
