@@ -29,11 +29,11 @@ apt_install() {
 }
 
 step "installing test peers and the conformance suite (first use only)"
-# Debian's Chromium for the dashboard's browser test (tests/browser.rs).
+# Debian's Chromium for the dashboard's browser test (tests/suite/browser.rs).
 command -v chromium >/dev/null || apt_install chromium chromium-driver
 bash tests/peers/setup.sh
 bash tests/conformance/setup.sh
-# podman and the locally built base images for the image and pod tests (tests/container.rs).
+# podman and the locally built base images for the image and pod tests (tests/suite/container.rs).
 bash tests/container/images.sh
 
 step "redis-server for the rate-limit tests (first use only)"

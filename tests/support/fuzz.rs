@@ -1,4 +1,4 @@
-//! The fuzz driver shared by every target (`tests/fuzz.rs` for the public
+//! The fuzz driver shared by every target (`tests/suite/fuzz.rs` for the public
 //! modules, `src/mcp/fuzz.rs` for the wire parsers): each target first replays
 //! its seed corpus in `tests/fuzz/corpus/<target>/`, then runs generated cases.
 //!

@@ -5,10 +5,10 @@
 //! A peer that is missing fails the test with the command that installs it
 //! (`bash tests/peers/setup.sh`); nothing is skipped silently.
 
-#![allow(dead_code)]
-
+pub mod config;
 pub mod fuzz;
 pub mod jwt;
+pub mod log;
 pub mod misbehaving;
 pub mod otlp;
 pub mod process;
@@ -21,6 +21,7 @@ use std::process::Stdio;
 use std::sync::Once;
 use std::time::Duration;
 
+pub use config::Config;
 use portcullis::{Gateway, GatewayHandle};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -63,15 +64,63 @@ pub fn init() {
     });
 }
 
-/// `[clients]` tables for alice, bob and admin.
+/// The suite's one serialization: held for the whole run of a test that
+/// measures against the wall clock (`rate_limit_replicas`: admissions of a
+/// shared bucket over ten seconds) and of the tests that keep both cores busy
+/// (the fuzz targets, `overload`'s thousands of connections). All tests share
+/// one process; the per-file binaries ran such tests only beside their own
+/// file's, and a measurement must not share the cores with a CPU-bound run.
+/// Every other test runs beside them.
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Waits until no other [`exclusive`] test runs; hold the guard to the end.
+pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+    ALONE.lock().await
+}
+
+/// [`exclusive`] for a test that runs outside any async runtime.
+pub fn exclusive_blocking() -> tokio::sync::MutexGuard<'static, ()> {
+    ALONE.blocking_lock()
+}
+
+/// An HTTP client for loopback (no proxy from the environment), the TLS
+/// provider installed.
+pub fn http() -> reqwest::Client {
+    init();
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client")
+}
+
+/// `[clients]` tables for alice, bob and admin (as [`Config::clients`] writes them).
 pub fn clients() -> String {
-    let hash = |k: &str| hex::encode(portcullis::auth::hash_key(k));
-    format!(
-        "[clients.alice]\napi_key_sha256 = \"{}\"\n[clients.bob]\napi_key_sha256 = \"{}\"\n[clients.admin]\napi_key_sha256 = \"{}\"\n",
-        hash(ALICE),
-        hash(BOB),
-        hash(ADMIN)
-    )
+    Config::fragment().clients().render()
+}
+
+/// Compares `actual` with the snapshot `tests/snapshots/<topic>/<name>.txt`,
+/// or writes it when `UPDATE_SNAPSHOTS=1` (then read the diff before
+/// committing).
+pub fn assert_snapshot(topic: &str, name: &str, actual: &str) {
+    let path = repo(&format!("tests/snapshots/{topic}/{name}.txt"));
+    let again = format!("UPDATE_SNAPSHOTS=1 cargo test --test suite {topic}::");
+    if std::env::var("UPDATE_SNAPSHOTS").as_deref() == Ok("1") {
+        std::fs::create_dir_all(path.parent().expect("snapshot dir")).expect("snapshot dir");
+        std::fs::write(&path, actual).expect("write snapshot");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {}: {e}\nrun `{again}` to create it",
+            path.display()
+        )
+    });
+    assert!(
+        expected == actual,
+        "the text differs from {}\n--- expected\n{expected}\n--- actual\n{actual}\n---\n\
+         if the change is intended, run `{again}`",
+        path.display()
+    );
 }
 
 // === Gateway ===
@@ -82,7 +131,8 @@ pub struct TestGateway {
     handle: Option<GatewayHandle>,
     /// The gateway's own directory: a relative (or default) store path of its
     /// configuration lands here, never in the working or global temp directory.
-    dir: Option<tempfile::TempDir>,
+    /// Held only to be removed when the gateway is dropped.
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl TestGateway {
@@ -98,19 +148,20 @@ impl TestGateway {
         pinning: Option<&str>,
         rest: &str,
     ) -> Self {
-        init();
-        let mut text =
-            String::from("[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n");
+        let mut config = Config::new();
         for (name, url) in servers {
-            text.push_str(&format!(
-                "[servers.{name}]\nurl = \"{url}\"\ntimeout = \"20s\"\n"
-            ));
+            config = config.server(name, url).set("timeout", "20s");
             if let Some(p) = pinning {
-                text.push_str(&format!("pinning = \"{p}\"\n"));
+                config = config.set("pinning", p);
             }
         }
-        text.push_str(rest);
-        Self::start_raw(&text).await
+        Self::start_raw(&config.raw(rest).render()).await
+    }
+
+    /// Starts a gateway from a [`Config`] (as [`TestGateway::start_raw`]
+    /// its text).
+    pub async fn start_config(config: &Config) -> Self {
+        Self::start_raw(&config.render()).await
     }
 
     /// Starts a gateway from a whole configuration text (listeners included).
@@ -134,7 +185,7 @@ impl TestGateway {
         let handle = Gateway::start(config).await.expect("gateway starts");
         Self {
             handle: Some(handle),
-            dir: Some(dir),
+            _dir: Some(dir),
         }
     }
 
@@ -142,14 +193,8 @@ impl TestGateway {
     pub fn from_handle(handle: GatewayHandle) -> Self {
         Self {
             handle: Some(handle),
-            dir: None,
+            _dir: None,
         }
-    }
-
-    /// The gateway's own temporary directory (where relative store paths
-    /// of [`TestGateway::start_raw`] configurations land).
-    pub fn dir(&self) -> Option<&std::path::Path> {
-        self.dir.as_ref().map(tempfile::TempDir::path)
     }
 
     /// `http://127.0.0.1:P/mcp/<server>`.
@@ -225,9 +270,10 @@ impl ConfigFile {
     }
 }
 
-/// Rules that let everyone call everything.
+/// Rules that let everyone call everything (as [`Config::allow_all`] writes them).
 pub fn allow_all() -> &'static str {
-    "[[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"*\"]\nresources = [\"*\"]\nprompts = [\"*\"]\naction = \"allow\"\n"
+    static RULES: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    RULES.get_or_init(|| Config::fragment().allow_all().render())
 }
 
 // === The real binary ===
@@ -270,6 +316,27 @@ pub async fn listening_log(
 }
 
 // === Peer servers ===
+
+/// The calls a peer wrote to its `--record` file, one JSON line each (none
+/// for a peer that does not record).
+fn recorded(record: Option<&tempfile::NamedTempFile>) -> Vec<Value> {
+    let Some(record) = record else {
+        return Vec::new();
+    };
+    std::fs::read_to_string(record.path())
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The `tool` of each recorded call, in order.
+fn tool_names(calls: &[Value]) -> Vec<String> {
+    calls
+        .iter()
+        .filter_map(|c| c["tool"].as_str().map(str::to_owned))
+        .collect()
+}
 
 /// A peer MCP server process, killed when dropped.
 #[derive(Debug)]
@@ -413,22 +480,12 @@ impl PeerServer {
 
     /// Every tool call the server actually ran, as `{"tool", "arguments"}`.
     pub fn calls(&self) -> Vec<Value> {
-        let Some(record) = &self.record else {
-            return Vec::new();
-        };
-        std::fs::read_to_string(record.path())
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
+        recorded(self.record.as_ref())
     }
 
     /// Names of the tools the server ran, in order.
     pub fn ran(&self) -> Vec<String> {
-        self.calls()
-            .iter()
-            .filter_map(|c| c["tool"].as_str().map(str::to_owned))
-            .collect()
+        tool_names(&self.calls())
     }
 
     /// Stops the process by its PID and waits for it.
@@ -495,43 +552,28 @@ impl StdioPeer {
 
     /// Every tool call the server actually ran, as `{"tool", "arguments"}`.
     pub fn calls(&self) -> Vec<Value> {
-        let Some(record) = &self.record else {
-            return Vec::new();
-        };
-        std::fs::read_to_string(record.path())
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
+        recorded(self.record.as_ref())
     }
 
     /// Names of the tools the server ran, in order.
     pub fn ran(&self) -> Vec<String> {
-        self.calls()
-            .iter()
-            .filter_map(|c| c["tool"].as_str().map(str::to_owned))
-            .collect()
+        tool_names(&self.calls())
     }
 }
 
 impl TestGateway {
     /// Starts a gateway in front of stdio servers, with `rest` (clients, rules).
     pub async fn start_stdio(servers: &[&StdioPeer], rest: &str) -> Self {
-        let mut text =
-            String::from("[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n");
+        let mut config = Config::new();
         for server in servers {
-            text.push_str(&server.table);
+            config = config.raw(&server.table);
         }
-        text.push_str(rest);
-        Self::start_raw(&text).await
+        Self::start_raw(&config.raw(rest).render()).await
     }
 
     /// `GET /readyz`: status and body.
     pub async fn readyz(&self) -> (u16, Value) {
-        let response = reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .expect("client")
+        let response = http()
             .get(format!("{}/readyz", self.admin_url()))
             .send()
             .await
@@ -556,6 +598,16 @@ impl TestGateway {
         }
         panic!("{server} did not reach the running state");
     }
+}
+
+/// Sends `signal` (`TERM`, `HUP`, `KILL`, …) to the process `pid` with
+/// `kill(1)`, asserting it was delivered.
+pub fn signal(pid: u64, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{signal} {pid}");
 }
 
 /// True while a process with `pid` exists (a zombie counts as gone).
@@ -677,10 +729,7 @@ pub struct Raw {
 /// POSTs `body` to `url` with `headers`.
 pub async fn raw_post(url: &str, headers: &[(&str, &str)], body: impl Into<reqwest::Body>) -> Raw {
     init();
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+    let client = http();
     let mut req = client
         .post(url)
         .header("content-type", "application/json")
@@ -708,6 +757,81 @@ pub async fn raw_post(url: &str, headers: &[(&str, &str)], body: impl Into<reqwe
         headers,
         body,
         text,
+    }
+}
+
+/// The JSON-RPC id of the requests [`tools_call`] and [`tools_list`] send.
+pub const RPC_ID: u64 = 1;
+
+/// A 2026-07-28 `tools/call` of `name` with `args` on `url` as the client
+/// holding `key`, with `extra` headers: the raw exchange. Every test calls a
+/// tool through here (or through an SDK client with [`sdk`]).
+pub async fn tools_call(
+    url: &str,
+    key: &str,
+    name: &str,
+    args: Value,
+    extra: &[(&str, &str)],
+) -> Raw {
+    let headers = modern_call_headers(key, name);
+    let mut headers = borrow(&headers);
+    headers.extend_from_slice(extra);
+    raw_post(url, &headers, modern_call(RPC_ID, name, args)).await
+}
+
+/// A 2026-07-28 `tools/list` on `url` as the client holding `key`: the raw exchange.
+pub async fn tools_list(url: &str, key: &str) -> Raw {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": RPC_ID, "method": "tools/list",
+        "params": {"_meta": modern_meta()}});
+    let auth = format!("Bearer {key}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/list"),
+    ];
+    raw_post(url, &headers, body.to_string()).await
+}
+
+impl Raw {
+    /// Asserts an HTTP 200 answer; its body.
+    pub fn ok(self) -> Value {
+        assert_eq!(self.status, 200, "{}", self.text);
+        self.body
+    }
+
+    /// Asserts an HTTP 200 answer with a JSON-RPC result to request
+    /// [`RPC_ID`]; that result.
+    pub fn result(self) -> Value {
+        assert_eq!(self.status, 200, "{}", self.text);
+        assert_eq!(self.body["id"], RPC_ID, "{}", self.text);
+        assert!(self.body["result"].is_object(), "{}", self.text);
+        self.body["result"].clone()
+    }
+
+    /// The gateway's refusal code of a `tools/call` result (asserting one,
+    /// as [`Raw::result`]), `None` when the tool ran.
+    pub fn refusal(self) -> Option<String> {
+        self.result()["_meta"]["portcullis/error"]["code"]
+            .as_str()
+            .map(str::to_owned)
+    }
+}
+
+impl TestGateway {
+    /// `tools/call` of `name` on `server` as alice ([`tools_call`]): asserts
+    /// a JSON-RPC result ([`Raw::result`]) and returns it.
+    pub async fn call(&self, server: &str, name: &str, args: Value) -> Value {
+        tools_call(&self.url(server), ALICE, name, args, &[])
+            .await
+            .result()
+    }
+
+    /// `tools/list` on `server` as alice ([`tools_list`]): the tools listed.
+    pub async fn list(&self, server: &str) -> Vec<Value> {
+        tools_list(&self.url(server), ALICE).await.body["result"]["tools"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
     }
 }
 

@@ -84,17 +84,6 @@ impl Observed {
         }
     }
 
-    /// The directory of the configuration file (and of its default stores),
-    /// when [`Observed::start`] wrote it.
-    pub fn dir(&self) -> Option<&std::path::Path> {
-        self.config.as_ref().map(super::ConfigFile::dir)
-    }
-
-    /// The process id.
-    pub fn pid(&self) -> u32 {
-        self.pid
-    }
-
     /// `http://127.0.0.1:P/mcp/<server>`.
     pub fn url(&self, server: &str) -> String {
         format!("{}/mcp/{server}", self.base)
@@ -131,11 +120,6 @@ impl Observed {
         std::fs::read_dir(format!("/proc/{}/fd", self.pid))
             .expect("the process is alive")
             .count()
-    }
-
-    /// Threads of the process (the runtime's workers and blocking pool).
-    pub fn threads(&self) -> u64 {
-        self.status_field("Threads:")
     }
 
     /// Whether the process is still running (no panic with `abort`, no exit).
