@@ -42,6 +42,7 @@ mod federation;
 mod fuzz;
 mod hostile_schemas;
 mod jwt;
+mod layers;
 mod methods;
 mod metrics;
 mod observe;

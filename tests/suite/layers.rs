@@ -8,7 +8,7 @@
 //! importer's, per the table below. Test modules (`tests.rs`, `#[cfg(test)]`
 //! blocks) are left out: they may reach anything.
 //!
-//! `cargo test --test layers` runs it; a failure names the circle or the
+//! `cargo test --test suite layers::` runs it; a failure names the circle or the
 //! upward import, with the names that tie the files.
 
 use std::collections::{BTreeMap, BTreeSet};
