@@ -51,6 +51,11 @@ pub const TRUNCATED: &str = "truncated";
 /// Prefix of report kinds for secrets (`secret:aws-access-key-id`).
 pub const SECRET_PREFIX: &str = "secret:";
 
+/// Compiles the built-in secret detectors now (at load), not on the first text.
+pub(crate) fn prepare() {
+    secrets::prepare();
+}
+
 /// `text` without the byte order marks at its ends: the sanitizer keeps one
 /// that starts a text (it is the text's own), but a gateway text that quotes
 /// the upstream's must not carry it into the middle of a sentence.
