@@ -99,6 +99,12 @@ enum PinsCommand {
     },
 }
 
+/// mimalloc instead of glibc's malloc: a request allocates and frees many small
+/// buffers, often on another worker thread than the one that allocated them
+/// (BENCHMARKS.md, "Levers", has the figures).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
