@@ -863,7 +863,7 @@ impl Ctx<'_> {
                 arguments,
             });
         }
-        Ok(Policy { rules: compiled })
+        Ok(Policy::new(compiled))
     }
 
     fn references(
