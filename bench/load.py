@@ -1,12 +1,27 @@
 #!/usr/bin/env python3
 """End-to-end load benchmark of Portcullis: the same load, in the same run, interleaved
-over rounds, against the upstream directly, Portcullis as a pass-through, Portcullis with
-everything on, and mcp-proxy (when installed) as a plain proxy of the same upstream.
+over rounds, against the upstream directly, a bare hyper forwarder (examples/bare_forwarder.rs:
+the cost of any proxy hop), Portcullis as a pass-through, Portcullis with everything on, and
+mcp-proxy (when installed) as a plain proxy of the same upstream.
 
     python3 bench/load.py [--rounds 3] [--seconds 5] [--write BENCHMARKS.md]
+                          [--only REGEX] [--targets REGEX] [--gateway LABEL=PATH]
+                          [--perf TARGET --perf-out FILE]
 
-Needs: release builds of `portcullis` and `examples/echo_upstream` (bench/load.sh builds
-them), `wrk` (Debian), and optionally `oha` and `mcp-proxy` under ~/.cache/portcullis-tools/bin.
+`--only` keeps the workloads whose name matches the regex (e.g. "^tools/call, ~100 B arguments$").
+`--gateway LABEL=PATH` (repeatable) adds another portcullis binary, everything on, to the same run
+(a lever measured side by side with the state before it).
+`--perf` records `perf record -g` of TARGET's process (e.g. "everything on") during its first
+c=32 cell of the first workload, into FILE.
+
+Reported per cell: req/s, ratio to direct and to the forwarder, p50/p99, CPU µs per request of
+the measured process (/proc/<pid>/stat utime+stime delta ÷ requests); per process: start to
+ready (spawn until its port accepts), the first call and the median of the next 20 (a lazily
+built detector shows there), idle RSS (VmRSS once ready) and peak RSS (VmHWM after the run).
+
+Needs: release builds of `portcullis`, `examples/echo_upstream` and `examples/bare_forwarder`
+(`cargo build --release --bin portcullis --example echo_upstream --example bare_forwarder`),
+`wrk` (Debian), and optionally `oha` and `mcp-proxy` under ~/.cache/portcullis-tools/bin.
 Everything binds 127.0.0.1; every process started is stopped by its PID; every run is
 bounded in time.
 """
@@ -15,6 +30,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -28,8 +44,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", Path.home() / ".cache/portcullis-target"))
 TOOLS = Path(os.environ.get("PORTCULLIS_TOOLS", Path.home() / ".cache/portcullis-tools")) / "bin"
-PORTCULLIS = TARGET / "release/portcullis"
+PORTCULLIS = Path(os.environ.get("PORTCULLIS_BIN", TARGET / "release/portcullis"))
 ECHO = TARGET / "release/examples/echo_upstream"
+FORWARDER = TARGET / "release/examples/bare_forwarder"
 KEY = "bench-key"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -74,6 +91,7 @@ class Proc:
     """A process we started; stopped by its PID."""
 
     def __init__(self, args, wait_port=None, announce=False, env=None):
+        started = time.monotonic()
         self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         self.port = wait_port
         if announce:
@@ -92,17 +110,19 @@ class Proc:
                     with socket.create_connection(("127.0.0.1", wait_port), timeout=0.2):
                         break
                 except OSError:
-                    time.sleep(0.05)
+                    time.sleep(0.01)
             else:
                 raise RuntimeError(f"{args[0]} did not listen on {wait_port}")
+        self.ready_ms = (time.monotonic() - started) * 1e3
+        self.idle_rss = self.rss_mib("VmRSS:")
 
     def cpu_ticks(self):
         fields = Path(f"/proc/{self.p.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return int(fields[11]) + int(fields[12])
 
-    def peak_rss_mib(self):
+    def rss_mib(self, field="VmHWM:"):
         for line in Path(f"/proc/{self.p.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field):
                 return int(line.split()[1]) / 1024
         return 0.0
 
@@ -151,6 +171,22 @@ def post_json(url, body, headers):
     with urllib.request.urlopen(req, timeout=10) as resp:
         resp.read()
         return resp.headers.get("mcp-session-id")
+
+
+def first_calls(url, body, headers, n=21):
+    """The first call after start and the median of the next n-1, in ms (urllib, one connection each)."""
+    hdrs = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    for h in headers.splitlines():
+        k, v = h.split(":", 1)
+        hdrs[k.strip()] = v.strip()
+    times = []
+    for _ in range(n):
+        req = urllib.request.Request(url, method="POST", data=body.encode(), headers=hdrs)
+        t = time.monotonic()
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            resp.read()
+        times.append((time.monotonic() - t) * 1e3)
+    return times[0], statistics.median(times[1:])
 
 
 def open_session(url, target):
@@ -217,8 +253,16 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--write", default=None)
+    ap.add_argument("--only", default=None)
+    ap.add_argument("--targets", default=None, help="regex: the gateway targets to run (direct and the forwarder always run)")
+    ap.add_argument("--gateway", action="append", default=[],
+                    help="LABEL=PATH: another portcullis binary measured side by side (everything on only)")
+    ap.add_argument("--perf", default=None)
+    ap.add_argument("--perf-out", default="perf.data")
     args = ap.parse_args()
-    for exe in (PORTCULLIS, ECHO):
+    workloads = [w for w in WORKLOADS if not args.only or re.search(args.only, w[0])]
+    variants = {w[1] for w in workloads}
+    for exe in (PORTCULLIS, ECHO, FORWARDER):
         if not exe.exists():
             sys.exit(f"missing {exe}: run bench/load.sh (it builds the release binaries)")
     if not shutil.which("wrk"):
@@ -229,22 +273,32 @@ def main():
     try:
         upstreams = {}
         for variant, extra in UPSTREAMS.items():
+            if variant not in variants:
+                continue
             up = Proc([str(ECHO), "--port", "0", *extra], announce=True)
             procs.append(up)
             upstreams[variant] = up
         targets = {}  # (target, variant) -> (url, proc measured for CPU or None)
         for variant, up in upstreams.items():
             targets[("direct", variant)] = (f"http://127.0.0.1:{up.port}/mcp", None)
+            fw = Proc([str(FORWARDER), "--port", "0", "--upstream", f"http://127.0.0.1:{up.port}/mcp"], announce=True)
+            procs.append(fw)
+            targets[("bare forwarder", variant)] = (f"http://127.0.0.1:{fw.port}/mcp", fw)
             gateways = [("pass-through", False, None), ("everything on", True, f"{audit_dir}/{variant}.db")]
             if variant == "plain":
                 # The same policy with the audit trail disabled: what the trail costs.
                 gateways.append(("everything on, audit off", True, None))
-            for label, full, audit_db in gateways:
+            for extra in args.gateway:
+                name, _, path = extra.partition("=")
+                gateways.append((f"everything on [{name}]", True, f"{audit_dir}/{variant}-{name}.db", path))
+            for label, full, audit_db, *exe in gateways:
+                if args.targets and not re.search(args.targets, label):
+                    continue
                 port = free_port()
                 cfg = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
                 cfg.write(gateway_config(up.port, port, full, audit_db))
                 cfg.close()
-                gw = Proc([str(PORTCULLIS), "run", "--config", cfg.name], wait_port=port,
+                gw = Proc([exe[0] if exe else str(PORTCULLIS), "run", "--config", cfg.name], wait_port=port,
                           env=dict(os.environ, RUST_LOG="warn"))
                 procs.append(gw)
                 targets[(label, variant)] = (f"http://127.0.0.1:{port}/mcp/up", gw)
@@ -253,10 +307,12 @@ def main():
             procs.append(proxy)
             targets[("mcp-proxy 0.6.0", "plain")] = (f"http://127.0.0.1:{proxy.port}/", proxy)
         sessions = {}  # target label -> session id, for the 2025-11-25 workload
+        first = {}  # target label -> (first call ms, median of the next 20 ms)
+        procinfo = {t: (p.ready_ms, p.idle_rss) for (t, v), (u, p) in targets.items() if p and v == workloads[0][1]}
 
         results = {}  # (workload, conc, target) -> list of runs
         for rnd in range(args.rounds):
-            for wl, variant, body, method, name, concs in WORKLOADS:
+            for wl, variant, body, method, name, concs in workloads:
                 for conc in concs:
                     for (target, v), (url, proc) in targets.items():
                         if v != variant:
@@ -273,8 +329,18 @@ def main():
                                 sessions[target] = open_session(url, target)
                             session = sessions[target]
                         hdrs = headers_for(target, method, name, session)
+                        if rnd == 0 and (wl, variant) == (workloads[0][0], workloads[0][1]) and conc == 1 \
+                                and proc and target not in first:
+                            first[target] = first_calls(url, b, hdrs)
+                        recorder = None
+                        if args.perf == target and rnd == 0 and conc == 32 and wl == workloads[0][0] and proc:
+                            recorder = subprocess.Popen(["perf", "record", "-g", "-o", args.perf_out, "-p", str(proc.p.pid),
+                                                         "--", "sleep", str(max(args.seconds - 1, 1))],
+                                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                         before = proc.cpu_ticks() if proc else 0
                         r = wrk(url, b, hdrs, conc, args.seconds)
+                        if recorder:
+                            recorder.wait(timeout=args.seconds + 30)
                         if proc:
                             r["cpu_us"] = (proc.cpu_ticks() - before) * 1e6 / CLK_TCK / max(r["requests"], 1)
                         results.setdefault((wl, conc, target), []).append(r)
@@ -283,18 +349,18 @@ def main():
             # Open loop at a fixed rate: latency without coordinated omission.
             wl, variant, body, method, name, _ = WORKLOADS[1]
             for (target, v), (url, proc) in targets.items():
-                if v != variant or target.startswith("mcp-proxy"):
+                if WORKLOADS[1] not in workloads or v != variant or target.startswith("mcp-proxy"):
                     continue
                 r = oha(url, body, headers_for(target, method, name), 1000, args.seconds)
                 if r:
                     results.setdefault(("open loop 1000 req/s", 0, target), []).append(r)
-        rss = {t: p.peak_rss_mib() for (t, v), (u, p) in targets.items() if p and v == "plain"}
+        rss = {t: p.rss_mib() for (t, v), (u, p) in targets.items() if p and v == workloads[0][1]}
     finally:
         for p in procs:
             p.stop()
         shutil.rmtree(audit_dir, ignore_errors=True)
 
-    table = render(results, rss, args)
+    table = render(results, rss, procinfo, first, args)
     print(table)
     if args.write:
         write(Path(args.write), table)
@@ -304,29 +370,39 @@ def med(runs, key):
     return statistics.median(r.get(key, 0) for r in runs)
 
 
-def render(results, rss, args):
+def render(results, rss, procinfo, first, args):
     lines = [
         f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {git_rev()}, {os.cpu_count()} CPUs "
         f"({cpu_model()}), load average before the run {os.getloadavg()[0]:.2f}; {args.rounds} interleaved rounds of "
-        f"{args.seconds} s per cell; medians over rounds. Ratio = req/s ÷ direct req/s in the same run.",
+        f"{args.seconds} s per cell; medians over rounds. Ratios = req/s ÷ direct (or bare forwarder) req/s in the same run; "
+        f"+p50 = p50 − the forwarder's p50 in the same cell.",
         "",
-        "| workload | c | target | req/s | ratio to direct | p50 | p99 | gateway CPU per request | errors |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| workload | c | target | req/s | ÷ direct | ÷ forwarder | p50 | +p50 over forwarder | p99 | CPU per request | errors |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for (wl, conc, target), runs in results.items():
         direct = results.get((wl, conc, "direct"))
+        fwd = results.get((wl, conc, "bare forwarder"))
         ratio = f"{med(runs, 'rps') / med(direct, 'rps'):.2f}" if direct and target != "direct" else ""
+        to_fwd = f"{med(runs, 'rps') / med(fwd, 'rps'):.2f}" if fwd and target not in ("direct", "bare forwarder") else ""
+        added = fmt_us(med(runs, 'p50_us') - med(fwd, 'p50_us')) if fwd and to_fwd else ""
         cpu = f"{med(runs, 'cpu_us'):.0f} µs" if "cpu_us" in runs[0] else ""
         errs = sum(r.get("errors", 0) + r.get("non2xx", 0) for r in runs)
         c = "open" if conc == 0 else str(conc)
-        lines.append(f"| {wl} | {c} | {target} | {med(runs, 'rps'):,.0f} | {ratio} | {fmt_us(med(runs, 'p50_us'))} | "
-                     f"{fmt_us(med(runs, 'p99_us'))} | {cpu} | {errs} |")
-    lines += ["", "Peak RSS (VmHWM) after the run: " + ", ".join(f"{t} {v:.1f} MiB" for t, v in rss.items()) + "."]
+        lines.append(f"| {wl} | {c} | {target} | {med(runs, 'rps'):,.0f} | {ratio} | {to_fwd} | {fmt_us(med(runs, 'p50_us'))} | "
+                     f"{added} | {fmt_us(med(runs, 'p99_us'))} | {cpu} | {errs} |")
+    lines += ["", "| process | start to ready | first call | next 20 calls (median) | idle RSS | peak RSS |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for t, (ready, idle) in procinfo.items():
+        f1, fn = first.get(t, (0, 0))
+        lines.append(f"| {t} | {ready:.0f} ms | {f1:.2f} ms | {fn:.2f} ms | {idle:.1f} MiB | {rss.get(t, 0):.1f} MiB |")
+    lines += ["", "(Start to ready: spawn until the port accepts, polled every 10 ms. First call and the next "
+              "20: one fresh urllib connection each, so they include Python's own cost; compare them with each other.)"]
     return "\n".join(lines)
 
 
 def fmt_us(us):
-    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
+    return f"{us / 1000:.2f} ms" if abs(us) >= 1000 else f"{us:.0f} µs"
 
 
 def git_rev():

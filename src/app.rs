@@ -79,6 +79,14 @@ impl Gateway {
 
     async fn bind_with(config: Config, path: Option<PathBuf>) -> io::Result<Self> {
         install_crypto_provider();
+        // The built-in detectors are compiled before the gateway listens, so
+        // start-to-ready includes them and the first call is not slower.
+        tokio::task::spawn_blocking(|| {
+            crate::sanitize::prepare();
+            crate::pins::scan::prepare();
+        })
+        .await
+        .map_err(io::Error::other)?;
         let listener = TcpListener::bind(config.gateway.listen).await?;
         let admin = TcpListener::bind(config.gateway.admin_listen).await?;
         let loopback = listener.local_addr()?.ip().is_loopback();

@@ -29,6 +29,11 @@ use crate::util::sqlite as store;
 pub const QUEUE: usize = 65_536;
 /// Most events written in one transaction.
 const MAX_BATCH: usize = 1024;
+/// How long the writer lets events gather after the first one of a batch
+/// wakes it: the queue is drained once per window instead of once per event,
+/// so under load one wake-up and one transaction carry many events, and
+/// senders find the writer asleep (no wake-up to pay on their side).
+const GATHER: Duration = Duration::from_millis(5);
 /// How often old events are deleted.
 const RETENTION_EVERY: Duration = Duration::from_secs(60);
 
@@ -253,6 +258,9 @@ fn run(mut conn: Connection, rx: Receiver<Msg>, counters: Arc<Counters>, retenti
         };
         let mut batch = Vec::new();
         let mut flushes = Vec::new();
+        if matches!(first, Msg::Event(_)) {
+            std::thread::sleep(GATHER);
+        }
         let mut next = Some(first);
         while let Some(m) = next {
             match m {

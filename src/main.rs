@@ -99,6 +99,14 @@ enum PinsCommand {
     },
 }
 
+/// With `--features mimalloc`: mimalloc instead of glibc's malloc. A request
+/// allocates and frees many small buffers, often on another worker thread than
+/// the one that allocated them; mimalloc does that for less CPU, and keeps more
+/// memory resident (BENCHMARKS.md, "Levers", has both figures).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {

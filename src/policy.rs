@@ -10,6 +10,7 @@
 //! means any *authenticated* client (the anonymous client must be named).
 
 pub mod glob;
+mod index;
 pub mod uri;
 
 use std::fmt::Write as _;
@@ -25,6 +26,8 @@ use glob::Glob;
 #[derive(Debug, Default)]
 pub struct Policy {
     pub(crate) rules: Vec<Rule>,
+    /// The rules by what they name; built with them.
+    index: index::Index,
 }
 
 /// One `[[rules]]` entry, compiled.
@@ -98,14 +101,32 @@ pub struct Decision {
 // === impl Policy ===
 
 impl Policy {
+    /// The policy of `rules` (in file order), indexed.
+    pub(crate) fn new(rules: Vec<Rule>) -> Self {
+        let index = index::Index::new(&rules);
+        Self { rules, index }
+    }
+
     /// Decides whether `client` may use `subject` on `server`.
     pub fn decide(&self, client: &ClientId, server: &str, subject: Subject<'_>) -> Decision {
         let mut deny = None;
         let mut allow_rules = Vec::new();
-        for (i, rule) in self.rules.iter().enumerate() {
-            if !rule.matches(client, server, subject) {
-                continue;
-            }
+        let (kind, name) = match subject {
+            Subject::Tool(name) => (index::Kind::Tool, name),
+            Subject::Resource(uri) => (index::Kind::Resource, uri),
+            Subject::Prompt(name) => (index::Kind::Prompt, name),
+        };
+        // Only the rules that match at all are visited, in file order.
+        let matching = self.index.matching(client, server, kind, name);
+        debug_assert!(
+            self.index
+                .matching(client, server, kind, name)
+                .eq((0..self.rules.len())
+                    .filter(|i| self.rules[*i].matches(client, server, subject))),
+            "the rule index and a scan of every rule disagree"
+        );
+        for i in matching {
+            let rule = &self.rules[i];
             match rule.action {
                 Action::Deny => {
                     deny = Some(i);

@@ -52,6 +52,11 @@ pub const SECRET_PREFIX: &str = "secret:";
 
 pub use crate::util::text::unbom;
 
+/// Compiles the built-in secret detectors now (at load), not on the first text.
+pub(crate) fn prepare() {
+    secrets::prepare();
+}
+
 /// Most extra redaction rounds over one text (see [`Sanitizer::text`]).
 const MAX_REDACTION_ROUNDS: usize = 8;
 

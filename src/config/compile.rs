@@ -866,7 +866,7 @@ impl Ctx<'_> {
                 arguments,
             });
         }
-        Ok(Policy { rules: compiled })
+        Ok(Policy::new(compiled))
     }
 
     fn references(

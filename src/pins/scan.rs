@@ -390,6 +390,16 @@ static ENCODED: LazyLock<Regex> = LazyLock::new(|| {
         .unwrap_or_else(|e| panic!("built-in pattern must compile: {e}"))
 });
 
+/// Builds every built-in pattern now: at load, so that the first tool
+/// definition scanned costs what every other one does.
+pub(crate) fn prepare() {
+    LazyLock::force(&ANY);
+    LazyLock::force(&PHRASES);
+    LazyLock::force(&SECRET_FILE);
+    LazyLock::force(&URL);
+    LazyLock::force(&ENCODED);
+}
+
 /// Scans a whole tool definition.
 pub(crate) fn tool(definition: &Value, others: &OtherTools) -> Vec<Finding> {
     let mut out = Vec::new();

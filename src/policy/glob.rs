@@ -118,6 +118,14 @@ impl Glob {
         self.tokens.iter().all(|t| matches!(t, Token::Literal(_)))
     }
 
+    /// The one name a pattern without wildcards matches (escapes resolved).
+    pub(crate) fn literal(&self) -> Option<&str> {
+        match &self.shape {
+            Shape::Exact(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// True when the pattern matches every string.
     pub fn matches_all(&self) -> bool {
         self.shape == Shape::All

@@ -217,3 +217,99 @@ fn rates_describe_themselves() {
     };
     assert_eq!(rate.describe(), "3 calls, then 1 every 20 s, per client");
 }
+
+/// The rule index decides exactly what a scan of every rule in file order
+/// decides, for any rules, client, server and subject.
+mod index_agrees_with_a_scan {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const PATTERNS: &[&str] = &[
+        "*",
+        "a",
+        "b",
+        "ab",
+        "a*",
+        "*b",
+        "?b",
+        "[ab]*",
+        "c",
+        "anonymous",
+    ];
+    const NAMES: &[&str] = &["a", "b", "ab", "ba", "c", "abc", "anonymous", ""];
+
+    fn globs() -> impl Strategy<Value = Vec<Glob>> {
+        proptest::collection::vec(proptest::sample::select(PATTERNS), 0..3).prop_map(|ps| {
+            ps.into_iter()
+                .map(|p| Glob::new(p).expect("a valid pattern"))
+                .collect()
+        })
+    }
+
+    fn rule() -> impl Strategy<Value = (Vec<Glob>, Vec<Glob>, Vec<Glob>, Vec<Glob>, bool)> {
+        (globs(), globs(), globs(), globs(), any::<bool>())
+    }
+
+    /// The decision as it was made before the index: every rule visited.
+    fn scan(p: &Policy, client: &ClientId, server: &str, subject: Subject<'_>) -> Decision {
+        let mut allow_rules = Vec::new();
+        for (i, rule) in p.rules.iter().enumerate() {
+            if !rule.matches(client, server, subject) {
+                continue;
+            }
+            match rule.action {
+                Action::Deny => {
+                    return Decision {
+                        allowed: false,
+                        rule: Some(rule.index),
+                        allow_rules: Vec::new(),
+                    };
+                }
+                Action::Allow => allow_rules.push(i),
+            }
+        }
+        Decision {
+            allowed: !allow_rules.is_empty(),
+            rule: allow_rules.first().map(|i| p.rules[*i].index),
+            allow_rules,
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn for_any_rules(
+            // Up to 70 rules, so the bit sets span more than one word.
+            rules in proptest::collection::vec(rule(), 0..70),
+            client in proptest::sample::select(NAMES),
+            anonymous in any::<bool>(),
+            server in proptest::sample::select(NAMES),
+            name in proptest::sample::select(NAMES),
+            kind in 0..3u8,
+        ) {
+            let rules = rules
+                .into_iter()
+                .enumerate()
+                .map(|(index, (clients, servers, tools, prompts, deny))| Rule {
+                    index,
+                    clients,
+                    servers,
+                    resources: tools.clone(),
+                    tools,
+                    prompts,
+                    action: if deny { Action::Deny } else { Action::Allow },
+                    rate: None,
+                    arguments: None,
+                })
+                .collect();
+            let p = Policy::new(rules);
+            let client = if anonymous { ClientId::anonymous() } else { ClientId::named(client) };
+            let subject = match kind {
+                0 => Subject::Tool(name),
+                1 => Subject::Resource(name),
+                _ => Subject::Prompt(name),
+            };
+            prop_assert_eq!(p.decide(&client, server, subject), scan(&p, &client, server, subject));
+        }
+    }
+}

@@ -6,6 +6,12 @@
 //! Place in the path: the last stage before the MCP server, and the first one
 //! after it.
 //!
+//! A plain `http://` server is reached through hyper's pooled client with the
+//! URL parsed once at load (no URL parsing, no middleware on the request
+//! path); an `https://` one through reqwest (rustls with ring). Both replies
+//! are read by the same code, so limits, timeouts and headers do not depend
+//! on the client.
+//!
 //! Invariants:
 //! - redirects are never followed and no environment proxy is used;
 //! - only an allow-list of client headers crosses (MCP transport headers and
@@ -15,7 +21,6 @@
 //!   between two SSE events of a response (long-lived listen streams excepted);
 //! - every read is bounded: a JSON body and each SSE event are capped.
 
-use crate::util::time::humanize;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -24,6 +29,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::reply::{OTHER_BODY_BYTES, Reply, SseStream, UpstreamError};
 use super::stdio::Stdio;
@@ -33,6 +42,7 @@ use crate::mcp::headers::{
     LAST_EVENT_ID, MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
 use crate::mcp::sse::{SseDecoder, SseItem};
+use crate::util::time::humanize;
 
 /// Client headers that cross to the upstream (besides `Mcp-Param-*`).
 const FORWARDED: &[&str] = &[
@@ -67,12 +77,35 @@ pub(crate) struct Upstream {
 /// How requests reach the server.
 #[derive(Debug)]
 enum Link {
+    /// `https://`: reqwest with rustls.
     Http {
         client: reqwest::Client,
         url: reqwest::Url,
     },
+    /// `http://`: hyper's pooled client; the URL parsed once, here.
+    Plain {
+        client: HyperClient<HttpConnector, Full<Bytes>>,
+        uri: http::Uri,
+    },
     Stdio(Stdio),
 }
+
+/// A reply body from either client.
+type Body = BoxBody<Bytes, BodyBroke>;
+
+/// A reply body that broke off before its end (the cause is the transport's).
+#[derive(Debug)]
+struct BodyBroke;
+
+impl std::fmt::Display for BodyBroke {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(BROKE)
+    }
+}
+
+impl std::error::Error for BodyBroke {}
+
+const BROKE: &str = "the connection closed in the middle of the reply";
 
 impl UpstreamError {
     fn from_http(e: &reqwest::Error) -> Self {
@@ -110,6 +143,23 @@ impl Upstream {
                 });
             }
         };
+        if url.scheme() == "http"
+            && let Ok(uri) = url.as_str().parse::<http::Uri>()
+        {
+            let mut connector = HttpConnector::new();
+            connector.set_connect_timeout(Some(settings.connect_timeout));
+            connector.set_nodelay(true);
+            let client = HyperClient::builder(hyper_util::rt::TokioExecutor::new())
+                .pool_timer(hyper_util::rt::TokioTimer::new())
+                .pool_idle_timeout(Duration::from_secs(60))
+                .pool_max_idle_per_host(64)
+                .build(connector);
+            return Ok(Self {
+                settings,
+                link: Link::Plain { client, uri },
+                max_response_bytes,
+            });
+        }
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
@@ -137,6 +187,13 @@ impl Upstream {
         match &self.link {
             Link::Http { client, url } => {
                 let response = self.send(client, url, method, headers, body).await?;
+                let response = http::Response::from(response)
+                    .map(|b| b.map_err(|_: reqwest::Error| BodyBroke).boxed());
+                self.read(response, idle).await
+            }
+            Link::Plain { client, uri } => {
+                let response = self.send_plain(client, uri, method, headers, body).await?;
+                let response = response.map(|b| b.map_err(|_| BodyBroke).boxed());
                 self.read(response, idle).await
             }
             Link::Stdio(stdio) => stdio.exchange(&method, &headers, body, idle).await,
@@ -148,7 +205,9 @@ impl Upstream {
     /// reports its process.
     pub(crate) fn readiness(&self) -> (bool, serde_json::Value) {
         match &self.link {
-            Link::Http { .. } => (true, serde_json::json!({"transport": "http"})),
+            Link::Http { .. } | Link::Plain { .. } => {
+                (true, serde_json::json!({"transport": "http"}))
+            }
             Link::Stdio(stdio) => stdio.readiness(),
         }
     }
@@ -188,11 +247,52 @@ impl Upstream {
         }
     }
 
+    /// [`Self::send`] through hyper: the same headers (the client's allowed
+    /// ones, then the server's own), the same wait for the reply's headers.
+    async fn send_plain(
+        &self,
+        client: &HyperClient<HttpConnector, Full<Bytes>>,
+        uri: &http::Uri,
+        method: Method,
+        mut headers: HeaderMap,
+        body: Option<Bytes>,
+    ) -> Result<http::Response<hyper::body::Incoming>, UpstreamError> {
+        for (name, value) in &self.settings.headers {
+            headers.append(name, value.clone());
+        }
+        if body.is_some() {
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+        }
+        // What reqwest sends when nothing is said.
+        if !headers.contains_key(header::ACCEPT) {
+            headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        }
+        let mut request = http::Request::new(Full::new(body.unwrap_or_default()));
+        *request.method_mut() = method;
+        *request.uri_mut() = uri.clone();
+        *request.headers_mut() = headers;
+        match tokio::time::timeout(self.settings.timeout, client.request(request)).await {
+            Err(_) => Err(UpstreamError::new(
+                UpstreamKind::Timeout,
+                format!("no response within {}", humanize(self.settings.timeout)),
+            )),
+            Ok(Err(e)) => {
+                let mut err = UpstreamError::new(UpstreamKind::Unavailable, describe_plain(&e));
+                err.not_run = e.is_connect();
+                Err(err)
+            }
+            Ok(Ok(r)) => Ok(r),
+        }
+    }
+
     /// Classifies a response and reads what must be read whole. `idle` bounds the
     /// gap between SSE events (`None` for long-lived streams).
     async fn read(
         &self,
-        response: reqwest::Response,
+        response: http::Response<Body>,
         idle: Option<Duration>,
     ) -> Result<Reply, UpstreamError> {
         let status = response.status();
@@ -252,11 +352,12 @@ impl Upstream {
 
     /// At most `limit` bytes of a body, within the server's timeout; `None` when
     /// reading fails.
-    async fn read_prefix(&self, mut response: reqwest::Response, limit: usize) -> Option<Bytes> {
+    async fn read_prefix(&self, response: http::Response<Body>, limit: usize) -> Option<Bytes> {
+        let mut body = response.into_body();
         let read = async {
             let mut out = Vec::new();
             while out.len() < limit {
-                match response.chunk().await {
+                match chunk(&mut body).await {
                     Ok(Some(chunk)) => out.extend_from_slice(&chunk),
                     Ok(None) => break,
                     Err(_) => return None,
@@ -271,14 +372,14 @@ impl Upstream {
             .flatten()
     }
 
-    async fn read_body(&self, mut response: reqwest::Response) -> Result<Bytes, UpstreamError> {
+    async fn read_body(&self, response: http::Response<Body>) -> Result<Bytes, UpstreamError> {
         let limit = self.max_response_bytes;
+        let mut body = response.into_body();
         let read = async {
             let mut out = Vec::new();
-            while let Some(chunk) = response
-                .chunk()
+            while let Some(chunk) = chunk(&mut body)
                 .await
-                .map_err(|e| UpstreamError::from_http(&e))?
+                .map_err(|_| UpstreamError::new(UpstreamKind::Unavailable, BROKE))?
             {
                 if out.len() + chunk.len() > limit {
                     return Err(UpstreamError::new(
@@ -327,10 +428,24 @@ fn returned_headers(upstream: &HeaderMap) -> HeaderMap {
     out
 }
 
+/// The next data of a body (trailers are skipped); `None` at its end.
+async fn chunk(body: &mut Body) -> Result<Option<Bytes>, BodyBroke> {
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            return Ok(Some(data));
+        }
+    }
+    Ok(None)
+}
+
 /// Decodes an SSE body into items, with a per-event cap and an idle timeout.
-fn sse_stream(response: reqwest::Response, max_event: usize, idle: Option<Duration>) -> SseStream {
+fn sse_stream(
+    response: http::Response<Body>,
+    max_event: usize,
+    idle: Option<Duration>,
+) -> SseStream {
     struct State {
-        bytes: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
+        bytes: Pin<Box<dyn Stream<Item = Result<Bytes, BodyBroke>> + Send>>,
         decoder: SseDecoder,
         pending: VecDeque<SseItem>,
         done: bool,
@@ -340,7 +455,10 @@ fn sse_stream(response: reqwest::Response, max_event: usize, idle: Option<Durati
         since: tokio::time::Instant,
     }
     let state = State {
-        bytes: Box::pin(response.bytes_stream()),
+        bytes: Box::pin(futures_util::stream::unfold(
+            response.into_body(),
+            |mut body| async move { chunk(&mut body).await.transpose().map(|c| (c, body)) },
+        )),
         decoder: SseDecoder::new(max_event),
         pending: VecDeque::new(),
         done: false,
@@ -389,7 +507,7 @@ fn sse_stream(response: reqwest::Response, max_event: usize, idle: Option<Durati
                     st.done = true;
                     let e = UpstreamError::new(
                         UpstreamKind::Unavailable,
-                        format!("its event stream broke: {}", describe(&e)),
+                        format!("its event stream broke: {e}"),
                     );
                     return Some((Err(e), st));
                 }
@@ -472,6 +590,24 @@ fn describe(e: &reqwest::Error) -> String {
         "the connection closed in the middle of the reply".to_owned()
     } else if e.is_redirect() {
         "the server answered with a redirect, which the gateway does not follow".to_owned()
+    } else {
+        "the request failed at the HTTP level".to_owned()
+    }
+}
+
+/// A hyper client error in the words [`describe`] uses for reqwest's.
+fn describe_plain(e: &hyper_util::client::legacy::Error) -> String {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return "the connection timed out".to_owned();
+        }
+        source = s.source();
+    }
+    if e.is_connect() {
+        "the connection was refused or could not be made".to_owned()
     } else {
         "the request failed at the HTTP level".to_owned()
     }

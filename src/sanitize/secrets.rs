@@ -250,6 +250,12 @@ struct Compiled {
     regexes: Vec<Regex>,
 }
 
+/// Builds the built-in detectors now: at load, so that the first text
+/// scanned costs what every other one does.
+pub(super) fn prepare() {
+    let _ = compiled();
+}
+
 fn compiled() -> &'static Compiled {
     static COMPILED: OnceLock<Compiled> = OnceLock::new();
     COMPILED.get_or_init(|| {

@@ -21,7 +21,14 @@ const LAYERS: &[&[&str]] = &[
     // the pure protocol model
     &["mcp"],
     // decisions, each owning its settings type
-    &["auth", "pins", "policy", "ratelimit", "sanitize", "validate"],
+    &[
+        "auth",
+        "pins",
+        "policy",
+        "ratelimit",
+        "sanitize",
+        "validate",
+    ],
     // refusals and how they are rendered; the span exporter and trace context
     &["error", "telemetry"],
     // the record layer: event, trail, spans, sinks, the live ring
@@ -54,7 +61,10 @@ fn modules(root: &Path) -> BTreeMap<Module, PathBuf> {
             if path.is_dir() {
                 stack.push(path);
             } else if path.extension().is_some_and(|e| e == "rs") {
-                let rel = path.strip_prefix(root).expect("under src").with_extension("");
+                let rel = path
+                    .strip_prefix(root)
+                    .expect("under src")
+                    .with_extension("");
                 let mut parts: Module = rel
                     .components()
                     .map(|c| c.as_os_str().to_string_lossy().into_owned())
@@ -215,7 +225,11 @@ fn expand(out: &mut Vec<Vec<String>>, prefix: Vec<String>, tree: &str) {
     if let Some(open) = one.find('{') {
         let head = one[..open].trim_end_matches("::");
         let mut path = prefix;
-        path.extend(head.split("::").filter(|s| !s.is_empty()).map(str::to_owned));
+        path.extend(
+            head.split("::")
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+        );
         expand(out, path, &one[open + 1..one.len() - 1]);
     } else if one.starts_with('{') {
         expand(out, prefix, &one[1..one.len() - 1]);
@@ -228,14 +242,13 @@ fn expand(out: &mut Vec<Vec<String>>, prefix: Vec<String>, tree: &str) {
 }
 
 /// The file a path names from `module`, if it is one of the crate's.
-fn resolve(
-    files: &BTreeMap<Module, PathBuf>,
-    module: &Module,
-    path: &[String],
-) -> Option<Module> {
+fn resolve(files: &BTreeMap<Module, PathBuf>, module: &Module, path: &[String]) -> Option<Module> {
     let (mut at, rest): (Module, &[String]) = match path.first().map(String::as_str) {
         Some("crate") => (Vec::new(), &path[1..]),
-        Some("super") => (module[..module.len().saturating_sub(1)].to_vec(), &path[1..]),
+        Some("super") => (
+            module[..module.len().saturating_sub(1)].to_vec(),
+            &path[1..],
+        ),
         Some("self") => (module.clone(), &path[1..]),
         _ => return None,
     };
@@ -264,9 +277,10 @@ fn graph(root: &Path) -> BTreeMap<Module, BTreeMap<Module, BTreeSet<String>>> {
         let code = code_of(&std::fs::read_to_string(path).expect("read"));
         let mut paths = named_paths(&code);
         // A parent naming its own child module (`child::item`).
-        for child in files.keys().filter(|k| {
-            k.len() == module.len() + 1 && k[..module.len()] == module[..]
-        }) {
+        for child in files
+            .keys()
+            .filter(|k| k.len() == module.len() + 1 && k[..module.len()] == module[..])
+        {
             let name = child.last().expect("child name");
             if code.match_indices(&format!("{name}::")).any(|(i, _)| {
                 !code[..i]
