@@ -51,3 +51,4 @@ pub use app::{Gateway, GatewayHandle, Reloader};
 pub use config::Config;
 pub mod telemetry;
 pub(crate) mod text;
+pub mod approval;

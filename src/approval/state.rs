@@ -1,0 +1,258 @@
+//! The 2026-07-28 in-band approval: a `requestState` the gateway signs, and
+//! the nonces it has seen used.
+//!
+//! Place in the path: the approval gate issues a state with its
+//! `input_required` question, and checks the state a client's retry brings
+//! back before anything is forwarded.
+//!
+//! Format: `pcl1.<base64url(claims JSON)>.<base64url(HMAC-SHA256)>`, the MAC
+//! over everything before the last dot, with the gateway's own key. The
+//! claims bind the client, server, tool, argument digest, a random nonce, an
+//! expiry and this process's instance id.
+//!
+//! Invariants: the state is attacker-controlled input (the spec says so): a
+//! state is believed only when its MAC verifies (in constant time, `ring`);
+//! a state from another process (a restart, another replica) is refused,
+//! because the used nonces are only remembered here; a nonce is consumed at
+//! most once, and while the used-nonce table is full of unexpired nonces no
+//! new one can be consumed (the call is refused: fail closed, never forget a
+//! use early).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use ring::hmac;
+use serde::{Deserialize, Serialize};
+
+use super::binding::Binding;
+
+/// What every state the gateway signs starts with.
+pub const PREFIX: &str = "pcl1.";
+/// Longest state accepted back (a signed state is far shorter).
+const MAX_STATE_BYTES: usize = 4096;
+
+/// What a signed state says.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+struct Claims {
+    /// Client.
+    c: String,
+    /// Server.
+    s: String,
+    /// Tool.
+    t: String,
+    /// Argument digest, hex.
+    d: String,
+    /// Nonce, hex.
+    n: String,
+    /// Expiry, Unix ms.
+    e: i64,
+    /// Instance id of the process that signed it, hex.
+    i: String,
+}
+
+/// Why a presented state is not accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateRefusal {
+    /// Not one the gateway signed (bad form or MAC), or signed by another
+    /// process, or for another client, server or tool: one answer for all.
+    Invalid,
+    /// Past its expiry.
+    Expired,
+    /// Its nonce was used already.
+    Used,
+    /// The used-nonce table is full of unexpired nonces.
+    Full,
+}
+
+/// A verified state for this call: its nonce can be consumed.
+#[derive(Debug)]
+pub struct Verified {
+    nonce: String,
+    expires_ms: i64,
+    /// The arguments are those that were approved.
+    pub same_arguments: bool,
+}
+
+/// Signs and checks states; remembers used nonces.
+pub struct Signer {
+    key: hmac::Key,
+    instance: String,
+    used: Mutex<HashMap<String, i64>>,
+    max_used: usize,
+}
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Signer")
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Signer {
+    /// A signer with `key` (at least 32 bytes), or a random key.
+    pub fn new(key: Option<&[u8]>, max_used: usize) -> Self {
+        let generated;
+        let key = match key {
+            Some(k) => k,
+            None => {
+                generated = rand::random::<[u8; 32]>();
+                &generated[..]
+            }
+        };
+        Self {
+            key: hmac::Key::new(hmac::HMAC_SHA256, key),
+            instance: hex::encode(rand::random::<[u8; 16]>()),
+            used: Mutex::new(HashMap::new()),
+            max_used,
+        }
+    }
+
+    /// A new state for `binding`, usable until `expires_ms`.
+    pub fn issue(&self, binding: &Binding, expires_ms: i64) -> String {
+        let claims = Claims {
+            c: binding.client.clone(),
+            s: binding.server.clone(),
+            t: binding.tool.clone(),
+            d: binding.digest_hex(),
+            n: hex::encode(rand::random::<[u8; 16]>()),
+            e: expires_ms,
+            i: self.instance.clone(),
+        };
+        let json = serde_json::to_vec(&claims).unwrap_or_default();
+        let signed = format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(json));
+        let tag = hmac::sign(&self.key, signed.as_bytes());
+        format!("{signed}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref()))
+    }
+
+    /// Whether `state` is one of the gateway's (by its prefix alone).
+    pub fn is_ours(state: &str) -> bool {
+        state.starts_with(PREFIX)
+    }
+
+    /// Checks a presented state against this call: the MAC, the process, the
+    /// client, server and tool, the expiry and whether its nonce was used.
+    /// The arguments are compared but a mismatch is not a refusal: the caller
+    /// asks again for the new arguments and the old state stays unused.
+    pub fn verify(
+        &self,
+        state: &str,
+        binding: &Binding,
+        now_ms: i64,
+    ) -> Result<Verified, StateRefusal> {
+        let claims = self.open(state).ok_or(StateRefusal::Invalid)?;
+        let same_call = claims.i == self.instance
+            && claims.c == binding.client
+            && claims.s == binding.server
+            && claims.t == binding.tool;
+        if !same_call {
+            return Err(StateRefusal::Invalid);
+        }
+        if self.lock().contains_key(&claims.n) {
+            return Err(StateRefusal::Used);
+        }
+        if now_ms >= claims.e {
+            return Err(StateRefusal::Expired);
+        }
+        Ok(Verified {
+            same_arguments: claims.d == binding.digest_hex(),
+            nonce: claims.n,
+            expires_ms: claims.e,
+        })
+    }
+
+    /// Uses a verified state: from now on it is refused as used.
+    pub fn consume(&self, verified: &Verified, now_ms: i64) -> Result<(), StateRefusal> {
+        let mut used = self.lock();
+        if used.contains_key(&verified.nonce) {
+            return Err(StateRefusal::Used);
+        }
+        if used.len() >= self.max_used {
+            used.retain(|_, expiry| *expiry > now_ms);
+            if used.len() >= self.max_used {
+                return Err(StateRefusal::Full);
+            }
+        }
+        used.insert(verified.nonce.clone(), verified.expires_ms);
+        Ok(())
+    }
+
+    fn open(&self, state: &str) -> Option<Claims> {
+        if state.len() > MAX_STATE_BYTES || !state.starts_with(PREFIX) {
+            return None;
+        }
+        let (signed, tag) = state.rsplit_once('.')?;
+        let tag = URL_SAFE_NO_PAD.decode(tag).ok()?;
+        hmac::verify(&self.key, signed.as_bytes(), &tag).ok()?;
+        let body = URL_SAFE_NO_PAD.decode(&signed[PREFIX.len()..]).ok()?;
+        serde_json::from_slice(&body).ok()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        self.used.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(client: &str, args: serde_json::Value) -> Binding {
+        Binding::new(client, "files", "delete_file", &args)
+    }
+
+    #[test]
+    fn a_state_verifies_once_for_its_own_call_only() {
+        let signer = Signer::new(Some(&[7u8; 32]), 10);
+        let alice = call("alice", json!({"path": "/tmp/x"}));
+        let state = signer.issue(&alice, 1_000);
+        let ok = signer.verify(&state, &alice, 10).expect("valid");
+        assert!(ok.same_arguments);
+        // Other arguments: verified, but not the approved ones.
+        let other = call("alice", json!({"path": "/"}));
+        assert!(!signer.verify(&state, &other, 10).unwrap().same_arguments);
+        assert_eq!(
+            signer.verify(&state, &call("bob", json!({"path": "/tmp/x"})), 10).unwrap_err(),
+            StateRefusal::Invalid
+        );
+        assert_eq!(signer.verify(&state, &alice, 1_000).unwrap_err(), StateRefusal::Expired);
+        signer.consume(&ok, 10).expect("first use");
+        assert_eq!(signer.verify(&state, &alice, 10).unwrap_err(), StateRefusal::Used);
+        assert_eq!(signer.consume(&ok, 10).unwrap_err(), StateRefusal::Used);
+    }
+
+    #[test]
+    fn a_changed_byte_another_key_or_another_process_is_invalid() {
+        let signer = Signer::new(Some(&[7u8; 32]), 10);
+        let alice = call("alice", json!({}));
+        let state = signer.issue(&alice, i64::MAX);
+        let mut forged = state.clone().into_bytes();
+        let at = PREFIX.len() + 3;
+        forged[at] = if forged[at] == b'A' { b'B' } else { b'A' };
+        let forged = String::from_utf8(forged).unwrap();
+        assert_eq!(signer.verify(&forged, &alice, 0).unwrap_err(), StateRefusal::Invalid);
+        // Same key, another process (a restart): its nonces are not known here.
+        let restarted = Signer::new(Some(&[7u8; 32]), 10);
+        assert_eq!(restarted.verify(&state, &alice, 0).unwrap_err(), StateRefusal::Invalid);
+        let other_key = Signer::new(Some(&[8u8; 32]), 10);
+        assert_eq!(other_key.verify(&state, &alice, 0).unwrap_err(), StateRefusal::Invalid);
+        for junk in ["", "pcl1.", "pcl1.x.y", "upstream-state"] {
+            assert_eq!(signer.verify(junk, &alice, 0).unwrap_err(), StateRefusal::Invalid);
+        }
+    }
+
+    #[test]
+    fn a_full_table_of_unexpired_nonces_refuses_new_uses() {
+        let signer = Signer::new(None, 1);
+        let a = call("alice", json!({"n": 1}));
+        let first = signer.verify(&signer.issue(&a, 100), &a, 0).unwrap();
+        signer.consume(&first, 0).unwrap();
+        let second = signer.verify(&signer.issue(&a, 100), &a, 0).unwrap();
+        assert_eq!(signer.consume(&second, 50).unwrap_err(), StateRefusal::Full);
+        // Once the first has expired its place is free.
+        signer.consume(&second, 100).unwrap();
+    }
+}
