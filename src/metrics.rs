@@ -66,6 +66,12 @@ struct WouldRefuseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApprovalLabels {
+    by: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamErrorLabels {
     server: String,
     kind: String,
@@ -105,6 +111,7 @@ pub struct Metrics {
     rate_limited: Family<ServerLabels, Counter>,
     would_refuse: Family<WouldRefuseLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
+    approvals: Family<ApprovalLabels, Counter>,
 }
 
 impl Metrics {
@@ -170,6 +177,13 @@ impl Metrics {
         for result in ["applied", "refused"] {
             drop(reloads.get_or_create(&ResultLabels { result }));
         }
+        let approvals = Family::<ApprovalLabels, Counter>::default();
+        registry.register(
+            "approvals",
+            "Human approvals of tool calls, by who is asked (user, operator) and outcome \
+             (asked, approved, denied, expired, refused, used, would_ask)",
+            approvals.clone(),
+        );
         registry.register(
             "build",
             "The running build",
@@ -196,7 +210,15 @@ impl Metrics {
             rate_limited,
             would_refuse,
             reloads,
+            approvals,
         }
+    }
+
+    /// Counts one approval event.
+    pub fn approval(&self, by: &'static str, outcome: &'static str) {
+        self.approvals
+            .get_or_create(&ApprovalLabels { by, outcome })
+            .inc();
     }
 
     /// Counts one configuration reload.

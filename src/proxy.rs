@@ -82,6 +82,8 @@ pub(crate) struct AppState {
     pub traces: Arc<Traces>,
     /// Where the dashboard finds it.
     pub recent: Arc<Recent>,
+    /// Human approvals: the signer, the operator queue, open questions (in memory).
+    pub approvals: Arc<crate::approval::Approvals>,
 }
 
 /// One configuration in force, with the state of its servers.
@@ -117,7 +119,18 @@ impl AppState {
     ) -> io::Result<Self> {
         let live = Live::build(config.clone(), None, &pins).map_err(io::Error::other)?;
         let limiter = RateLimiter::from_settings(&config.rate_limit).map_err(io::Error::other)?;
+        let metrics = Arc::new(Metrics::new(audit.shared_counters(), traces.counters()));
+        let recent = Arc::<Recent>::default();
+        let sink = approval_sink(audit.clone(), metrics.clone(), recent.clone());
+        let approvals = Arc::new(crate::approval::Approvals::new(&config.approvals, sink));
+        if approvals.key_generated {
+            tracing::info!(
+                "approvals: the requestState signing key was generated at start ([approvals] key is not set); \
+                 in-band approvals asked before a restart are asked again after it"
+            );
+        }
         Ok(Self {
+            approvals,
             live: ArcSwap::from_pointee(live),
             limiter,
             streams: Arc::default(),
@@ -131,9 +144,9 @@ impl AppState {
                 config.gateway.max_sessions_per_client,
             ),
             pins,
-            metrics: Arc::new(Metrics::new(audit.shared_counters(), traces.counters())),
+            metrics,
             traces,
-            recent: Arc::default(),
+            recent,
             audit,
             loopback,
             admin_loopback: loopback,
@@ -171,6 +184,40 @@ impl AppState {
             serde_json::json!({"ready": ready, "servers": servers}),
         )
     }
+}
+
+/// Approval events become audit events of their own (method
+/// `portcullis/approval`, visible in the feed and on the trace page) and are
+/// counted in `portcullis_approvals_total{by,outcome}`.
+fn approval_sink(
+    audit: Arc<Audit>,
+    metrics: Arc<Metrics>,
+    recent: Arc<Recent>,
+) -> crate::approval::Sink {
+    Box::new(move |h: &crate::approval::Happening<'_>| {
+        metrics.approval(h.by, h.outcome.as_str());
+        let mut event = crate::audit::Event {
+            time_ms: h.at_ms,
+            client: Some(h.binding.client.clone()),
+            server: Some(h.binding.server.clone()),
+            method: "portcullis/approval".into(),
+            tool: Some(h.binding.tool.clone()),
+            decision: h.outcome.as_str().into(),
+            stage: "approval".into(),
+            approval: Some(serde_json::json!({
+                "by": h.by,
+                "outcome": h.outcome.as_str(),
+                "digest": h.binding.digest_hex(),
+                "id": h.id,
+                "decided_by": h.decided_by,
+                "at_ms": h.at_ms,
+            })),
+            ..Default::default()
+        };
+        event.bound();
+        recent.push(&event);
+        audit.record(event);
+    })
 }
 
 impl Live {
