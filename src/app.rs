@@ -286,6 +286,8 @@ fn admin_router(state: Arc<AppState>) -> Router {
         .route("/api/config", get(dashboard::config))
         .route("/api/pins", get(admin::pins))
         .route("/api/pins/approve", post(admin::approve))
+        .route("/api/approvals", get(admin::approvals))
+        .route("/api/approvals/{id}/{verb}", post(admin::decide))
         .route("/api/reload", get(reload::get).post(reload::post))
         // Every endpoint, and the 404 of any other path, passes the Origin/Host checks.
         .fallback(|| async { http::StatusCode::NOT_FOUND })

@@ -1505,6 +1505,13 @@ pub(crate) fn approval_refused(
                  requestState to ask again."
             ),
         ),
+        R::Reloaded => (
+            "approval_expired",
+            format!(
+                "{call} was waiting for approval when the gateway's configuration was reloaded, so it was not run \
+                 (it was decided under the configuration before). Call again to be asked under the new one."
+            ),
+        ),
         R::UnknownId => (
             "approval_unknown",
             format!(
@@ -1551,4 +1558,15 @@ pub(crate) fn approval_refused(
         }
     };
     Rejection::Tool(ToolRefusal { code, text, detail })
+}
+
+/// The reply to an approved call could not be read as JSON (2025-era
+/// approval on the call's stream, where the reply becomes an SSE event).
+pub(crate) fn unreadable_after_approval(cx: RenderCtx<'_>) -> Value {
+    jsonrpc::error(
+        cx.id,
+        codes::UPSTREAM_PROTOCOL,
+        "the approved call was forwarded, but the upstream's reply could not be read as JSON-RPC; the tool may have run",
+        None,
+    )
 }

@@ -257,6 +257,9 @@ impl Policy {
                 if kind == "tools" && rule.arguments.is_some() {
                     line.push_str("  arguments constrained");
                 }
+                if let (Some(approval), "tools") = (&rule.approval, kind) {
+                    let _ = write!(line, "  approval: {}", approval.describe());
+                }
                 let _ = write!(line, "  (rules[{}])", rule.index);
                 lines.push(line);
             }

@@ -92,6 +92,9 @@ pub enum Refusal {
     UnknownId,
     /// Too many approvals open (queue, questions or used states).
     Busy { limit: usize, per_client: bool },
+    /// The configuration was reloaded while the call waited: it is not run
+    /// under rules it was not decided by.
+    Reloaded,
     /// Operator path with `pending = "retry"`: queued (or still pending);
     /// retry the identical call after approval.
     Required { id: String, expires_ms: i64, already: bool },

@@ -76,6 +76,32 @@ pub struct Requirement {
     pub rule: usize,
 }
 
+impl Requirement {
+    /// For `portcullis check`: who approves, how the client waits, for how long.
+    pub fn describe(&self) -> String {
+        let secs = self.timeout.as_secs();
+        let timeout = if secs % 3600 == 0 {
+            format!("{}h", secs / 3600)
+        } else if secs % 60 == 0 {
+            format!("{}m", secs / 60)
+        } else {
+            format!("{secs}s")
+        };
+        let pending = match self.pending {
+            Pending::Wait => "the call is held until decided",
+            Pending::Retry => "the client retries after approval",
+        };
+        let who = match self.by {
+            Approver::User => "by the user (elicitation)".to_owned(),
+            Approver::Operator => format!("by an operator ({pending})"),
+            Approver::Either => format!(
+                "by the user, or an operator when the client cannot be asked ({pending})"
+            ),
+        };
+        format!("{who}, within {timeout}")
+    }
+}
+
 /// `[approvals]`: the gateway-wide part.
 #[derive(Clone, PartialEq)]
 pub struct ApprovalSettings {

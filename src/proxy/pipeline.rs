@@ -48,6 +48,7 @@ use super::tasks::{self, TaskScope, TaskStore};
 use super::upstream::{Reply, UpstreamError, forwarded_headers};
 use super::{AppState, Live, ServerState};
 
+mod approve;
 mod federate;
 mod resource;
 use crate::audit::{self, Trail};
@@ -98,6 +99,9 @@ struct Exchange {
     prefix: String,
     /// Tasks created through the gateway, and whose they are.
     tasks: Arc<TaskStore>,
+    /// The handshake-era session the client presented (the merged view's own
+    /// in the merged view): what its `initialize` declared is known by it.
+    client_session: Option<String>,
 }
 
 impl Exchange {
@@ -148,6 +152,7 @@ pub(crate) async fn handle(
         mode: Mode::Enforce,
         prefix: String::new(),
         tasks: state.tasks.clone(),
+        client_session: None,
     };
     // One configuration for the whole request, whatever a reload does meanwhile.
     let live = state.live.load_full();
@@ -336,6 +341,9 @@ async fn post(
     let (era, _version) = negotiate(headers, &message)?;
     ex.era = era;
     let session = session(state, server, client, headers, era)?;
+    if ex.client_session.is_none() {
+        ex.client_session = session.clone();
+    }
     let called = resolve(config, &message, era)?;
     ex.trail.stage("scan_outgoing");
     observe_or_enforce(ex, scan_outgoing(live, &message, &body))?;
@@ -349,6 +357,10 @@ async fn post(
         listen: called.as_ref().map(Called::class) == Some(Class::Subscription),
     };
     let Some(called) = called else {
+        // The answer to one of the gateway's own approval questions stays here.
+        if let Some(accepted) = answered(state, ex, client, &body)? {
+            return Ok(accepted);
+        }
         // A client's answer to a server's request (handshake era).
         return forward
             .relay(headers, body, recipient(live, ex, server, None))
@@ -584,7 +596,7 @@ async fn call_tool(
             }
             rejection
         })?;
-    let checked = check_call(
+    let approval = check_call(
         forward.state,
         forward.live,
         server,
@@ -596,8 +608,14 @@ async fn call_tool(
         message,
     )
     .await;
-    if let Err(rejection) = checked {
-        observe_or_enforce::<()>(ex, Err(rejection))?;
+    let (approval, observed) = match approval {
+        Ok(approval) => (approval, false),
+        Err(rejection) => {
+            observe_or_enforce::<()>(ex, Err(rejection))?;
+            (None, true)
+        }
+    };
+    if observed {
         // Observed: the transport's own check of `Mcp-Param-*` still holds.
         if let (Some(entry), Some(Value::Object(args))) = (
             tools.tools.get(&name),
@@ -615,11 +633,40 @@ async fn call_tool(
     };
     let mut to = recipient(forward.live, ex, server, Some(name));
     to.call = facts;
+    if let Some(requirement) = approval {
+        return approve::approve(ex, forward, client, headers, message, body, &requirement, to).await;
+    }
     forward.relay(headers, body, to).await
 }
 
+/// A client's JSON-RPC response whose id has the form of the gateway's own
+/// approval questions is delivered to that question and answered 202, never
+/// relayed; one that answers no question of this client and session is
+/// refused; `None` for any other response (relayed as before).
+fn answered(
+    state: &AppState,
+    ex: &Exchange,
+    client: &ClientId,
+    body: &Bytes,
+) -> Result<Option<Response>, Rejection> {
+    use crate::approval::inband::Delivery;
+    let Ok(response) = serde_json::from_slice::<Value>(body) else {
+        return Ok(None);
+    };
+    let session = ex.client_session.as_deref();
+    match state.approvals.questions.deliver(client.name(), session, &response) {
+        Delivery::NotOurs => Ok(None),
+        Delivery::Delivered => {
+            ex.trail.decided("approval_answered", "approval");
+            Ok(Some(approve::accepted()))
+        }
+        Delivery::Unknown => Err(Rejection::UnknownApprovalAnswer),
+    }
+}
+
 /// Every decision on a `tools/call`, in order: access rules, pin, the rules'
-/// `arguments`, `Mcp-Param-*`, `inputSchema`, secrets in the arguments.
+/// `arguments`, `Mcp-Param-*`, `inputSchema`, secrets in the arguments; when
+/// all pass, the approval a rule requires for it (put to a person last).
 #[allow(clippy::too_many_arguments)]
 async fn check_call(
     state: &AppState,
@@ -631,7 +678,7 @@ async fn check_call(
     tools: &ToolSet,
     name: &str,
     message: &Message,
-) -> Result<(), Rejection> {
+) -> Result<Option<crate::approval::Requirement>, Rejection> {
     let config = &*live.config;
     let server_name = server.upstream.settings.name.as_str();
     let sanitize = &config.sanitize;
@@ -708,7 +755,7 @@ async fn check_call(
             return Err(error::secret_in_arguments(name, &found));
         }
     }
-    Ok(())
+    Ok(config.policy.approval(&decision).cloned())
 }
 
 /// In observe mode a policy, rate-limit or validation refusal is recorded, not
@@ -1594,6 +1641,7 @@ impl Forward<'_> {
         client: &ClientId,
         to: Recipient,
     ) -> Result<Response, Rejection> {
+        let body_caps = initialize_capabilities(&body);
         let reply = self
             .send(self.headers(headers), body, true)
             .await
@@ -1603,6 +1651,7 @@ impl Forward<'_> {
             .and_then(|v| v.to_str().ok())
         {
             self.state.sessions.bind(self.name(), id, client);
+            remember_elicitation(self.state, client, id, &body_caps);
         }
         let reply = watch_instructions(reply, self, to.id.clone());
         Ok(relay(reply, to))
@@ -1715,6 +1764,28 @@ impl Forward<'_> {
             format!("its list has more than {MAX_PAGES} pages"),
         ))
     }
+}
+
+/// `params.capabilities` of an `initialize` request.
+pub(super) fn initialize_capabilities(body: &[u8]) -> Option<Value> {
+    let message: Value = serde_json::from_slice(body).ok()?;
+    message.get("params")?.get("capabilities").cloned()
+}
+
+/// Records whether the session a client opened can be asked for approval in
+/// band (it declared the elicitation capability at `initialize`).
+pub(super) fn remember_elicitation(
+    state: &AppState,
+    client: &ClientId,
+    session: &str,
+    capabilities: &Option<Value>,
+) {
+    let elicits = crate::approval::inband::declares_elicitation(capabilities.as_ref());
+    let max = state.approvals.settings.max_sessions;
+    state
+        .approvals
+        .sessions
+        .remember(client.name(), session, elicits, max);
 }
 
 /// `HeaderMap` without `Mcp-Param-*` (they belong to one tool call).
