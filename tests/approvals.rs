@@ -36,16 +36,36 @@ async fn gateway(upstream: &str, approval: &str, extra: &str) -> TestGateway {
 
 /// The Python SDK client with `--elicit` (approve, decline, off).
 async fn python(mode: Mode, url: &str, key: &str, elicit: &str, ops: Value) -> Vec<Value> {
+    client(Sdk::Python, mode, url, key, elicit, ops).await
+}
+
+/// An SDK client with `--elicit` (the TypeScript one: approve or decline).
+async fn client(sdk: Sdk, mode: Mode, url: &str, key: &str, elicit: &str, ops: Value) -> Vec<Value> {
     let peers = support::peers_dir();
     let mode = match mode {
         Mode::Legacy => "legacy",
         Mode::Modern => "2026-07-28",
     };
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/py_client.py");
-    let mut cmd = Command::new(peers.join("venv/bin/python"));
-    cmd.arg(script)
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut cmd = match sdk {
+        Sdk::Python => {
+            let mut c = Command::new(peers.join("venv/bin/python"));
+            c.arg(root.join("tests/peers/py_client.py"));
+            c
+        }
+        Sdk::TypeScript => {
+            let mut c = Command::new("node");
+            c.arg(root.join("tests/peers/ts_client.mjs"));
+            c
+        }
+    };
+    cmd
         .arg(url)
-        .args(["--mode", mode, "--key", key, "--elicit", elicit])
+        .args(["--mode", mode, "--key", key])
+        .args(match (sdk, elicit) {
+            (Sdk::TypeScript, "off") => vec![],
+            _ => vec!["--elicit", elicit],
+        })
         .args(["--ops", &ops.to_string()])
         .env("PORTCULLIS_PEERS", &peers)
         .stdin(std::process::Stdio::null())
@@ -214,6 +234,26 @@ async fn the_user_approves_in_band_in_both_eras_and_the_call_runs_once() {
         audited[0]["approval"]["digest"].as_str().map(str::len),
         Some(64)
     );
+    gw.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn the_typescript_client_approves_in_band_in_both_eras() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = gateway(&upstream.url, BY_USER, "").await;
+    for mode in [Mode::Modern, Mode::Legacy] {
+        let text = format!("ts {mode:?}");
+        let ops = json!([call("echo", json!({"text": text}))]);
+        let out = client(Sdk::TypeScript, mode, &gw.url("files"), ALICE, "approve", ops).await;
+        assert_eq!(out[0]["isError"], false, "{mode:?}: {}", out[0]);
+        assert_eq!(out[0]["text"], text);
+        let ops = json!([call("echo", json!({"text": "declined"}))]);
+        let out = client(Sdk::TypeScript, mode, &gw.url("files"), ALICE, "decline", ops).await;
+        assert_eq!(gateway_code(&out[0]), Some("approval_declined"), "{mode:?}: {}", out[0]);
+    }
+    let ran: Vec<Value> = echoes(&upstream);
+    assert_eq!(ran.len(), 2, "each approved call ran once, no declined one: {ran:?}");
     gw.stop().await;
     upstream.stop().await;
 }
