@@ -49,6 +49,6 @@ pub mod validate;
 
 pub use app::{Gateway, GatewayHandle, Reloader};
 pub use config::Config;
+pub mod approval;
 pub mod telemetry;
 pub(crate) mod text;
-pub mod approval;

@@ -40,7 +40,14 @@ async fn python(mode: Mode, url: &str, key: &str, elicit: &str, ops: Value) -> V
 }
 
 /// An SDK client with `--elicit` (the TypeScript one: approve or decline).
-async fn client(sdk: Sdk, mode: Mode, url: &str, key: &str, elicit: &str, ops: Value) -> Vec<Value> {
+async fn client(
+    sdk: Sdk,
+    mode: Mode,
+    url: &str,
+    key: &str,
+    elicit: &str,
+    ops: Value,
+) -> Vec<Value> {
     let peers = support::peers_dir();
     let mode = match mode {
         Mode::Legacy => "legacy",
@@ -59,8 +66,7 @@ async fn client(sdk: Sdk, mode: Mode, url: &str, key: &str, elicit: &str, ops: V
             c
         }
     };
-    cmd
-        .arg(url)
+    cmd.arg(url)
         .args(["--mode", mode, "--key", key])
         .args(match (sdk, elicit) {
             (Sdk::TypeScript, "off") => vec![],
@@ -198,10 +204,7 @@ async fn the_user_approves_in_band_in_both_eras_and_the_call_runs_once() {
         for shown in ["echo", "files", "echo is a write tool here", text.as_str()] {
             assert!(message.contains(shown), "{mode:?}: {message}");
         }
-        assert_eq!(
-            question["requestedSchema"]["required"],
-            json!(["approve"])
-        );
+        assert_eq!(question["requestedSchema"]["required"], json!(["approve"]));
         let ran: Vec<Value> = echoes(&upstream)
             .into_iter()
             .filter(|c| c["arguments"]["text"] == text)
@@ -245,15 +248,40 @@ async fn the_typescript_client_approves_in_band_in_both_eras() {
     for mode in [Mode::Modern, Mode::Legacy] {
         let text = format!("ts {mode:?}");
         let ops = json!([call("echo", json!({"text": text}))]);
-        let out = client(Sdk::TypeScript, mode, &gw.url("files"), ALICE, "approve", ops).await;
+        let out = client(
+            Sdk::TypeScript,
+            mode,
+            &gw.url("files"),
+            ALICE,
+            "approve",
+            ops,
+        )
+        .await;
         assert_eq!(out[0]["isError"], false, "{mode:?}: {}", out[0]);
         assert_eq!(out[0]["text"], text);
         let ops = json!([call("echo", json!({"text": "declined"}))]);
-        let out = client(Sdk::TypeScript, mode, &gw.url("files"), ALICE, "decline", ops).await;
-        assert_eq!(gateway_code(&out[0]), Some("approval_declined"), "{mode:?}: {}", out[0]);
+        let out = client(
+            Sdk::TypeScript,
+            mode,
+            &gw.url("files"),
+            ALICE,
+            "decline",
+            ops,
+        )
+        .await;
+        assert_eq!(
+            gateway_code(&out[0]),
+            Some("approval_declined"),
+            "{mode:?}: {}",
+            out[0]
+        );
     }
     let ran: Vec<Value> = echoes(&upstream);
-    assert_eq!(ran.len(), 2, "each approved call ran once, no declined one: {ran:?}");
+    assert_eq!(
+        ran.len(),
+        2,
+        "each approved call ran once, no declined one: {ran:?}"
+    );
     gw.stop().await;
     upstream.stop().await;
 }
@@ -292,12 +320,32 @@ async fn a_client_that_cannot_be_asked_gets_the_documented_refusal() {
             json!([call("echo", json!({"text": "x"}))]),
         )
         .await;
-        assert_eq!(gateway_code(&out[0]), Some("approval_unavailable"), "{mode:?}: {}", out[0]);
+        assert_eq!(
+            gateway_code(&out[0]),
+            Some("approval_unavailable"),
+            "{mode:?}: {}",
+            out[0]
+        );
         let text = out[0]["text"].as_str().unwrap_or_default();
-        assert!(text.contains("elicitation") && text.contains("by = \"operator\""), "{text}");
+        assert!(
+            text.contains("elicitation") && text.contains("by = \"operator\""),
+            "{text}"
+        );
         // The TypeScript client declares no elicitation either.
-        let out = sdk(Sdk::TypeScript, mode, &gw.url("files"), ALICE, json!([call("echo", json!({"text": "x"}))])).await;
-        assert_eq!(gateway_code(&out[0]), Some("approval_unavailable"), "{mode:?}: {}", out[0]);
+        let out = sdk(
+            Sdk::TypeScript,
+            mode,
+            &gw.url("files"),
+            ALICE,
+            json!([call("echo", json!({"text": "x"}))]),
+        )
+        .await;
+        assert_eq!(
+            gateway_code(&out[0]),
+            Some("approval_unavailable"),
+            "{mode:?}: {}",
+            out[0]
+        );
     }
     assert!(echoes(&upstream).is_empty());
     gw.stop().await;
@@ -323,7 +371,10 @@ fn yes(state: &str) -> Value {
 
 async fn post_echo(gw: &TestGateway, key: &str, body: String) -> Value {
     let headers = modern_call_headers(key, "echo");
-    raw_post(&gw.url("files"), &borrow(&headers), body).await.body["result"].clone()
+    raw_post(&gw.url("files"), &borrow(&headers), body)
+        .await
+        .body["result"]
+        .clone()
 }
 
 #[tokio::test]
@@ -342,14 +393,20 @@ async fn a_signed_state_runs_its_own_call_once_and_nothing_else() {
     assert_ne!(other["requestState"], asked["requestState"]);
     // Another client presenting alice's state: refused like a forged one.
     let bobs = post_echo(&gw, BOB, modern_echo(3, "/tmp/x", yes(&state))).await;
-    assert_eq!(bobs["_meta"]["portcullis/error"]["code"], "approval_invalid", "{bobs}");
+    assert_eq!(
+        bobs["_meta"]["portcullis/error"]["code"], "approval_invalid",
+        "{bobs}"
+    );
     // One byte changed: forged.
     let mut forged = state.clone().into_bytes();
     let at = forged.len() - 3;
     forged[at] = if forged[at] == b'A' { b'B' } else { b'A' };
     let forged = String::from_utf8(forged).expect("ascii");
     let refused = post_echo(&gw, ALICE, modern_echo(4, "/tmp/x", yes(&forged))).await;
-    assert_eq!(refused["_meta"]["portcullis/error"]["code"], "approval_invalid");
+    assert_eq!(
+        refused["_meta"]["portcullis/error"]["code"],
+        "approval_invalid"
+    );
     assert!(echoes(&upstream).is_empty(), "nothing ran so far");
 
     // The approved call, with its own state (which other arguments left unused).
@@ -362,13 +419,19 @@ async fn a_signed_state_runs_its_own_call_once_and_nothing_else() {
     assert_eq!(calls[0]["arguments"], json!({"text": "/tmp/x"}));
     // Replayed: refused, not run again.
     let replayed = post_echo(&gw, ALICE, modern_echo(6, "/tmp/x", yes(&state))).await;
-    assert_eq!(replayed["_meta"]["portcullis/error"]["code"], "approval_used", "{replayed}");
+    assert_eq!(
+        replayed["_meta"]["portcullis/error"]["code"], "approval_used",
+        "{replayed}"
+    );
     // A "no" uses the state up too.
     let second = post_echo(&gw, ALICE, modern_echo(7, "/tmp/y", json!({}))).await;
     let state = second["requestState"].as_str().expect("state").to_owned();
     let no = json!({"requestState": state, "inputResponses": {"portcullis_approval": {"action": "decline"}}});
     let declined = post_echo(&gw, ALICE, modern_echo(8, "/tmp/y", no)).await;
-    assert_eq!(declined["_meta"]["portcullis/error"]["code"], "approval_declined");
+    assert_eq!(
+        declined["_meta"]["portcullis/error"]["code"],
+        "approval_declined"
+    );
     let after = post_echo(&gw, ALICE, modern_echo(9, "/tmp/y", yes(&state))).await;
     assert_eq!(after["_meta"]["portcullis/error"]["code"], "approval_used");
     assert_eq!(echoes(&upstream).len(), 1, "ran exactly once in all");
@@ -384,7 +447,10 @@ async fn an_expired_approval_is_refused() {
     let state = asked["requestState"].as_str().expect("state").to_owned();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let late = post_echo(&gw, ALICE, modern_echo(2, "late", yes(&state))).await;
-    assert_eq!(late["_meta"]["portcullis/error"]["code"], "approval_expired", "{late}");
+    assert_eq!(
+        late["_meta"]["portcullis/error"]["code"], "approval_expired",
+        "{late}"
+    );
     assert!(echoes(&upstream).is_empty());
     gw.stop().await;
     upstream.stop().await;
@@ -393,11 +459,24 @@ async fn an_expired_approval_is_refused() {
 #[tokio::test]
 async fn an_operator_approves_a_retried_call_through_the_admin_api() {
     let upstream = PeerServer::start(Peer::Python).await;
-    let approval = r#"{ by = "operator", pending = "retry", timeout = "5m", reason = "irreversible" }"#;
+    let approval =
+        r#"{ by = "operator", pending = "retry", timeout = "5m", reason = "irreversible" }"#;
     let gw = gateway(&upstream.url, approval, "").await;
     let url = gw.url("files");
-    let first = sdk(Sdk::TypeScript, Mode::Legacy, &url, ALICE, json!([call("echo", json!({"text": "rm"}))])).await;
-    assert_eq!(gateway_code(&first[0]), Some("approval_required"), "{}", first[0]);
+    let first = sdk(
+        Sdk::TypeScript,
+        Mode::Legacy,
+        &url,
+        ALICE,
+        json!([call("echo", json!({"text": "rm"}))]),
+    )
+    .await;
+    assert_eq!(
+        gateway_code(&first[0]),
+        Some("approval_required"),
+        "{}",
+        first[0]
+    );
     let id = first[0]["meta"]["portcullis/error"]["approval_id"]
         .as_str()
         .expect("an approval id")
@@ -411,16 +490,33 @@ async fn an_operator_approves_a_retried_call_through_the_admin_api() {
     // A client's key is no admin token.
     assert_eq!(decide(&gw, &id, "approve", ALICE).await.0, 401);
     // Bob naming alice's approval id gets the unknown-id answer.
-    let mut body: Value = serde_json::from_str(&support::modern_call(1, "echo", json!({"text": "rm"}))).expect("json");
+    let mut body: Value =
+        serde_json::from_str(&support::modern_call(1, "echo", json!({"text": "rm"})))
+            .expect("json");
     body["params"]["_meta"]["portcullis/approvalId"] = json!(id);
     let headers = modern_call_headers(BOB, "echo");
-    let bobs = raw_post(&url, &borrow(&headers), body.to_string()).await.body;
-    assert_eq!(bobs["result"]["_meta"]["portcullis/error"]["code"], "approval_unknown", "{bobs}");
+    let bobs = raw_post(&url, &borrow(&headers), body.to_string())
+        .await
+        .body;
+    assert_eq!(
+        bobs["result"]["_meta"]["portcullis/error"]["code"], "approval_unknown",
+        "{bobs}"
+    );
     let (status, decided) = decide(&gw, &id, "approve", ADMIN_TOKEN).await;
-    assert_eq!((status, decided["decided"].as_str()), (200, Some("approved")));
+    assert_eq!(
+        (status, decided["decided"].as_str()),
+        (200, Some("approved"))
+    );
     assert_eq!(decide(&gw, &id, "deny", ADMIN_TOKEN).await.0, 409);
     // Other arguments are not approved by it.
-    let other = sdk(Sdk::TypeScript, Mode::Legacy, &url, ALICE, json!([call("echo", json!({"text": "rm -rf"}))])).await;
+    let other = sdk(
+        Sdk::TypeScript,
+        Mode::Legacy,
+        &url,
+        ALICE,
+        json!([call("echo", json!({"text": "rm -rf"}))]),
+    )
+    .await;
     assert_eq!(gateway_code(&other[0]), Some("approval_required"));
     assert!(echoes(&upstream).is_empty());
     // The identical call runs once; once more is a new approval.
@@ -429,7 +525,10 @@ async fn an_operator_approves_a_retried_call_through_the_admin_api() {
         Mode::Legacy,
         &url,
         ALICE,
-        json!([call("echo", json!({"text": "rm"})), call("echo", json!({"text": "rm"}))]),
+        json!([
+            call("echo", json!({"text": "rm"})),
+            call("echo", json!({"text": "rm"}))
+        ]),
     )
     .await;
     assert_eq!(out[0]["isError"], false, "{}", out[0]);
@@ -450,7 +549,14 @@ async fn a_held_call_runs_when_an_operator_approves_and_not_when_denied() {
     for (verb, text) in [("approve", "yes please"), ("deny", "no thanks")] {
         let url = gw.url("files");
         let held = tokio::spawn(async move {
-            python(Mode::Legacy, &url, ALICE, "off", json!([call("echo", json!({"text": text}))])).await
+            python(
+                Mode::Legacy,
+                &url,
+                ALICE,
+                "off",
+                json!([call("echo", json!({"text": text}))]),
+            )
+            .await
         });
         let entry = first_pending(&gw).await;
         assert_eq!(entry["arguments"]["text"], text);
@@ -468,7 +574,10 @@ async fn a_held_call_runs_when_an_operator_approves_and_not_when_denied() {
     assert_eq!(ran.len(), 1);
     assert_eq!(ran[0]["arguments"]["text"], "yes please");
     let scraped = metrics(&gw).await;
-    assert!(scraped.contains(r#"portcullis_approvals_total{by="operator",outcome="denied"} 1"#), "{scraped}");
+    assert!(
+        scraped.contains(r#"portcullis_approvals_total{by="operator",outcome="denied"} 1"#),
+        "{scraped}"
+    );
     gw.stop().await;
     upstream.stop().await;
 }
@@ -490,11 +599,30 @@ async fn the_merged_view_puts_calls_to_approval_too() {
     let gw = TestGateway::start_raw(&text).await;
     let merged = gw.merged_url();
     // In band when the client can be asked ...
-    let out = python(Mode::Legacy, &merged, ALICE, "approve", json!([call("files__echo", json!({"text": "m"}))])).await;
+    let out = python(
+        Mode::Legacy,
+        &merged,
+        ALICE,
+        "approve",
+        json!([call("files__echo", json!({"text": "m"}))]),
+    )
+    .await;
     assert_eq!(out[0]["text"], "m", "{}", out[0]);
     // ... else through the operator queue.
-    let out = python(Mode::Modern, &merged, ALICE, "off", json!([call("other__echo", json!({"text": "q"}))])).await;
-    assert_eq!(gateway_code(&out[0]), Some("approval_required"), "{}", out[0]);
+    let out = python(
+        Mode::Modern,
+        &merged,
+        ALICE,
+        "off",
+        json!([call("other__echo", json!({"text": "q"}))]),
+    )
+    .await;
+    assert_eq!(
+        gateway_code(&out[0]),
+        Some("approval_required"),
+        "{}",
+        out[0]
+    );
     assert_eq!(pending(&gw).await[0]["server"], "other");
     assert_eq!(echoes(&a).len(), 1);
     assert!(echoes(&b).is_empty());
@@ -507,7 +635,14 @@ async fn the_merged_view_puts_calls_to_approval_too() {
 async fn observe_mode_records_that_it_would_ask_and_lets_the_call_through() {
     let upstream = PeerServer::start(Peer::Python).await;
     let gw = gateway(&upstream.url, BY_USER, "mode = \"observe\"").await;
-    let out = python(Mode::Legacy, &gw.url("files"), ALICE, "off", json!([call("echo", json!({"text": "seen"})), asked()])).await;
+    let out = python(
+        Mode::Legacy,
+        &gw.url("files"),
+        ALICE,
+        "off",
+        json!([call("echo", json!({"text": "seen"})), asked()]),
+    )
+    .await;
     assert_eq!(out[0]["text"], "seen", "{}", out[0]);
     assert_eq!(out[1]["asked"], json!([]), "nobody was asked");
     assert_eq!(echoes(&upstream).len(), 1);
@@ -518,7 +653,11 @@ async fn observe_mode_records_that_it_would_ask_and_lets_the_call_through() {
         .expect("the call's event");
     assert_eq!(call_event["would_refuse"], "approval_required");
     assert_eq!(call_event["approval"]["outcome"], "would_ask");
-    assert!(metrics(&gw).await.contains(r#"portcullis_approvals_total{by="user",outcome="would_ask"} 1"#));
+    assert!(
+        metrics(&gw)
+            .await
+            .contains(r#"portcullis_approvals_total{by="user",outcome="would_ask"} 1"#)
+    );
     gw.stop().await;
     upstream.stop().await;
 }
@@ -531,22 +670,41 @@ async fn bad_approval_settings_are_refused_with_their_place() {
             "[servers.files]\nurl = \"http://127.0.0.1:1/mcp\"\n{}\n{rest}",
             clients()
         );
-        portcullis::config::load_str(&text, "a.toml", &|name| (name == "SHORT").then(|| "abc".to_owned()))
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default()
+        portcullis::config::load_str(&text, "a.toml", &|name| {
+            (name == "SHORT").then(|| "abc".to_owned())
+        })
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
     };
     let rule = |action: &str, approval: &str| {
-        format!("[[rules]]\nclients = [\"*\"]\nservers = [\"files\"]\ntools = [\"echo\"]\naction = \"{action}\"\napproval = {approval}\n")
+        format!(
+            "[[rules]]\nclients = [\"*\"]\nservers = [\"files\"]\ntools = [\"echo\"]\naction = \"{action}\"\napproval = {approval}\n"
+        )
     };
     let cases = [
         (rule("deny", r#"{ by = "user" }"#), "rules[0].approval"),
-        (rule("allow", r#"{ by = "somebody" }"#), "rules[0].approval.by"),
-        (rule("allow", r#"{ by = "user", timeout = "0s" }"#), "rules[0].approval.timeout"),
-        (rule("allow", r#"{ by = "user", pending = "retry" }"#), "rules[0].approval.pending"),
+        (
+            rule("allow", r#"{ by = "somebody" }"#),
+            "rules[0].approval.by",
+        ),
+        (
+            rule("allow", r#"{ by = "user", timeout = "0s" }"#),
+            "rules[0].approval.timeout",
+        ),
+        (
+            rule("allow", r#"{ by = "user", pending = "retry" }"#),
+            "rules[0].approval.pending",
+        ),
         (rule("allow", r#"{ by = "user", color = "red" }"#), "color"),
-        ("[approvals]\nkey = \"${SHORT}\"\n".to_owned(), "approvals.key"),
-        ("[approvals]\nmax_pending = 0\n".to_owned(), "approvals.max_pending"),
+        (
+            "[approvals]\nkey = \"${SHORT}\"\n".to_owned(),
+            "approvals.key",
+        ),
+        (
+            "[approvals]\nmax_pending = 0\n".to_owned(),
+            "approvals.max_pending",
+        ),
     ];
     for (text, key) in cases {
         let refused = load(&text);
@@ -572,7 +730,66 @@ async fn check_shows_which_calls_need_approval_and_by_whom() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(
-        text.contains("delete_*  approval: by an operator (the client retries after approval), within 10m"),
+        text.contains(
+            "delete_*  approval: by an operator (the client retries after approval), within 10m"
+        ),
         "{text}"
     );
+}
+
+/// A tool whose server asks for input itself (2026 `input_required` of its
+/// own): each forwarded round is approved, and the server's own
+/// `requestState` and answers come back to it across the gateway's question.
+#[tokio::test]
+async fn the_servers_own_input_round_survives_the_gateways_question() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let token = hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN));
+    let text = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{token}\"\n\
+         [servers.files]\nurl = \"{}\"\n{}\n\
+         [[rules]]\nclients = [\"*\"]\nservers = [\"files\"]\ntools = [\"leaky_ask\"]\naction = \"allow\"\n\
+         approval = {{ by = \"user\" }}\n",
+        upstream.url,
+        clients()
+    );
+    let gw = TestGateway::start_raw(&text).await;
+    let out = python(
+        Mode::Modern,
+        &gw.url("files"),
+        ALICE,
+        "approve",
+        json!([call("leaky_ask", json!({})), asked()]),
+    )
+    .await;
+    assert_eq!(out[0]["isError"], false, "{}", out[0]);
+    assert_eq!(
+        out[0]["text"], "answered: ask, think",
+        "the server got its own answers back"
+    );
+    let questions: Vec<&Value> = out[1]["asked"]
+        .as_array()
+        .expect("asked")
+        .iter()
+        .filter(|a| a["kind"] == "elicitation")
+        .collect();
+    let ours = questions
+        .iter()
+        .filter(|q| {
+            q["params"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("Approve this tool call?")
+        })
+        .count();
+    assert_eq!(
+        (questions.len(), ours),
+        (3, 2),
+        "two approvals, one question of the server's: {questions:?}"
+    );
+    assert_eq!(
+        upstream.ran().iter().filter(|t| *t == "leaky_ask").count(),
+        2
+    );
+    gw.stop().await;
+    upstream.stop().await;
 }

@@ -249,14 +249,22 @@ async fn the_approval_queue_in_chromium_approves_a_held_call() {
     };
     expect("queue-open").await;
     let url = gateway.url("demo");
-    let held = tokio::spawn(async move {
-        call(&url, "echo", json!({"text": "drop the staging table"})).await
-    });
+    let held =
+        tokio::spawn(
+            async move { call(&url, "echo", json!({"text": "drop the staging table"})).await },
+        );
     expect("approved").await;
     let answered = held.await.expect("the held call");
     assert_eq!(code(&answered), None, "{answered}");
-    assert_eq!(answered["result"]["content"][0]["text"], "drop the staging table");
-    let echoes = upstream.ran().into_iter().filter(|(t, _)| t == "echo").count();
+    assert_eq!(
+        answered["result"]["content"][0]["text"],
+        "drop the staging table"
+    );
+    let echoes = upstream
+        .ran()
+        .into_iter()
+        .filter(|(t, _)| t == "echo")
+        .count();
     assert_eq!(echoes, 1, "the approved call ran once");
     stdin.write_all(b"checked\n").await.expect("write");
     expect("ok").await;

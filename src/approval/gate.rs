@@ -50,8 +50,13 @@ pub struct Call<'a> {
 #[derive(Debug)]
 pub enum Gate {
     /// Forward it; `strip` removes the gateway's `requestState` and answer
-    /// (and the approval id in `_meta`) from the params first.
-    Run { strip: bool },
+    /// (and the approval id in `_meta`) from the params first, and `restore`
+    /// (in-band 2026 approvals) gives back the upstream's own input round the
+    /// state carried ([`strip`]).
+    Run {
+        strip: bool,
+        restore: Option<Value>,
+    },
     /// Answer with this `input_required` result (2026-07-28).
     InputRequired(Value),
     /// Send `request` (an `elicitation/create`) on the call's SSE stream,
@@ -90,6 +95,9 @@ pub enum Refusal {
     StateExpired,
     /// The approval id names nothing of this client's.
     UnknownId,
+    /// What the call carries of an upstream's own input round is too large
+    /// to carry across the gateway's question.
+    TooLargeToCarry { limit: usize },
     /// Too many approvals open (queue, questions or used states).
     Busy { limit: usize, per_client: bool },
     /// The configuration was reloaded while the call waited: it is not run
@@ -97,7 +105,11 @@ pub enum Refusal {
     Reloaded,
     /// Operator path with `pending = "retry"`: queued (or still pending);
     /// retry the identical call after approval.
-    Required { id: String, expires_ms: i64, already: bool },
+    Required {
+        id: String,
+        expires_ms: i64,
+        already: bool,
+    },
 }
 
 impl Approvals {
@@ -154,8 +166,12 @@ impl Approvals {
     }
 
     /// 2026-07-28: a retry carrying the gateway's state, or a new question.
+    /// What the call carries of the upstream's own input round (a
+    /// `requestState` not the gateway's, answers to other keys) travels
+    /// inside the gateway's signed state and is given back once approved.
     fn modern(&self, call: &Call<'_>) -> Gate {
         let presented = call.params.get("requestState").and_then(Value::as_str);
+        let mut carried = upstream_round(call.params);
         if let Some(state) = presented.filter(|s| Signer::is_ours(s)) {
             let verified = match self.signer.verify(state, &call.binding, call.now_ms) {
                 Ok(v) => v,
@@ -177,7 +193,10 @@ impl Approvals {
                     Answer::Approved => {
                         self.event(Outcome::Approved, "user", call, None);
                         self.event(Outcome::Used, "user", call, None);
-                        Gate::Run { strip: true }
+                        Gate::Run {
+                            strip: true,
+                            restore: Some(verified.carried.unwrap_or(json!({}))),
+                        }
                     }
                     Answer::Refused => {
                         self.event(Outcome::Denied, "user", call, None);
@@ -186,10 +205,18 @@ impl Approvals {
                 };
             }
             // Other arguments than those approved: a new question; the old
-            // state is left unused.
+            // state is left unused (what it carried is carried on).
+            carried = verified.carried;
+        }
+        if let Some(c) = &carried
+            && c.to_string().len() > super::state::MAX_CARRIED_BYTES
+        {
+            return Gate::Refuse(Refusal::TooLargeToCarry {
+                limit: super::state::MAX_CARRIED_BYTES,
+            });
         }
         let expires = call.now_ms + millis(call.requirement.timeout);
-        let state = self.signer.issue(&call.binding, expires);
+        let state = self.signer.issue(&call.binding, expires, carried);
         self.event(Outcome::Asked, "user", call, None);
         let params = question::elicitation(self.message(call));
         Gate::InputRequired(json!({
@@ -205,10 +232,7 @@ impl Approvals {
         let Some(session) = call.session else {
             return Gate::Refuse(Refusal::CannotAsk);
         };
-        let Some((id, answer)) = self
-            .questions
-            .open(&call.binding.client, session, max)
-        else {
+        let Some((id, answer)) = self.questions.open(&call.binding.client, session, max) else {
             return Gate::Refuse(Refusal::Busy {
                 limit: max,
                 per_client: false,
@@ -285,7 +309,10 @@ impl Approvals {
         let (entry, decision, already) = match found {
             Ok(Lookup::Approved(entry)) => {
                 self.event(Outcome::Used, "operator", call, Some(&entry.id));
-                return Gate::Run { strip: true };
+                return Gate::Run {
+                    strip: true,
+                    restore: None,
+                };
             }
             Ok(Lookup::Denied(entry)) => {
                 let by = match entry.status {
@@ -380,9 +407,48 @@ impl Approvals {
     }
 }
 
-/// Removes what the gateway added to a call's params for its own approval:
-/// its `requestState`, its answer in `inputResponses`, the approval id.
-pub fn strip(params: &mut Map<String, Value>) {
+/// The upstream's own input round a 2026 call carries: a `requestState` that
+/// is not the gateway's, and the answers to keys other than the gateway's.
+fn upstream_round(params: &Map<String, Value>) -> Option<Value> {
+    let state = params
+        .get("requestState")
+        .filter(|s| !s.as_str().is_some_and(Signer::is_ours))
+        .cloned();
+    let answers = match params.get("inputResponses") {
+        Some(Value::Object(r)) => {
+            let others: Map<String, Value> = r
+                .iter()
+                .filter(|(k, _)| k.as_str() != INPUT_KEY)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            (!others.is_empty()).then_some(Value::Object(others))
+        }
+        _ => None,
+    };
+    if state.is_none() && answers.is_none() {
+        return None;
+    }
+    let mut round = Map::new();
+    if let Some(s) = state {
+        round.insert("requestState".into(), s);
+    }
+    if let Some(a) = answers {
+        round.insert("inputResponses".into(), a);
+    }
+    Some(Value::Object(round))
+}
+
+/// Removes what the gateway added to a call's params for its own approval
+/// (the approval id in `_meta`, its `requestState`, its answer). A call
+/// approved in band (`round` is `Some`) then gets back the upstream's own
+/// input round its state carried: its params hold nothing else of a round.
+pub fn strip(params: &mut Map<String, Value>, round: Option<&Value>) {
+    if let Some(Value::Object(meta)) = params.get_mut("_meta") {
+        meta.remove(META_APPROVAL_ID);
+        if meta.is_empty() {
+            params.remove("_meta");
+        }
+    }
     if params
         .get("requestState")
         .and_then(Value::as_str)
@@ -396,10 +462,18 @@ pub fn strip(params: &mut Map<String, Value>) {
             params.remove("inputResponses");
         }
     }
-    if let Some(Value::Object(meta)) = params.get_mut("_meta") {
-        meta.remove(META_APPROVAL_ID);
-        if meta.is_empty() {
-            params.remove("_meta");
+    let Some(round) = round else {
+        return;
+    };
+    if let Some(state) = round.get("requestState") {
+        params.insert("requestState".into(), state.clone());
+    }
+    if let Some(Value::Object(answers)) = round.get("inputResponses") {
+        let into = params
+            .entry("inputResponses")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(into) = into {
+            into.extend(answers.clone());
         }
     }
 }

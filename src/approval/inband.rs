@@ -114,10 +114,14 @@ impl Questions {
     }
 }
 
+/// A client's session: (client name, session id).
+type SessionKey = (String, String);
+
 /// Which handshake-era sessions can be asked (they declared `elicitation`).
 #[derive(Default)]
 pub struct Sessions {
-    known: Mutex<(HashMap<(String, String), bool>, VecDeque<(String, String)>)>,
+    /// Each session's capability, and the order they were first seen in.
+    known: Mutex<(HashMap<SessionKey, bool>, VecDeque<SessionKey>)>,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -190,8 +194,12 @@ mod tests {
     #[test]
     fn the_capability_is_read_from_what_the_client_declared() {
         assert!(declares_elicitation(Some(&json!({"elicitation": {}}))));
-        assert!(declares_elicitation(Some(&json!({"elicitation": {"form": {}}}))));
-        assert!(!declares_elicitation(Some(&json!({"elicitation": {"url": {}}}))));
+        assert!(declares_elicitation(Some(
+            &json!({"elicitation": {"form": {}}})
+        )));
+        assert!(!declares_elicitation(Some(
+            &json!({"elicitation": {"url": {}}})
+        )));
         assert!(!declares_elicitation(Some(&json!({"sampling": {}}))));
         assert!(!declares_elicitation(None));
         let s = Sessions::default();
@@ -199,6 +207,9 @@ mod tests {
         assert!(s.elicits("alice", "s1"));
         assert!(!s.elicits("bob", "s1"));
         s.remember("alice", "s2", true, 1);
-        assert!(!s.elicits("alice", "s1"), "the oldest is forgotten past the bound");
+        assert!(
+            !s.elicits("alice", "s1"),
+            "the oldest is forgotten past the bound"
+        );
     }
 }

@@ -102,7 +102,7 @@ pub enum DecideError {
     /// No such id (or it expired, or was used).
     Unknown,
     /// It was decided already.
-    Decided(Entry),
+    Decided(Box<Entry>),
 }
 
 struct Slot {
@@ -232,7 +232,7 @@ impl Queue {
             .filter(|s| s.entry.expires_ms > now_ms)
             .ok_or(DecideError::Unknown)?;
         if slot.entry.status != Status::Pending {
-            return Err(DecideError::Decided(slot.entry.clone()));
+            return Err(DecideError::Decided(Box::new(slot.entry.clone())));
         }
         let by = by.to_owned();
         slot.entry.status = if approve {
@@ -296,12 +296,20 @@ mod tests {
     fn an_approval_is_used_once_for_its_own_call() {
         let q = Queue::new(10, 10);
         let a = binding("alice", "/tmp/x");
-        let Ok(Lookup::Added(entry, _)) = add(&q, &a, 0) else { panic!("added") };
+        let Ok(Lookup::Added(entry, _)) = add(&q, &a, 0) else {
+            panic!("added")
+        };
         assert!(matches!(add(&q, &a, 1), Ok(Lookup::Pending(..))));
         // Other arguments: a new entry.
-        assert!(matches!(add(&q, &binding("alice", "/"), 1), Ok(Lookup::Added(..))));
+        assert!(matches!(
+            add(&q, &binding("alice", "/"), 1),
+            Ok(Lookup::Added(..))
+        ));
         q.decide(&entry.id, true, "op", 2).expect("decided");
-        assert!(matches!(q.decide(&entry.id, false, "op", 3), Err(DecideError::Decided(_))));
+        assert!(matches!(
+            q.decide(&entry.id, false, "op", 3),
+            Err(DecideError::Decided(_))
+        ));
         assert!(matches!(add(&q, &a, 3), Ok(Lookup::Approved(_))));
         // Used: the same call again is a new question.
         assert!(matches!(add(&q, &a, 4), Ok(Lookup::Added(..))));
@@ -311,11 +319,25 @@ mod tests {
     #[test]
     fn expired_entries_cannot_be_approved_and_limits_refuse_new_ones() {
         let q = Queue::new(2, 1);
-        let Ok(Lookup::Added(entry, _)) = add(&q, &binding("alice", "a"), 0) else { panic!() };
-        assert_eq!(add(&q, &binding("alice", "b"), 0).unwrap_err(), Full::Client(1));
-        assert!(matches!(add(&q, &binding("bob", "b"), 0), Ok(Lookup::Added(..))));
-        assert_eq!(add(&q, &binding("carol", "c"), 0).unwrap_err(), Full::Queue(2));
-        assert!(matches!(q.decide(&entry.id, true, "op", 100), Err(DecideError::Unknown)));
+        let Ok(Lookup::Added(entry, _)) = add(&q, &binding("alice", "a"), 0) else {
+            panic!()
+        };
+        assert_eq!(
+            add(&q, &binding("alice", "b"), 0).unwrap_err(),
+            Full::Client(1)
+        );
+        assert!(matches!(
+            add(&q, &binding("bob", "b"), 0),
+            Ok(Lookup::Added(..))
+        ));
+        assert_eq!(
+            add(&q, &binding("carol", "c"), 0).unwrap_err(),
+            Full::Queue(2)
+        );
+        assert!(matches!(
+            q.decide(&entry.id, true, "op", 100),
+            Err(DecideError::Unknown)
+        ));
         assert_eq!(q.sweep(100).len(), 2);
         assert!(q.list(100).is_empty());
         assert!(q.owned_by(&entry.id, "bob", 0).is_none());

@@ -80,9 +80,9 @@ impl Requirement {
     /// For `portcullis check`: who approves, how the client waits, for how long.
     pub fn describe(&self) -> String {
         let secs = self.timeout.as_secs();
-        let timeout = if secs % 3600 == 0 {
+        let timeout = if secs.is_multiple_of(3600) {
             format!("{}h", secs / 3600)
-        } else if secs % 60 == 0 {
+        } else if secs.is_multiple_of(60) {
             format!("{}m", secs / 60)
         } else {
             format!("{secs}s")
@@ -94,9 +94,9 @@ impl Requirement {
         let who = match self.by {
             Approver::User => "by the user (elicitation)".to_owned(),
             Approver::Operator => format!("by an operator ({pending})"),
-            Approver::Either => format!(
-                "by the user, or an operator when the client cannot be asked ({pending})"
-            ),
+            Approver::Either => {
+                format!("by the user, or an operator when the client cannot be asked ({pending})")
+            }
         };
         format!("{who}, within {timeout}")
     }

@@ -30,8 +30,12 @@ use super::binding::Binding;
 
 /// What every state the gateway signs starts with.
 pub const PREFIX: &str = "pcl1.";
-/// Longest state accepted back (a signed state is far shorter).
-const MAX_STATE_BYTES: usize = 4096;
+/// Longest state accepted back: the claims, and what they carry of an
+/// upstream's own input round ([`MAX_CARRIED_BYTES`]), base64url-encoded.
+const MAX_STATE_BYTES: usize = 96 * 1024;
+/// Most bytes (JSON) of an upstream's `requestState` and `inputResponses` a
+/// state carries across the gateway's question.
+pub const MAX_CARRIED_BYTES: usize = 48 * 1024;
 
 /// What a signed state says.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -50,6 +54,10 @@ struct Claims {
     e: i64,
     /// Instance id of the process that signed it, hex.
     i: String,
+    /// What the call carried of the upstream's own input round (its
+    /// `requestState`, its answers), given back to it once approved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    u: Option<serde_json::Value>,
 }
 
 /// Why a presented state is not accepted.
@@ -73,6 +81,8 @@ pub struct Verified {
     expires_ms: i64,
     /// The arguments are those that were approved.
     pub same_arguments: bool,
+    /// The upstream's own input round the call carried when it was asked.
+    pub carried: Option<serde_json::Value>,
 }
 
 /// Signs and checks states; remembers used nonces.
@@ -110,8 +120,14 @@ impl Signer {
         }
     }
 
-    /// A new state for `binding`, usable until `expires_ms`.
-    pub fn issue(&self, binding: &Binding, expires_ms: i64) -> String {
+    /// A new state for `binding`, usable until `expires_ms`, carrying
+    /// `carried` (at most [`MAX_CARRIED_BYTES`]: the caller checks).
+    pub fn issue(
+        &self,
+        binding: &Binding,
+        expires_ms: i64,
+        carried: Option<serde_json::Value>,
+    ) -> String {
         let claims = Claims {
             c: binding.client.clone(),
             s: binding.server.clone(),
@@ -120,6 +136,7 @@ impl Signer {
             n: hex::encode(rand::random::<[u8; 16]>()),
             e: expires_ms,
             i: self.instance.clone(),
+            u: carried,
         };
         let json = serde_json::to_vec(&claims).unwrap_or_default();
         let signed = format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(json));
@@ -157,6 +174,7 @@ impl Signer {
             return Err(StateRefusal::Expired);
         }
         Ok(Verified {
+            carried: claims.u,
             same_arguments: claims.d == binding.digest_hex(),
             nonce: claims.n,
             expires_ms: claims.e,
@@ -208,19 +226,27 @@ mod tests {
     fn a_state_verifies_once_for_its_own_call_only() {
         let signer = Signer::new(Some(&[7u8; 32]), 10);
         let alice = call("alice", json!({"path": "/tmp/x"}));
-        let state = signer.issue(&alice, 1_000);
+        let state = signer.issue(&alice, 1_000, None);
         let ok = signer.verify(&state, &alice, 10).expect("valid");
         assert!(ok.same_arguments);
         // Other arguments: verified, but not the approved ones.
         let other = call("alice", json!({"path": "/"}));
         assert!(!signer.verify(&state, &other, 10).unwrap().same_arguments);
         assert_eq!(
-            signer.verify(&state, &call("bob", json!({"path": "/tmp/x"})), 10).unwrap_err(),
+            signer
+                .verify(&state, &call("bob", json!({"path": "/tmp/x"})), 10)
+                .unwrap_err(),
             StateRefusal::Invalid
         );
-        assert_eq!(signer.verify(&state, &alice, 1_000).unwrap_err(), StateRefusal::Expired);
+        assert_eq!(
+            signer.verify(&state, &alice, 1_000).unwrap_err(),
+            StateRefusal::Expired
+        );
         signer.consume(&ok, 10).expect("first use");
-        assert_eq!(signer.verify(&state, &alice, 10).unwrap_err(), StateRefusal::Used);
+        assert_eq!(
+            signer.verify(&state, &alice, 10).unwrap_err(),
+            StateRefusal::Used
+        );
         assert_eq!(signer.consume(&ok, 10).unwrap_err(), StateRefusal::Used);
     }
 
@@ -228,19 +254,31 @@ mod tests {
     fn a_changed_byte_another_key_or_another_process_is_invalid() {
         let signer = Signer::new(Some(&[7u8; 32]), 10);
         let alice = call("alice", json!({}));
-        let state = signer.issue(&alice, i64::MAX);
+        let state = signer.issue(&alice, i64::MAX, None);
         let mut forged = state.clone().into_bytes();
         let at = PREFIX.len() + 3;
         forged[at] = if forged[at] == b'A' { b'B' } else { b'A' };
         let forged = String::from_utf8(forged).unwrap();
-        assert_eq!(signer.verify(&forged, &alice, 0).unwrap_err(), StateRefusal::Invalid);
+        assert_eq!(
+            signer.verify(&forged, &alice, 0).unwrap_err(),
+            StateRefusal::Invalid
+        );
         // Same key, another process (a restart): its nonces are not known here.
         let restarted = Signer::new(Some(&[7u8; 32]), 10);
-        assert_eq!(restarted.verify(&state, &alice, 0).unwrap_err(), StateRefusal::Invalid);
+        assert_eq!(
+            restarted.verify(&state, &alice, 0).unwrap_err(),
+            StateRefusal::Invalid
+        );
         let other_key = Signer::new(Some(&[8u8; 32]), 10);
-        assert_eq!(other_key.verify(&state, &alice, 0).unwrap_err(), StateRefusal::Invalid);
+        assert_eq!(
+            other_key.verify(&state, &alice, 0).unwrap_err(),
+            StateRefusal::Invalid
+        );
         for junk in ["", "pcl1.", "pcl1.x.y", "upstream-state"] {
-            assert_eq!(signer.verify(junk, &alice, 0).unwrap_err(), StateRefusal::Invalid);
+            assert_eq!(
+                signer.verify(junk, &alice, 0).unwrap_err(),
+                StateRefusal::Invalid
+            );
         }
     }
 
@@ -248,9 +286,9 @@ mod tests {
     fn a_full_table_of_unexpired_nonces_refuses_new_uses() {
         let signer = Signer::new(None, 1);
         let a = call("alice", json!({"n": 1}));
-        let first = signer.verify(&signer.issue(&a, 100), &a, 0).unwrap();
+        let first = signer.verify(&signer.issue(&a, 100, None), &a, 0).unwrap();
         signer.consume(&first, 0).unwrap();
-        let second = signer.verify(&signer.issue(&a, 100), &a, 0).unwrap();
+        let second = signer.verify(&signer.issue(&a, 100, None), &a, 0).unwrap();
         assert_eq!(signer.consume(&second, 50).unwrap_err(), StateRefusal::Full);
         // Once the first has expired its place is free.
         signer.consume(&second, 100).unwrap();

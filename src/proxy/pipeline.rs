@@ -634,7 +634,17 @@ async fn call_tool(
     let mut to = recipient(forward.live, ex, server, Some(name));
     to.call = facts;
     if let Some(requirement) = approval {
-        return approve::approve(ex, forward, client, headers, message, body, &requirement, to).await;
+        return approve::approve(
+            ex,
+            forward,
+            client,
+            headers,
+            message,
+            body,
+            &requirement,
+            to,
+        )
+        .await;
     }
     forward.relay(headers, body, to).await
 }
@@ -654,7 +664,11 @@ fn answered(
         return Ok(None);
     };
     let session = ex.client_session.as_deref();
-    match state.approvals.questions.deliver(client.name(), session, &response) {
+    match state
+        .approvals
+        .questions
+        .deliver(client.name(), session, &response)
+    {
         Delivery::NotOurs => Ok(None),
         Delivery::Delivered => {
             ex.trail.decided("approval_answered", "approval");

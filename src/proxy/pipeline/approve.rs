@@ -25,7 +25,7 @@ use super::{Exchange, Forward, rebuild};
 use crate::approval::{Binding, Call, Gate, Refusal, Requirement, gate, inband, question};
 use crate::auth::ClientId;
 use crate::config::Mode;
-use crate::error::{self, RenderCtx, Rejection};
+use crate::error::{self, Rejection, RenderCtx};
 use crate::mcp::jsonrpc::Message;
 use crate::mcp::version::Era;
 use crate::proxy::respond::{self, Recipient};
@@ -50,7 +50,10 @@ pub(super) async fn approve(
     let approvals = forward.state.approvals.clone();
     let empty = Map::new();
     let params = message.params().unwrap_or(&empty);
-    let tool = params.get("name").and_then(Value::as_str).unwrap_or_default();
+    let tool = params
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     let server = forward.name().to_owned();
     let arguments = match params.get("arguments") {
         None | Some(Value::Null) => Value::Object(Map::new()),
@@ -89,9 +92,13 @@ pub(super) async fn approve(
     }
     let refused = |r: &Refusal| error::approval_refused(&shown_tool, &server, r);
     match approvals.gate(&call) {
-        Gate::Run { strip } => {
+        Gate::Run { strip, restore } => {
             note("approved");
-            let body = if strip { stripped(message) } else { body };
+            let body = if strip {
+                stripped(message, restore.as_ref())
+            } else {
+                body
+            };
             forward.relay(headers, body, to).await
         }
         Gate::InputRequired(result) => {
@@ -110,7 +117,7 @@ pub(super) async fn approve(
             match approvals.hold(&entry, decision, requirement.timeout).await {
                 Ok(()) => {
                     note("approved");
-                    forward.relay(headers, stripped(message), to).await
+                    forward.relay(headers, stripped(message, None), to).await
                 }
                 Err(refusal) => Err(refused(&refusal)),
             }
@@ -129,13 +136,11 @@ pub(super) async fn approve(
                 session: forward.session.map(str::to_owned),
                 era: forward.ex_era,
                 headers: headers.clone(),
-                body: stripped(message),
+                body: stripped(message, None),
                 refused_as: (shown_tool, server),
             };
             let rest = async move {
-                let got = approvals
-                    .await_answer(&binding, &id, answer, timeout)
-                    .await;
+                let got = approvals.await_answer(&binding, &id, answer, timeout).await;
                 waited.finish(got, to).await
             };
             let first = Bytes::from(sse_event(&request));
@@ -177,10 +182,7 @@ impl OnStream {
             era: self.era,
         };
         let (tool, server) = &self.refused_as;
-        let refusal = match got {
-            Err(r) => Some(r),
-            Ok(()) => None,
-        };
+        let refusal = got.err();
         let live = self.state.live.load_full();
         let refusal = refusal.or_else(|| {
             (live.generation != self.generation || !live.servers.contains_key(server))
@@ -243,10 +245,10 @@ fn sse_event(message: &Value) -> String {
 }
 
 /// The call as forwarded: without the gateway's own approval parameters.
-fn stripped(message: &Message) -> Bytes {
+fn stripped(message: &Message, round: Option<&Value>) -> Bytes {
     let mut value = rebuild(message);
     if let Some(Value::Object(params)) = value.get_mut("params") {
-        gate::strip(params);
+        gate::strip(params, round);
     }
     Bytes::from(serde_json::to_vec(&value).unwrap_or_default())
 }
