@@ -793,3 +793,48 @@ async fn the_servers_own_input_round_survives_the_gateways_question() {
     gw.stop().await;
     upstream.stop().await;
 }
+
+/// A held call nobody decides ends at the rule's timeout, unrun, and its
+/// approval can no longer be given.
+#[tokio::test]
+async fn a_held_call_nobody_decides_expires_unrun() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = gateway(&upstream.url, r#"{ by = "operator", timeout = "1s" }"#, "").await;
+    let out = python(
+        Mode::Modern,
+        &gw.url("files"),
+        ALICE,
+        "off",
+        json!([call("echo", json!({"text": "late"}))]),
+    )
+    .await;
+    assert_eq!(
+        gateway_code(&out[0]),
+        Some("approval_expired"),
+        "{}",
+        out[0]
+    );
+    assert!(
+        pending(&gw).await.is_empty(),
+        "the expired entry left the queue"
+    );
+    let expired: Vec<Value> = events(&gw)
+        .await
+        .into_iter()
+        .filter(|e| e["method"] == "portcullis/approval" && e["decision"] == "expired")
+        .collect();
+    assert_eq!(expired.len(), 1);
+    let id = expired[0]["approval"]["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert_eq!(decide(&gw, &id, "approve", ADMIN_TOKEN).await.0, 404);
+    assert!(echoes(&upstream).is_empty());
+    assert!(
+        metrics(&gw)
+            .await
+            .contains(r#"portcullis_approvals_total{by="operator",outcome="expired"} 1"#)
+    );
+    gw.stop().await;
+    upstream.stop().await;
+}

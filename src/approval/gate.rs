@@ -384,10 +384,19 @@ impl Approvals {
                 id: entry.id.clone(),
                 by,
             }),
-            // Still pending at the timeout (it expires now), used by an
-            // identical call first, or gone.
+            // Still pending at the timeout: it expires now, and can no longer
+            // be approved; or it was used by an identical call first, or swept.
             _ => {
-                self.sweep(now.max(entry.expires_ms));
+                if let Some(expired) = self.queue.expire(&entry.id) {
+                    self.record(&Happening {
+                        outcome: Outcome::Expired,
+                        by: "operator",
+                        decided_by: None,
+                        binding: &expired.binding,
+                        id: Some(&expired.id),
+                        at_ms: now,
+                    });
+                }
                 Err(Refusal::Expired {
                     by: "operator",
                     timeout,

@@ -257,6 +257,16 @@ impl Queue {
         slots.remove(id).map(|s| s.entry)
     }
 
+    /// Takes a still-pending entry out (its held call timed out): it can no
+    /// longer be approved nor used.
+    pub fn expire(&self, id: &str) -> Option<Entry> {
+        let mut slots = self.lock();
+        match slots.get(id) {
+            Some(slot) if slot.entry.status == Status::Pending => slots.remove(id).map(|s| s.entry),
+            _ => None,
+        }
+    }
+
     /// Whether `id` names a live entry of `client` (an id another client
     /// names is answered like an unknown one).
     pub fn owned_by(&self, id: &str, client: &str, now_ms: i64) -> Option<Entry> {
