@@ -838,3 +838,74 @@ async fn a_held_call_nobody_decides_expires_unrun() {
     gw.stop().await;
     upstream.stop().await;
 }
+
+/// Approvals live in memory: a `requestState` signed before a restart is
+/// refused after it, even under the same configured key, and the client is
+/// asked again on its next plain call.
+#[tokio::test]
+async fn a_state_from_before_a_restart_is_refused() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let key = "approvals-key-of-at-least-32-bytes!";
+    let extra = format!("\n[approvals]\nkey = \"{key}\"\n");
+    let start = || async {
+        let token = hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN));
+        TestGateway::start_raw(&format!(
+            "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{token}\"\n\
+             [servers.files]\nurl = \"{}\"\n{}\n\
+             [[rules]]\nclients = [\"*\"]\nservers = [\"files\"]\ntools = [\"echo\"]\naction = \"allow\"\n\
+             approval = {BY_USER}\n{extra}",
+            upstream.url,
+            clients()
+        ))
+        .await
+    };
+    let before = start().await;
+    let asked = post_echo(&before, ALICE, modern_echo(1, "x", json!({}))).await;
+    let state = asked["requestState"].as_str().expect("state").to_owned();
+    before.stop().await;
+    let after = start().await;
+    let refused = post_echo(&after, ALICE, modern_echo(2, "x", yes(&state))).await;
+    assert_eq!(
+        refused["_meta"]["portcullis/error"]["code"], "approval_invalid",
+        "{refused}"
+    );
+    let again = post_echo(&after, ALICE, modern_echo(3, "x", json!({}))).await;
+    assert_eq!(again["resultType"], "input_required");
+    assert!(echoes(&upstream).is_empty());
+    after.stop().await;
+    upstream.stop().await;
+}
+
+/// A JSON-RPC response whose id has the form of the gateway's questions but
+/// answers none open for this session is refused (400, -31020), not relayed.
+#[tokio::test]
+async fn an_answer_to_no_open_question_is_refused() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = gateway(&upstream.url, BY_USER, "").await;
+    let url = gw.url("files");
+    let auth = format!("Bearer {ALICE}");
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let opened = raw_post(&url, &[("authorization", &auth)], init.to_string()).await;
+    let session = opened.headers["mcp-session-id"]
+        .to_str()
+        .expect("session")
+        .to_owned();
+    let answer = json!({"jsonrpc": "2.0", "id": "portcullis-approval-00112233445566778899aabbccddeeff",
+        "result": {"action": "accept", "content": {"approve": true}}});
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let refused = raw_post(&url, &headers, answer.to_string()).await;
+    assert_eq!(refused.status, 400, "{}", refused.text);
+    assert_eq!(refused.body["error"]["code"], -31020);
+    assert_eq!(
+        refused.body["error"]["data"]["code"],
+        "approval_answer_unknown"
+    );
+    gw.stop().await;
+    upstream.stop().await;
+}
