@@ -18,7 +18,8 @@
 //! server, tool, argument digest), [`state`] (the signed 2026 state and its
 //! nonces), [`queue`] (the operator queue), [`inband`] (the 2025 question and
 //! which sessions can be asked), [`question`] (what is shown, what is a yes),
-//! [`gate`] (the decision).
+//! [`round`] (a 2026 call's own input round, and the gateway's parameters
+//! taken out of it), [`gate`] (the decision).
 //!
 //! Invariants: an approval is for one client, one server and tool, one
 //! argument digest, one use, before its expiry — anything else is a new
@@ -33,6 +34,7 @@ pub mod gate;
 pub mod inband;
 pub mod question;
 pub mod queue;
+pub mod round;
 pub mod settings;
 pub mod state;
 
