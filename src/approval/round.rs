@@ -87,3 +87,52 @@ pub fn strip(params: &mut Map<String, Value>, round: Option<&Value>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn params(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn the_gateways_parameters_never_leave_and_the_carried_round_comes_back() {
+        let retry = json!({"name": "t", "arguments": {},
+            "requestState": "pcl1.abc.def",
+            "inputResponses": {INPUT_KEY: {"action": "accept"}, "ask": {"action": "accept"}},
+            "_meta": {META_APPROVAL_ID: "apr_1", "k": 1}});
+        // Operator path: only the gateway's own parts go.
+        let mut p = params(retry.clone());
+        strip(&mut p, None);
+        assert_eq!(
+            Value::Object(p),
+            json!({"name": "t", "arguments": {}, "inputResponses": {"ask": {"action": "accept"}}, "_meta": {"k": 1}})
+        );
+        // In band: the round the state carried replaces whatever the retry holds of one.
+        let mut p = params(retry);
+        let carried = json!({"requestState": "upstream-1", "inputResponses": {"think": {"x": 1}}});
+        strip(&mut p, Some(&carried));
+        assert_eq!(p["requestState"], "upstream-1");
+        assert_eq!(p["inputResponses"]["think"], json!({"x": 1}));
+        assert!(
+            !p["inputResponses"]
+                .as_object()
+                .unwrap()
+                .contains_key(INPUT_KEY)
+        );
+        // What a first call carries of the upstream's round.
+        let first = params(
+            json!({"requestState": "upstream-1", "inputResponses": {"ask": 1, INPUT_KEY: 2}}),
+        );
+        assert_eq!(
+            upstream_round(&first),
+            Some(json!({"requestState": "upstream-1", "inputResponses": {"ask": 1}}))
+        );
+        assert_eq!(
+            upstream_round(&params(json!({"requestState": "pcl1.x.y"}))),
+            None
+        );
+    }
+}

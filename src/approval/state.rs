@@ -293,4 +293,88 @@ mod tests {
         // Once the first has expired its place is free.
         signer.consume(&second, 100).unwrap();
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn json() -> impl Strategy<Value = serde_json::Value> {
+            let leaf = prop_oneof![
+                any::<bool>().prop_map(serde_json::Value::from),
+                any::<i64>().prop_map(serde_json::Value::from),
+                any::<u64>().prop_map(serde_json::Value::from),
+                "[ -~]{0,8}".prop_map(serde_json::Value::from),
+            ];
+            leaf.prop_recursive(3, 24, 4, |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..4)
+                        .prop_map(serde_json::Value::from),
+                    proptest::collection::btree_map("[a-z]{1,3}", inner, 0..4)
+                        .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(500))]
+
+            /// A state verifies for exactly the binding it was issued for:
+            /// another client, server or tool is invalid, other arguments are
+            /// "not the approved ones" unless they are the same JSON value.
+            #[test]
+            fn a_state_is_for_its_own_binding_only(
+                a in json(), b in json(),
+                client in "[a-c]{1,2}", other_client in "[a-c]{1,2}",
+                tool in "[x-z]{1,2}", other_tool in "[x-z]{1,2}",
+            ) {
+                let signer = Signer::new(None, 10);
+                let issued = Binding::new(&client, "s", &tool, &a);
+                let state = signer.issue(&issued, i64::MAX, None);
+                let presented = Binding::new(&other_client, "s", &other_tool, &b);
+                match signer.verify(&state, &presented, 0) {
+                    Ok(v) => {
+                        prop_assert!(client == other_client && tool == other_tool);
+                        prop_assert_eq!(v.same_arguments, issued.digest == presented.digest);
+                        if a == b {
+                            prop_assert!(v.same_arguments);
+                        }
+                    }
+                    Err(e) => {
+                        prop_assert_eq!(e, StateRefusal::Invalid);
+                        prop_assert!(client != other_client || tool != other_tool);
+                    }
+                }
+            }
+
+            /// Changing any one byte of a state makes it invalid.
+            #[test]
+            fn any_changed_byte_is_invalid(a in json(), at in any::<prop::sample::Index>(), to in 0x21u8..0x7f) {
+                let signer = Signer::new(None, 10);
+                let b = Binding::new("alice", "s", "t", &a);
+                let state = signer.issue(&b, i64::MAX, None);
+                let mut bytes = state.clone().into_bytes();
+                let i = at.index(bytes.len());
+                prop_assume!(bytes[i] != to);
+                bytes[i] = to;
+                let forged = String::from_utf8(bytes).expect("ascii");
+                prop_assert_eq!(signer.verify(&forged, &b, 0).unwrap_err(), StateRefusal::Invalid);
+            }
+
+            /// Any value changed inside the arguments changes the digest.
+            #[test]
+            fn any_changed_value_changes_the_digest(a in json(), key in "[a-z]{1,3}", v in json()) {
+                let mut changed = serde_json::json!({"args": a.clone()});
+                let before = changed.clone();
+                if changed["args"].get(&key) == Some(&v) {
+                    return Ok(());
+                }
+                match &mut changed["args"] {
+                    serde_json::Value::Object(m) => { m.insert(key, v); }
+                    other => { *other = serde_json::json!({key: v}); }
+                }
+                prop_assume!(changed != before);
+                prop_assert_ne!(super::super::super::binding::digest(&before), super::super::super::binding::digest(&changed));
+            }
+        }
+    }
 }
