@@ -960,3 +960,68 @@ async fn a_server_request_posing_as_an_approval_question_is_dropped() {
     assert!(plain.text.contains("srv-1"), "{}", plain.text);
     gw.stop().await;
 }
+
+/// Deny rules, rate limits and validation run first: a call they refuse is
+/// never put to a person.
+#[tokio::test]
+async fn only_a_call_that_would_be_forwarded_is_put_to_a_person() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = gateway(
+        &upstream.url,
+        r#"{ by = "user" }
+rate = { burst = 2, per_second = 0.001 }
+[[rules]]
+clients = ["bob"]
+servers = ["files"]
+tools = ["echo"]
+action = "deny""#,
+        "",
+    )
+    .await;
+    let url = gw.url("files");
+    let out = python(
+        Mode::Legacy,
+        &url,
+        ALICE,
+        "approve",
+        json!([
+            call("echo", json!({"text": 5})),
+            asked(),
+            call("echo", json!({"text": "first"})),
+            call("echo", json!({"text": "second"})),
+            asked()
+        ]),
+    )
+    .await;
+    assert_eq!(
+        gateway_code(&out[0]),
+        Some("invalid_arguments"),
+        "{}",
+        out[0]
+    );
+    assert_eq!(
+        out[1]["asked"],
+        json!([]),
+        "an invalid call asks nobody (it takes a token: rate limits run before validation)"
+    );
+    assert_eq!(out[2]["text"], "first", "{}", out[2]);
+    assert_eq!(gateway_code(&out[3]), Some("rate_limited"), "{}", out[3]);
+    assert_eq!(
+        out[4]["asked"].as_array().map(Vec::len),
+        Some(1),
+        "only the forwarded call asked"
+    );
+    let bobs = python(
+        Mode::Modern,
+        &url,
+        BOB,
+        "approve",
+        json!([call("echo", json!({"text": "b"})), asked()]),
+    )
+    .await;
+    assert_eq!(gateway_code(&bobs[0]), Some("unknown_tool"), "{}", bobs[0]);
+    assert_eq!(bobs[1]["asked"], json!([]));
+    assert_eq!(echoes(&upstream).len(), 1);
+    gw.stop().await;
+    upstream.stop().await;
+}
