@@ -119,7 +119,10 @@ pub(super) async fn approve(
                     note("approved");
                     forward.relay(headers, stripped(message, None), to).await
                 }
-                Err(refusal) => Err(refused(&refusal)),
+                Err(refusal) => {
+                    note("refused");
+                    Err(refused(&refusal))
+                }
             }
         }
         Gate::AskOnStream {
