@@ -230,15 +230,30 @@ impl Approvals {
 
     /// 2025 era: the gateway's own `elicitation/create` on the call's stream.
     fn on_stream(&self, call: &Call<'_>) -> Gate {
-        let max = self.settings.max_pending;
+        let (max, per_client) = (
+            self.settings.max_pending,
+            self.settings.max_pending_per_client,
+        );
         let Some(session) = call.session else {
             return Gate::Refuse(Refusal::CannotAsk);
         };
-        let Some((id, answer)) = self.questions.open(&call.binding.client, session, max) else {
-            return Gate::Refuse(Refusal::Busy {
-                limit: max,
-                per_client: false,
-            });
+        let opened = self
+            .questions
+            .open(&call.binding.client, session, max, per_client);
+        let (id, answer) = match opened {
+            Ok(opened) => opened,
+            Err(Full::Queue(limit)) => {
+                return Gate::Refuse(Refusal::Busy {
+                    limit,
+                    per_client: false,
+                });
+            }
+            Err(Full::Client(limit)) => {
+                return Gate::Refuse(Refusal::Busy {
+                    limit,
+                    per_client: true,
+                });
+            }
         };
         self.event(Outcome::Asked, "user", call, None);
         let params = question::elicitation(self.message(call));

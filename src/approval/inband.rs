@@ -62,18 +62,23 @@ impl Questions {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Opens a question for `client` on `session`; `None` when `max` are open.
+    /// Opens a question for `client` on `session`; refused when `max` are
+    /// open, or `max_per_client` of this client's.
     pub fn open(
         &self,
         client: &str,
         session: &str,
         max: usize,
-    ) -> Option<(String, oneshot::Receiver<Value>)> {
+        max_per_client: usize,
+    ) -> Result<(String, oneshot::Receiver<Value>), super::queue::Full> {
         let mut open = self.lock();
         // Questions whose call went away (the stream was closed) free their place.
         open.retain(|_, q| !q.answer.is_closed());
         if open.len() >= max {
-            return None;
+            return Err(super::queue::Full::Queue(max));
+        }
+        if open.values().filter(|q| q.client == client).count() >= max_per_client {
+            return Err(super::queue::Full::Client(max_per_client));
         }
         let id = format!("{ID_PREFIX}{}", hex::encode(rand::random::<[u8; 16]>()));
         let (tx, rx) = oneshot::channel();
@@ -85,7 +90,7 @@ impl Questions {
                 answer: tx,
             },
         );
-        Some((id, rx))
+        Ok((id, rx))
     }
 
     /// Closes a question nobody answered (timeout).
@@ -180,7 +185,12 @@ mod tests {
     #[test]
     fn an_answer_counts_only_from_its_client_and_session_once() {
         let q = Questions::default();
-        let (id, mut rx) = q.open("alice", "s1", 10).expect("open");
+        let (id, mut rx) = q.open("alice", "s1", 10, 1).expect("open");
+        assert!(q.open("alice", "s1", 10, 1).is_err(), "one per client");
+        assert!(
+            q.open("bob", "s1", 10, 1).is_ok(),
+            "another client's place is its own"
+        );
         let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"action": "accept"}});
         assert_eq!(q.deliver("bob", Some("s1"), &answer), Delivery::Unknown);
         assert_eq!(q.deliver("alice", Some("s2"), &answer), Delivery::Unknown);
