@@ -1,5 +1,6 @@
 //! The admin listener: the Prometheus scrape, readiness, the dashboard and its
-//! JSON API, pins and their approvals, reload.
+//! JSON API, pins and their approvals, the operator's queue of tool-call
+//! approvals, reload.
 //!
 //! Place: beside the MCP data path, never on it; it reads the gateway's
 //! shared state through its own [`state::AdminState`]. Invariants: every
@@ -9,6 +10,7 @@
 
 pub(crate) mod access;
 mod api;
+mod approvals;
 pub(crate) mod dashboard;
 pub(crate) mod reload;
 pub(crate) mod state;
@@ -34,6 +36,8 @@ pub(crate) fn router(state: Arc<AdminState>) -> Router {
         .route("/api/config", get(dashboard::config))
         .route("/api/pins", get(api::pins))
         .route("/api/pins/approve", post(api::approve))
+        .route("/api/approvals", get(approvals::approvals))
+        .route("/api/approvals/{id}/{verb}", post(approvals::decide))
         .route("/api/reload", get(reload::get).post(reload::post))
         // Every endpoint, and the 404 of any other path, passes the Origin/Host checks.
         .fallback(|| async { http::StatusCode::NOT_FOUND })

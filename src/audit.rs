@@ -64,6 +64,9 @@ const MIGRATIONS: &[&str] = &[
     // 2: what enforcement would have refused, in observe mode (stores written
     // before it keep their rows; theirs have none).
     "ALTER TABLE events ADD COLUMN would_refuse TEXT;",
+    // 3: human approval of a tool call (who was asked, the outcome, the
+    // argument digest, who decided, when).
+    "ALTER TABLE events ADD COLUMN approval TEXT;",
 ];
 
 /// What the audit trail has done so far.
@@ -299,8 +302,10 @@ fn write(conn: &mut Connection, batch: &[Arc<Event>]) -> rusqlite::Result<()> {
         let mut insert = tx.prepare_cached(
             "INSERT INTO events (time_ms, trace_id, client, server, method, tool, decision,
                 stage, violations, sanitizer, pin_findings, upstream_status,
-                upstream_latency_us, latency_us, http_status, era, arguments, would_refuse)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+                upstream_latency_us, latency_us, http_status, era, arguments, would_refuse,
+                approval)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+                ?19)",
         )?;
         for e in batch {
             let json = |v: &Value| v.to_string();
@@ -323,6 +328,7 @@ fn write(conn: &mut Connection, batch: &[Arc<Event>]) -> rusqlite::Result<()> {
                 e.era,
                 e.arguments.as_ref().map(json),
                 e.would_refuse,
+                e.approval.as_ref().map(json),
             ])?;
         }
     }

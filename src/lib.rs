@@ -19,6 +19,11 @@
 //! tool is listed as pinned and its calls are refused (`tool_quarantined`).
 //! Pins are written behind to SQLite by one thread (`pins::store`).
 //!
+//! A call an allow rule marks for human approval passes `approval` last,
+//! after every other check: the user is asked in band (elicitation), or an
+//! operator through the dashboard's queue, and the call is forwarded only
+//! after a yes to exactly its arguments, once.
+//!
 //! Each request leaves one audit event (`audit`): a `Trail` travels with it
 //! and is handed, when the reply has been sent, to a writer thread that
 //! batches events into SQLite. The trail also carries the request's spans
@@ -49,5 +54,6 @@ pub mod validate;
 
 pub use app::{Gateway, GatewayHandle, Reloader};
 pub use config::Config;
+pub mod approval;
 pub mod telemetry;
 pub mod util;

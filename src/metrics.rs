@@ -68,6 +68,12 @@ struct WouldRefuseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApprovalLabels {
+    by: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamErrorLabels {
     server: String,
     kind: String,
@@ -107,6 +113,7 @@ pub struct Metrics {
     rate_limited: Family<ServerLabels, Counter>,
     would_refuse: Family<WouldRefuseLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
+    approvals: Family<ApprovalLabels, Counter>,
 }
 
 impl Metrics {
@@ -172,6 +179,13 @@ impl Metrics {
         for result in ["applied", "refused"] {
             drop(reloads.get_or_create(&ResultLabels { result }));
         }
+        let approvals = Family::<ApprovalLabels, Counter>::default();
+        registry.register(
+            "approvals",
+            "Human approvals of tool calls, by who is asked (user, operator) and outcome \
+             (asked, approved, denied, expired, refused, used, would_ask)",
+            approvals.clone(),
+        );
         registry.register(
             "build",
             "The running build",
@@ -198,7 +212,15 @@ impl Metrics {
             rate_limited,
             would_refuse,
             reloads,
+            approvals,
         }
+    }
+
+    /// Counts one approval event.
+    pub fn approval(&self, by: &'static str, outcome: &'static str) {
+        self.approvals
+            .get_or_create(&ApprovalLabels { by, outcome })
+            .inc();
     }
 
     /// Counts one configuration reload.
@@ -413,6 +435,11 @@ impl Collector for SpanExport {
 
 impl Sink for Metrics {
     fn record(&self, event: &Arc<Event>) {
+        // An approval's own event is counted as that, not as a request.
+        if let Some((by, outcome)) = event.approval_counted {
+            self.approval(by, outcome);
+            return;
+        }
         self.observe(event);
     }
 }

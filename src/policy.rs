@@ -43,6 +43,8 @@ pub(crate) struct Rule {
     pub action: Action,
     pub rate: Option<Rate>,
     pub arguments: Option<CompiledSchema>,
+    /// `approval = { … }`: a person approves each call (allow rules with tools only).
+    pub approval: Option<crate::approval::Requirement>,
 }
 
 /// What a rule does with what it matches.
@@ -188,6 +190,18 @@ impl Policy {
         Ok(())
     }
 
+    /// The approval a permitted call needs: that of the first matching allow
+    /// rule that asks for one (any such rule makes the call need approval).
+    pub(crate) fn approval(&self, decision: &Decision) -> Option<&crate::approval::Requirement> {
+        if !decision.allowed {
+            return None;
+        }
+        decision
+            .allow_rules
+            .iter()
+            .find_map(|i| self.rules[*i].approval.as_ref())
+    }
+
     /// The rates that apply to a decision, with the index of the rule they come from.
     pub fn rates<'p>(
         &'p self,
@@ -263,6 +277,9 @@ impl Policy {
                 }
                 if kind == "tools" && rule.arguments.is_some() {
                     line.push_str("  arguments constrained");
+                }
+                if let (Some(approval), "tools") = (&rule.approval, kind) {
+                    let _ = write!(line, "  approval: {}", approval.describe());
                 }
                 let _ = write!(line, "  (rules[{}])", rule.index);
                 lines.push(line);

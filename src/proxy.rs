@@ -5,6 +5,7 @@
 //! upstream's. Transport concerns only here; decisions live in `auth`,
 //! `policy`, `ratelimit` and `validate`, the sequence in `pipeline`.
 
+mod approve;
 mod call;
 pub(crate) mod catalog;
 mod dispatch;

@@ -30,6 +30,7 @@ use crate::telemetry::{LogFormat, TelemetrySettings};
 use crate::util::duration;
 use crate::validate::{CompiledSchema, SchemaLimits};
 
+mod approval;
 mod jwt;
 
 type Result<T> = std::result::Result<T, ConfigError>;
@@ -97,6 +98,7 @@ pub(super) fn compile(
         pins: cx.pins(&raw)?,
         telemetry: cx.telemetry(&raw)?,
         methods: cx.methods(&raw)?,
+        approvals: cx.approvals(&raw.approvals)?,
     })
 }
 
@@ -854,8 +856,16 @@ impl Ctx<'_> {
                 }
                 Some(a) => Some(self.arguments(a, &format!("{key}.arguments"))?),
             };
+            let approval = match &raw.approval {
+                None => None,
+                Some(a) if action == Action::Deny || tools.is_empty() => {
+                    return Err(self.fail(Some(a.span()), &format!("{key}.approval"), "`approval` makes a person approve the tool calls an allow rule lets through; it needs `action = \"allow\"` and `tools`"));
+                }
+                Some(a) => Some(self.approval(a, &format!("{key}.approval"), i)?),
+            };
             compiled.push(Rule {
                 index: i,
+                approval,
                 clients,
                 servers,
                 tools,

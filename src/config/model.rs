@@ -47,6 +47,8 @@ pub struct Config {
     pub telemetry: TelemetrySettings,
     /// `[methods]`: the operator's methods beside the specification's.
     pub(crate) methods: crate::mcp::methods::Extras,
+    /// `[approvals]`.
+    pub approvals: crate::approval::ApprovalSettings,
 }
 
 /// `[gateway]`.

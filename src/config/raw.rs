@@ -39,6 +39,9 @@ pub(crate) struct RawConfig {
     pub pins: RawPins,
     #[serde(default)]
     pub telemetry: RawTelemetry,
+    /// `[approvals]`: the signing key and limits of human approval.
+    #[serde(default)]
+    pub approvals: RawApprovals,
     /// `[methods]`: methods outside the MCP specification the operator lets
     /// through, each with the class whose rules it must pass.
     #[serde(default)]
@@ -181,6 +184,52 @@ pub(crate) struct RawRule {
     pub rate: Option<Spanned<RawRate>>,
     #[schemars(with = "Option<serde_json::Value>")]
     pub arguments: Option<Spanned<toml::Value>>,
+    /// `approval = { by, timeout, reason, pending }`: a person must approve
+    /// each call this allow rule lets through.
+    #[schemars(with = "Option<RawApproval>")]
+    pub approval: Option<Spanned<RawApproval>>,
+}
+
+/// `approval = { … }` inside an allow rule.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawApproval {
+    /// `"user"` (elicitation, in band), `"operator"` (dashboard / admin API)
+    /// or `"either"` (the user when the client can be asked, else an operator).
+    #[schemars(with = "String")]
+    pub by: Spanned<String>,
+    /// How long a question stays open and an approval usable (default `"5m"`).
+    #[schemars(with = "Option<String>")]
+    pub timeout: Option<Spanned<String>>,
+    /// Shown to whoever approves.
+    #[schemars(with = "Option<String>")]
+    pub reason: Option<Spanned<String>>,
+    /// Operator path: `"wait"` (the call is held up to the timeout, default)
+    /// or `"retry"` (answered at once with an approval id; retried after approval).
+    #[schemars(with = "Option<String>")]
+    pub pending: Option<Spanned<String>>,
+}
+
+/// `[approvals]`: the gateway-wide part of human approval.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawApprovals {
+    /// HMAC-SHA256 key signing 2026-era `requestState`s (at least 32 bytes;
+    /// write `${NAME}`); absent: one is generated at start.
+    #[schemars(with = "Option<String>")]
+    pub key: Option<Spanned<String>>,
+    #[schemars(with = "Option<i64>")]
+    pub max_pending: Option<Spanned<i64>>,
+    #[schemars(with = "Option<i64>")]
+    pub max_pending_per_client: Option<Spanned<i64>>,
+    #[schemars(with = "Option<i64>")]
+    pub max_used_states: Option<Spanned<i64>>,
+    #[schemars(with = "Option<i64>")]
+    pub max_sessions: Option<Spanned<i64>>,
+    #[schemars(with = "Option<i64>")]
+    pub max_value_chars: Option<Spanned<i64>>,
+    #[schemars(with = "Option<i64>")]
+    pub max_question_chars: Option<Spanned<i64>>,
 }
 
 /// `rate = { burst, per_second, key }` inside a rule.

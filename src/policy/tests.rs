@@ -300,6 +300,7 @@ mod index_agrees_with_a_scan {
                     action: if deny { Action::Deny } else { Action::Allow },
                     rate: None,
                     arguments: None,
+                    approval: None,
                 })
                 .collect();
             let p = Policy::new(rules);

@@ -5,6 +5,7 @@
 //! taken only once the access rules let the call through, and nothing is
 //! sent upstream before validation passed.
 
+use super::approve;
 use super::exchange::{Exchange, observe_or_enforce, param_str, recipient};
 use super::forward::{Forward, upstream};
 use super::refusals::{
@@ -135,7 +136,7 @@ pub(super) async fn call_tool(
             }
             rejection
         })?;
-    let checked = check_call(
+    let approval = check_call(
         forward.state,
         forward.live,
         server,
@@ -147,8 +148,14 @@ pub(super) async fn call_tool(
         message,
     )
     .await;
-    if let Err(rejection) = checked {
-        observe_or_enforce::<()>(ex, Err(rejection))?;
+    let (approval, observed) = match approval {
+        Ok(approval) => (approval, false),
+        Err(rejection) => {
+            observe_or_enforce::<()>(ex, Err(rejection))?;
+            (None, true)
+        }
+    };
+    if observed {
         // Observed: the transport's own check of `Mcp-Param-*` still holds.
         if let (Some(entry), Some(Value::Object(args))) = (
             tools.tools.get(&name),
@@ -166,11 +173,25 @@ pub(super) async fn call_tool(
     };
     let mut to = recipient(forward.live, ex, server, Some(name));
     to.call = facts;
+    if let Some(requirement) = approval {
+        return approve::approve(
+            ex,
+            forward,
+            client,
+            headers,
+            message,
+            body,
+            &requirement,
+            to,
+        )
+        .await;
+    }
     forward.relay(headers, body, to).await
 }
 
 /// Every decision on a `tools/call`, in order: access rules, pin, the rules'
-/// `arguments`, `Mcp-Param-*`, `inputSchema`, secrets in the arguments.
+/// `arguments`, `Mcp-Param-*`, `inputSchema`, secrets in the arguments; when
+/// all pass, the approval a rule requires for it (put to a person last).
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn check_call(
     state: &AppState,
@@ -182,7 +203,7 @@ pub(super) async fn check_call(
     tools: &ToolSet,
     name: &str,
     message: &Message,
-) -> Result<(), Rejection> {
+) -> Result<Option<crate::approval::Requirement>, Rejection> {
     let config = &*live.config;
     let server_name = server.upstream.settings.name.as_str();
     let sanitize = &config.sanitize;
@@ -259,7 +280,7 @@ pub(super) async fn check_call(
             return Err(error::secret_in_arguments(name, &found));
         }
     }
-    Ok(())
+    Ok(config.policy.approval(&decision).cloned())
 }
 
 /// Takes a token from every bucket the access decision names, or refuses the

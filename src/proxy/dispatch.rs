@@ -5,6 +5,7 @@
 //! routed a name to its server. Invariant: no method name is compared as a
 //! string; a method outside the table never reaches a step.
 
+use super::approve::answered;
 use super::call::{call_tool, scan_outgoing, task};
 use super::exchange::session;
 use super::exchange::{Exchange, observe_or_enforce, param_str, recipient};
@@ -50,6 +51,9 @@ pub(super) async fn post(
     let (era, _version) = negotiate(headers, &message)?;
     ex.era = era;
     let session = session(state, server, client, headers, era)?;
+    if ex.client_session.is_none() {
+        ex.client_session = session.clone();
+    }
     let called = resolve(config, &message, era)?;
     ex.trail.stage("scan_outgoing");
     observe_or_enforce(ex, scan_outgoing(live, &message, &body))?;
@@ -63,6 +67,10 @@ pub(super) async fn post(
         listen: called.as_ref().map(Called::class) == Some(Class::Subscription),
     };
     let Some(called) = called else {
+        // The answer to one of the gateway's own approval questions stays here.
+        if let Some(accepted) = answered(state, ex, client, &body)? {
+            return Ok(accepted);
+        }
         // A client's answer to a server's request (handshake era).
         return forward
             .relay(headers, body, recipient(live, ex, server, None))

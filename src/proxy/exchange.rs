@@ -48,6 +48,9 @@ pub(super) struct Exchange {
     pub(super) prefix: String,
     /// Tasks created through the gateway, and whose they are.
     pub(super) tasks: Arc<TaskStore>,
+    /// The handshake-era session the client presented (the merged view's own
+    /// in the merged view): what its `initialize` declared is known by it.
+    pub(super) client_session: Option<String>,
 }
 
 impl Exchange {

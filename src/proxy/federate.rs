@@ -137,6 +137,13 @@ pub(super) async fn post_merged(
     ex.mode = live.config.gateway.mode;
     super::exchange::observe_or_enforce(ex, super::call::scan_outgoing(live, &message, &body))?;
     let members = members(state, client, headers, era)?;
+    if members.is_some() {
+        // The merged session (checked just now): what its initialize declared counts.
+        ex.client_session = headers::single(headers, MCP_SESSION_ID)
+            .ok()
+            .flatten()
+            .map(str::to_owned);
+    }
     let view = View {
         state,
         live,
@@ -145,6 +152,10 @@ pub(super) async fn post_merged(
         parts: parts(live, members.as_deref()),
     };
     let Some(called) = super::dispatch::resolve(&live.config, &message, era)? else {
+        // The answer to one of the gateway's own approval questions stays here.
+        if let Some(accepted) = super::approve::answered(state, ex, client, &body)? {
+            return Ok(accepted);
+        }
         // A response to a server's request: every member gets it (a server
         // ignores a response it did not ask for).
         broadcast(&view, ex, body).await;
@@ -357,6 +368,8 @@ async fn initialize(
         }),
     );
     let session = view.state.sessions.bind_merged(view.client, members);
+    let capabilities = super::approve::initialize_capabilities(&body);
+    super::approve::remember_elicitation(view.state, view.client, &session, &capabilities);
     let mut out = HeaderMap::new();
     if let Ok(v) = HeaderValue::from_str(&session) {
         out.insert(MCP_SESSION_ID, v);

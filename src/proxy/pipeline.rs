@@ -4,7 +4,7 @@
 //! admit → route → authenticate → read body → classify → bound identifiers → negotiate → session
 //!   → method table → outgoing secret scan
 //!   unknown method:  refused (-32601), nothing sent upstream
-//!   tools/call:      catalog → authorize → pin → rule arguments → rate limit → Mcp-Param-* → validate → forward → relay
+//!   tools/call:      catalog → authorize → pin → rule arguments → rate limit → Mcp-Param-* → validate → approval (when a rule asks) → forward → relay
 //!   lists:           the gateway's own request, every page → remember tools (pins) → serve pinned → filter per client → answer
 //!   initialize, server/discover: forward → pin the instructions → relay
 //!   read / get / an operator's tool, resource or prompt method: canonical URI (resources) → authorize → rate limit → forward → relay
@@ -85,6 +85,7 @@ pub(crate) async fn handle(
         mode: Mode::Enforce,
         prefix: String::new(),
         tasks: state.tasks.clone(),
+        client_session: None,
     };
     // One configuration for the whole request, whatever a reload does meanwhile.
     let live = state.live.load_full();

@@ -209,6 +209,16 @@ impl Recipient {
         let Some(method) = message.get("method") else {
             return true;
         };
+        // An id of the gateway's own approval-question form is never relayed:
+        // a client's answer to it can only answer the gateway.
+        if message
+            .get("id")
+            .is_some_and(crate::approval::inband::is_question_id)
+        {
+            tracing::warn!(server = %self.server,
+                "dropped a server request whose id has the form of the gateway's approval questions");
+            return false;
+        }
         let kind = match message.get("id") {
             Some(_) => Kind::Request,
             None => Kind::Notification,

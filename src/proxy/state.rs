@@ -20,9 +20,11 @@ use super::session::SessionTable;
 use super::streams::Streams;
 use super::tasks::TaskStore;
 use super::upstream::Upstream;
+use crate::approval::{Approvals, Happening};
 use crate::config::Config;
 use crate::pins::Pins;
 use crate::ratelimit::{RateLimiter, RatePlan};
+use crate::record::event::{APPROVAL_METHOD, Event};
 use crate::record::sink::Sinks;
 use crate::sanitize::SanitizeSettings;
 use crate::telemetry::Traces;
@@ -50,6 +52,8 @@ pub(crate) struct AppState {
     /// Where each request's event goes when it is over (metrics, the live
     /// ring, the audit store: wired by the app).
     pub sinks: Arc<Sinks>,
+    /// Human approvals: the signer, the operator queue, open questions (in memory).
+    pub approvals: Arc<Approvals>,
     /// Where its spans are exported (when `[telemetry] otlp_endpoint` is set).
     pub traces: Arc<Traces>,
 }
@@ -86,7 +90,18 @@ impl AppState {
     ) -> io::Result<Self> {
         let live = Live::build(config.clone(), None, &pins).map_err(io::Error::other)?;
         let limiter = RateLimiter::from_settings(&config.rate_limit).map_err(io::Error::other)?;
+        let approvals = Arc::new(Approvals::new(
+            &config.approvals,
+            approval_sink(sinks.clone()),
+        ));
+        if approvals.key_generated {
+            tracing::info!(
+                "approvals: the requestState signing key was generated at start ([approvals] key is not set); \
+                 in-band approvals asked before a restart are asked again after it"
+            );
+        }
         Ok(Self {
+            approvals,
             live: ArcSwap::from_pointee(live),
             limiter,
             streams: Arc::default(),
@@ -134,6 +149,35 @@ impl AppState {
             serde_json::json!({"ready": ready, "servers": servers}),
         )
     }
+}
+
+/// Approval happenings become events of their own (method
+/// [`APPROVAL_METHOD`], in the feed, the store and on the trace page),
+/// counted in `portcullis_approvals_total{by,outcome}`.
+fn approval_sink(sinks: Arc<Sinks>) -> crate::approval::Sink {
+    Box::new(move |h: &Happening<'_>| {
+        let mut event = Event {
+            time_ms: h.at_ms,
+            client: Some(h.binding.client.clone()),
+            server: Some(h.binding.server.clone()),
+            method: APPROVAL_METHOD.into(),
+            tool: Some(h.binding.tool.clone()),
+            decision: h.outcome.as_str().into(),
+            stage: "approval".into(),
+            approval: Some(serde_json::json!({
+                "by": h.by,
+                "outcome": h.outcome.as_str(),
+                "digest": h.binding.digest_hex(),
+                "id": h.id,
+                "decided_by": h.decided_by,
+                "at_ms": h.at_ms,
+            })),
+            approval_counted: Some((h.by, h.outcome.as_str())),
+            ..Default::default()
+        };
+        event.bound();
+        sinks.record(event);
+    })
 }
 
 impl Live {

@@ -59,7 +59,17 @@ pub struct Event {
     pub era: String,
     /// The arguments of a `tools/call`, per `[audit] arguments`.
     pub arguments: Option<Value>,
+    /// Human approval: `{by, outcome, digest, id?, decided_by?, at_ms}`.
+    pub approval: Option<Value>,
+    /// On an approval's own event (method [`APPROVAL_METHOD`]): who was asked
+    /// and the outcome, the labels it is counted under (not a request).
+    #[serde(skip)]
+    pub approval_counted: Option<(&'static str, &'static str)>,
 }
+
+/// The method of the events an approval records of its own (asked,
+/// approved, denied, expired, …), beside the request events.
+pub const APPROVAL_METHOD: &str = "portcullis/approval";
 
 /// Most violation lines kept per event, and most bytes of each.
 const MAX_VIOLATIONS: usize = 50;

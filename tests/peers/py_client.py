@@ -14,6 +14,8 @@
   {"op":"asked"}                                  -> {"asked":[params of each sampling / elicitation
                                                      request the server made so far, as JSON]}
 Sampling requests are answered with the text "ok" and elicitations accepted with {"name":"bob"}.
+--elicit approve|decline|off changes that: accept with {"approve": true} (a gateway approval
+question's yes), decline every elicitation, or declare no elicitation capability at all.
 An error on one op gives {"error":message,"code":code|null} and the next op runs.
 Prints one JSON line (the array of results); exits 1 only when connecting fails.
 """
@@ -50,8 +52,16 @@ async def on_sampling(context: Any, params: types.CreateMessageRequestParams) ->
     return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="ok"), model="test")
 
 
+# How elicitations are answered (--elicit).
+ELICIT = "default"
+
+
 async def on_elicitation(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
     ASKED.append({"kind": "elicitation", "params": params.model_dump(mode="json", by_alias=True, exclude_none=True)})
+    if ELICIT == "approve":
+        return types.ElicitResult(action="accept", content={"approve": True})
+    if ELICIT == "decline":
+        return types.ElicitResult(action="decline")
     return types.ElicitResult(action="accept", content={"name": "bob"})
 
 
@@ -107,7 +117,10 @@ async def main() -> int:
     ap.add_argument("--mode", default="legacy", choices=["legacy", "2026-07-28"])
     ap.add_argument("--key")
     ap.add_argument("--ops", default='[{"op":"list"}]')
+    ap.add_argument("--elicit", default="default", choices=["default", "approve", "decline", "off"])
     opts = ap.parse_args()
+    global ELICIT
+    ELICIT = opts.elicit
     ops = json.loads(opts.ops)
 
     headers = {"Authorization": f"Bearer {opts.key}"} if opts.key else None
@@ -116,8 +129,9 @@ async def main() -> int:
     try:
         async with create_mcp_http_client(headers=headers) as http:
             transport = streamable_http_client(opts.url, http_client=http)
+            elicit = None if opts.elicit == "off" else on_elicitation
             async with Client(
-                transport, mode=opts.mode, sampling_callback=on_sampling, elicitation_callback=on_elicitation
+                transport, mode=opts.mode, sampling_callback=on_sampling, elicitation_callback=elicit
             ) as client:
                 connected = True
                 for op in ops:

@@ -8,6 +8,9 @@
 //   {"op":"list"}                                   -> {"tools":[names]}
 //   {"op":"call","name":N,"args":{..}[,"progress":true]}
 //       -> {"isError":b,"text":s,"structured":v|null,"meta":v|null[,"progress":[values]]}
+// --elicit approve|decline declares the elicitation capability (form) and answers every
+// elicitation with accept {"approve": true} (a gateway approval question's yes) or decline;
+// without it the client declares no elicitation.
 // An error on one op gives {"error":message,"code":jsonrpc code|null[,"http":status]} and the next
 // op runs. Prints one JSON line (the array of results); exits 1 only when connecting fails.
 import { homedir } from 'node:os';
@@ -25,7 +28,8 @@ const { values: opts, positionals } = parseArgs({
   options: {
     mode: { type: 'string', default: 'legacy' },
     key: { type: 'string' },
-    ops: { type: 'string', default: '[{"op":"list"}]' }
+    ops: { type: 'string', default: '[{"op":"list"}]' },
+    elicit: { type: 'string' }
   }
 });
 if (positionals.length !== 1 || !['legacy', '2026-07-28'].includes(opts.mode)) {
@@ -66,8 +70,16 @@ const transport = new StreamableHTTPClientTransport(new URL(positionals[0]), {
 });
 const client = new Client(
   { name: 'portcullis-ts-client', version: '1.0.0' },
-  { versionNegotiation: { mode: opts.mode === 'legacy' ? 'legacy' : { pin: opts.mode } } }
+  {
+    versionNegotiation: { mode: opts.mode === 'legacy' ? 'legacy' : { pin: opts.mode } },
+    ...(opts.elicit ? { capabilities: { elicitation: { form: {} } } } : {})
+  }
 );
+if (opts.elicit) {
+  client.setRequestHandler('elicitation/create', async () =>
+    opts.elicit === 'approve' ? { action: 'accept', content: { approve: true } } : { action: 'decline' }
+  );
+}
 try {
   await client.connect(transport);
 } catch (err) {

@@ -221,3 +221,84 @@ async fn a_rebinding_page_in_chromium_reads_nothing() {
     );
     gateway.stop().await;
 }
+
+/// The operator's approval queue in Chromium: a call held for approval
+/// appears with its client and arguments, Approve runs it (once, with the
+/// tool's own result), and the approval's audit event opens on the trace
+/// page. Screenshots under `$CARGO_TARGET_TMPDIR/approvals` (the README's come
+/// from here: `docs/img/approvals-*.png`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_approval_queue_in_chromium_approves_a_held_call() {
+    let modules = support::peers_dir().join("browser/node_modules");
+    assert!(
+        std::path::Path::new("/usr/bin/chromium").exists()
+            && modules.join("playwright-core").is_dir(),
+        "Chromium or playwright-core is missing: run tests/peers/setup.sh"
+    );
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("approvals");
+    std::fs::create_dir_all(&shots).expect("screenshot dir");
+    let profile = tempfile::tempdir().expect("profile dir");
+    let upstream = InProcess::demo().await;
+    let gateway = TestGateway::start_raw(&format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{}\"\n\
+         [servers.demo]\nurl = \"{}\"\ntimeout = \"20s\"\npinning = \"off\"\n{}\
+         [[rules]]\nclients = [\"*\"]\nservers = [\"demo\"]\ntools = [\"echo\"]\naction = \"allow\"\n\
+         approval = {{ by = \"operator\", timeout = \"2m\", reason = \"runs against production\" }}\n",
+        hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN)),
+        upstream.url,
+        support::clients(),
+    ))
+    .await;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/approvals.mjs");
+    let mut node = tokio::process::Command::new("node")
+        .arg(&script)
+        .arg(gateway.admin_url())
+        .arg(ADMIN_TOKEN)
+        .arg(&shots)
+        .arg(profile.path())
+        .env("PORTCULLIS_BROWSER_NODE_MODULES", &modules)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node starts");
+    let mut stdin = node.stdin.take().expect("stdin");
+    let mut out = BufReader::new(node.stdout.take().expect("stdout")).lines();
+    let mut expect = async |word: &str| {
+        let line = tokio::time::timeout(Duration::from_secs(60), out.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("the browser script did not say {word} in time"))
+            .expect("read");
+        assert_eq!(line.as_deref(), Some(word), "the browser script stopped");
+    };
+    expect("queue-open").await;
+    let url = gateway.url("demo");
+    let held = tokio::spawn(async move {
+        let args = json!({"text": "drop the staging table"});
+        tools_call(&url, ALICE, "echo", args, &[]).await.body
+    });
+    expect("approved").await;
+    let answered = held.await.expect("the held call");
+    assert_eq!(code(&answered), None, "{answered}");
+    assert_eq!(
+        answered["result"]["content"][0]["text"],
+        "drop the staging table"
+    );
+    let echoes = upstream
+        .ran()
+        .into_iter()
+        .filter(|(t, _)| t == "echo")
+        .count();
+    assert_eq!(echoes, 1, "the approved call ran once");
+    stdin.write_all(b"checked\n").await.expect("write");
+    expect("ok").await;
+    drop(stdin);
+    let status = tokio::time::timeout(Duration::from_secs(30), node.wait())
+        .await
+        .expect("the browser script ends")
+        .expect("wait");
+    assert!(status.success());
+    eprintln!("approval screenshots: {}", shots.display());
+    gateway.stop().await;
+    drop(upstream);
+}

@@ -22,6 +22,7 @@ const LAYERS: &[&[&str]] = &[
     &["mcp"],
     // decisions, each owning its settings type
     &[
+        "approval",
         "auth",
         "pins",
         "policy",

@@ -25,6 +25,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod approvals;
 mod audit;
 mod bad_input;
 mod battery;

@@ -1,0 +1,1027 @@
+//! Human approval for sensitive tools, through real SDK clients and a real
+//! Python SDK server that records every call it runs: a call a rule marks
+//! for approval runs once after a yes to exactly its arguments, and never
+//! otherwise — declined, expired, replayed, forged, another client's, other
+//! arguments — in both protocol eras, by the user (elicitation) and by an
+//! operator (admin API, dashboard).
+
+use crate::support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::misbehaving::{Misbehaving, Scripted};
+use support::{
+    ALICE, BOB, Mode, Peer, PeerServer, Sdk, TestGateway, borrow, call, clients, gateway_code,
+    modern_call_headers, raw_post, sdk,
+};
+use tokio::process::Command;
+
+const ADMIN_TOKEN: &str = "operator-token";
+
+/// A gateway in front of `upstream` where `echo` needs approval as `approval`
+/// says and `progress` does not.
+async fn gateway(upstream: &str, approval: &str, extra: &str) -> TestGateway {
+    let token = hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN));
+    let text = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+         admin_token_sha256 = \"{token}\"\n{extra}\n\
+         [servers.files]\nurl = \"{upstream}\"\ntimeout = \"20s\"\n{}\n\
+         [[rules]]\nclients = [\"*\"]\nservers = [\"files\"]\ntools = [\"echo\"]\naction = \"allow\"\n\
+         approval = {approval}\n\
+         [[rules]]\nclients = [\"*\"]\nservers = [\"files\"]\ntools = [\"progress\"]\naction = \"allow\"\n",
+        clients()
+    );
+    TestGateway::start_raw(&text).await
+}
+
+/// The Python SDK client with `--elicit` (approve, decline, off).
+async fn python(mode: Mode, url: &str, key: &str, elicit: &str, ops: Value) -> Vec<Value> {
+    client(Sdk::Python, mode, url, key, elicit, ops).await
+}
+
+/// An SDK client with `--elicit` (the TypeScript one: approve or decline).
+async fn client(
+    sdk: Sdk,
+    mode: Mode,
+    url: &str,
+    key: &str,
+    elicit: &str,
+    ops: Value,
+) -> Vec<Value> {
+    let peers = support::peers_dir();
+    let mode = match mode {
+        Mode::Legacy => "legacy",
+        Mode::Modern => "2026-07-28",
+    };
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut cmd = match sdk {
+        Sdk::Python => {
+            let mut c = Command::new(peers.join("venv/bin/python"));
+            c.arg(root.join("tests/peers/py_client.py"));
+            c
+        }
+        Sdk::TypeScript => {
+            let mut c = Command::new("node");
+            c.arg(root.join("tests/peers/ts_client.mjs"));
+            c
+        }
+    };
+    cmd.arg(url)
+        .args(["--mode", mode, "--key", key])
+        .args(match (sdk, elicit) {
+            (Sdk::TypeScript, "off") => vec![],
+            _ => vec!["--elicit", elicit],
+        })
+        .args(["--ops", &ops.to_string()])
+        .env("PORTCULLIS_PEERS", &peers)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .expect("client finishes in time")
+        .expect("client runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('['))
+        .unwrap_or_else(|| {
+            panic!(
+                "no result; stderr: {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+    serde_json::from_str::<Value>(line)
+        .expect("JSON")
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn asked() -> Value {
+    json!({"op": "asked"})
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client")
+}
+
+async fn pending(gw: &TestGateway) -> Vec<Value> {
+    let body: Value = http()
+        .get(format!("{}/api/approvals", gw.admin_url()))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("list")
+        .text()
+        .await
+        .map(|t| serde_json::from_str(&t).unwrap_or(Value::Null))
+        .expect("JSON");
+    body["approvals"].as_array().cloned().unwrap_or_default()
+}
+
+/// Polls the queue (bounded) until it holds an entry.
+async fn first_pending(gw: &TestGateway) -> Value {
+    for _ in 0..300 {
+        if let Some(entry) = pending(gw).await.into_iter().next() {
+            return entry;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no approval was queued");
+}
+
+async fn decide(gw: &TestGateway, id: &str, verb: &str, token: &str) -> (u16, Value) {
+    let r = http()
+        .post(format!("{}/api/approvals/{id}/{verb}", gw.admin_url()))
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("decide");
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+async fn metrics(gw: &TestGateway) -> String {
+    http()
+        .get(format!("{}/metrics", gw.admin_url()))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text")
+}
+
+async fn events(gw: &TestGateway) -> Vec<Value> {
+    let body: Value = http()
+        .get(format!("{}/api/events", gw.admin_url()))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("events")
+        .text()
+        .await
+        .map(|t| serde_json::from_str(&t).unwrap_or(Value::Null))
+        .expect("JSON");
+    body["events"].as_array().cloned().unwrap_or_default()
+}
+
+/// The recorded upstream calls of `echo`.
+fn echoes(upstream: &PeerServer) -> Vec<Value> {
+    upstream
+        .calls()
+        .into_iter()
+        .filter(|c| c["tool"] == "echo")
+        .collect()
+}
+
+const BY_USER: &str = r#"{ by = "user", timeout = "1m", reason = "echo is a write tool here" }"#;
+
+#[tokio::test]
+async fn the_user_approves_in_band_in_both_eras_and_the_call_runs_once() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = gateway(&upstream.url, BY_USER, "").await;
+    for (n, mode) in [Mode::Modern, Mode::Legacy].into_iter().enumerate() {
+        let text = format!("approve me {n}");
+        let out = python(
+            mode,
+            &gw.url("files"),
+            ALICE,
+            "approve",
+            json!([call("echo", json!({"text": text})), asked()]),
+        )
+        .await;
+        assert_eq!(out[0]["isError"], false, "{mode:?}: {}", out[0]);
+        assert_eq!(out[0]["text"], text, "the tool's own result");
+        let question = &out[1]["asked"][0]["params"];
+        let message = question["message"].as_str().unwrap_or_default();
+        for shown in ["echo", "files", "echo is a write tool here", text.as_str()] {
+            assert!(message.contains(shown), "{mode:?}: {message}");
+        }
+        assert_eq!(question["requestedSchema"]["required"], json!(["approve"]));
+        let ran: Vec<Value> = echoes(&upstream)
+            .into_iter()
+            .filter(|c| c["arguments"]["text"] == text)
+            .collect();
+        assert_eq!(ran.len(), 1, "{mode:?}: ran once");
+    }
+    // A call of a tool without approval is not asked about.
+    let out = python(
+        Mode::Legacy,
+        &gw.url("files"),
+        ALICE,
+        "decline",
+        json!([call("progress", json!({"steps": 1})), asked()]),
+    )
+    .await;
+    assert_eq!(out[0]["isError"], false, "{}", out[0]);
+    assert_eq!(out[1]["asked"], json!([]));
+    let scraped = metrics(&gw).await;
+    assert!(
+        scraped.contains(r#"portcullis_approvals_total{by="user",outcome="approved"} 2"#),
+        "{scraped}"
+    );
+    let audited: Vec<Value> = events(&gw)
+        .await
+        .into_iter()
+        .filter(|e| e["method"] == "portcullis/approval" && e["decision"] == "approved")
+        .collect();
+    assert_eq!(audited.len(), 2);
+    assert_eq!(
+        audited[0]["approval"]["digest"].as_str().map(str::len),
+        Some(64)
+    );
+    gw.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn the_typescript_client_approves_in_band_in_both_eras() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = gateway(&upstream.url, BY_USER, "").await;
+    for mode in [Mode::Modern, Mode::Legacy] {
+        let text = format!("ts {mode:?}");
+        let ops = json!([call("echo", json!({"text": text}))]);
+        let out = client(
+            Sdk::TypeScript,
+            mode,
+            &gw.url("files"),
+            ALICE,
+            "approve",
+            ops,
+        )
+        .await;
+        assert_eq!(out[0]["isError"], false, "{mode:?}: {}", out[0]);
+        assert_eq!(out[0]["text"], text);
+        let ops = json!([call("echo", json!({"text": "declined"}))]);
+        let out = client(
+            Sdk::TypeScript,
+            mode,
+            &gw.url("files"),
+            ALICE,
+            "decline",
+            ops,
+        )
+        .await;
+        assert_eq!(
+            gateway_code(&out[0]),
+            Some("approval_declined"),
+            "{mode:?}: {}",
+            out[0]
+        );
+    }
+    let ran: Vec<Value> = echoes(&upstream);
+    assert_eq!(
+        ran.len(),
+        2,
+        "each approved call ran once, no declined one: {ran:?}"
+    );
+    gw.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn a_declined_call_is_an_is_error_and_never_reaches_the_server() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = gateway(&upstream.url, BY_USER, "").await;
+    for mode in [Mode::Modern, Mode::Legacy] {
+        let out = python(
+            mode,
+            &gw.url("files"),
+            ALICE,
+            "decline",
+            json!([call("echo", json!({"text": "no"}))]),
+        )
+        .await;
+        assert_eq!(out[0]["isError"], true, "{mode:?}: {}", out[0]);
+        assert_eq!(gateway_code(&out[0]), Some("approval_declined"));
+    }
+    assert!(echoes(&upstream).is_empty(), "the upstream never ran echo");
+    gw.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_that_cannot_be_asked_gets_the_documented_refusal() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = gateway(&upstream.url, BY_USER, "").await;
+    for mode in [Mode::Modern, Mode::Legacy] {
+        let out = python(
+            mode,
+            &gw.url("files"),
+            ALICE,
+            "off",
+            json!([call("echo", json!({"text": "x"}))]),
+        )
+        .await;
+        assert_eq!(
+            gateway_code(&out[0]),
+            Some("approval_unavailable"),
+            "{mode:?}: {}",
+            out[0]
+        );
+        let text = out[0]["text"].as_str().unwrap_or_default();
+        assert!(
+            text.contains("elicitation") && text.contains("by = \"operator\""),
+            "{text}"
+        );
+        // The TypeScript client declares no elicitation either.
+        let out = sdk(
+            Sdk::TypeScript,
+            mode,
+            &gw.url("files"),
+            ALICE,
+            json!([call("echo", json!({"text": "x"}))]),
+        )
+        .await;
+        assert_eq!(
+            gateway_code(&out[0]),
+            Some("approval_unavailable"),
+            "{mode:?}: {}",
+            out[0]
+        );
+    }
+    assert!(echoes(&upstream).is_empty());
+    gw.stop().await;
+    upstream.stop().await;
+}
+
+/// A 2026-07-28 `tools/call` of `echo` whose client declares elicitation,
+/// with `extra` params (a retry's state and answer).
+fn modern_echo(id: u64, text: &str, extra: Value) -> String {
+    let mut params = json!({"name": "echo", "arguments": {"text": text}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
+    if let (Value::Object(p), Value::Object(e)) = (&mut params, extra) {
+        p.extend(e);
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
+}
+
+fn yes(state: &str) -> Value {
+    json!({"requestState": state,
+           "inputResponses": {"portcullis_approval": {"action": "accept", "content": {"approve": true}}}})
+}
+
+async fn post_echo(gw: &TestGateway, key: &str, body: String) -> Value {
+    let headers = modern_call_headers(key, "echo");
+    raw_post(&gw.url("files"), &borrow(&headers), body)
+        .await
+        .body["result"]
+        .clone()
+}
+
+#[tokio::test]
+async fn a_signed_state_runs_its_own_call_once_and_nothing_else() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = gateway(&upstream.url, BY_USER, "").await;
+    let asked = post_echo(&gw, ALICE, modern_echo(1, "/tmp/x", json!({}))).await;
+    assert_eq!(asked["resultType"], "input_required", "{asked}");
+    let state = asked["requestState"].as_str().expect("a state").to_owned();
+    let question = &asked["inputRequests"]["portcullis_approval"];
+    assert_eq!(question["method"], "elicitation/create");
+
+    // Other arguments with the approved state: a new question, nothing run.
+    let other = post_echo(&gw, ALICE, modern_echo(2, "/", yes(&state))).await;
+    assert_eq!(other["resultType"], "input_required", "{other}");
+    assert_ne!(other["requestState"], asked["requestState"]);
+    // Another client presenting alice's state: refused like a forged one.
+    let bobs = post_echo(&gw, BOB, modern_echo(3, "/tmp/x", yes(&state))).await;
+    assert_eq!(
+        bobs["_meta"]["portcullis/error"]["code"], "approval_invalid",
+        "{bobs}"
+    );
+    // One byte changed: forged.
+    let mut forged = state.clone().into_bytes();
+    let at = forged.len() - 3;
+    forged[at] = if forged[at] == b'A' { b'B' } else { b'A' };
+    let forged = String::from_utf8(forged).expect("ascii");
+    let refused = post_echo(&gw, ALICE, modern_echo(4, "/tmp/x", yes(&forged))).await;
+    assert_eq!(
+        refused["_meta"]["portcullis/error"]["code"],
+        "approval_invalid"
+    );
+    assert!(echoes(&upstream).is_empty(), "nothing ran so far");
+
+    // The approved call, with its own state (which other arguments left unused).
+    let ran = post_echo(&gw, ALICE, modern_echo(5, "/tmp/x", yes(&state))).await;
+    assert_eq!(ran["isError"], false, "{ran}");
+    assert_eq!(ran["content"][0]["text"], "/tmp/x");
+    // The gateway's own state and answer were not forwarded.
+    let calls = echoes(&upstream);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["arguments"], json!({"text": "/tmp/x"}));
+    // Replayed: refused, not run again.
+    let replayed = post_echo(&gw, ALICE, modern_echo(6, "/tmp/x", yes(&state))).await;
+    assert_eq!(
+        replayed["_meta"]["portcullis/error"]["code"], "approval_used",
+        "{replayed}"
+    );
+    // A "no" uses the state up too.
+    let second = post_echo(&gw, ALICE, modern_echo(7, "/tmp/y", json!({}))).await;
+    let state = second["requestState"].as_str().expect("state").to_owned();
+    let no = json!({"requestState": state, "inputResponses": {"portcullis_approval": {"action": "decline"}}});
+    let declined = post_echo(&gw, ALICE, modern_echo(8, "/tmp/y", no)).await;
+    assert_eq!(
+        declined["_meta"]["portcullis/error"]["code"],
+        "approval_declined"
+    );
+    let after = post_echo(&gw, ALICE, modern_echo(9, "/tmp/y", yes(&state))).await;
+    assert_eq!(after["_meta"]["portcullis/error"]["code"], "approval_used");
+    assert_eq!(echoes(&upstream).len(), 1, "ran exactly once in all");
+    gw.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn an_expired_approval_is_refused() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = gateway(&upstream.url, r#"{ by = "user", timeout = "1s" }"#, "").await;
+    let asked = post_echo(&gw, ALICE, modern_echo(1, "late", json!({}))).await;
+    let state = asked["requestState"].as_str().expect("state").to_owned();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let late = post_echo(&gw, ALICE, modern_echo(2, "late", yes(&state))).await;
+    assert_eq!(
+        late["_meta"]["portcullis/error"]["code"], "approval_expired",
+        "{late}"
+    );
+    assert!(echoes(&upstream).is_empty());
+    gw.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn an_operator_approves_a_retried_call_through_the_admin_api() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let approval =
+        r#"{ by = "operator", pending = "retry", timeout = "5m", reason = "irreversible" }"#;
+    let gw = gateway(&upstream.url, approval, "").await;
+    let url = gw.url("files");
+    let first = sdk(
+        Sdk::TypeScript,
+        Mode::Legacy,
+        &url,
+        ALICE,
+        json!([call("echo", json!({"text": "rm"}))]),
+    )
+    .await;
+    assert_eq!(
+        gateway_code(&first[0]),
+        Some("approval_required"),
+        "{}",
+        first[0]
+    );
+    let id = first[0]["meta"]["portcullis/error"]["approval_id"]
+        .as_str()
+        .expect("an approval id")
+        .to_owned();
+    let queued = pending(&gw).await;
+    assert_eq!(queued.len(), 1);
+    assert_eq!(queued[0]["client"], "alice");
+    assert_eq!(queued[0]["tool"], "echo");
+    assert_eq!(queued[0]["arguments"], json!({"text": "rm"}));
+    assert_eq!(queued[0]["reason"], "irreversible");
+    // A client's key is no admin token.
+    assert_eq!(decide(&gw, &id, "approve", ALICE).await.0, 401);
+    // Bob naming alice's approval id gets the unknown-id answer.
+    let mut body: Value =
+        serde_json::from_str(&support::modern_call(1, "echo", json!({"text": "rm"})))
+            .expect("json");
+    body["params"]["_meta"]["portcullis/approvalId"] = json!(id);
+    let headers = modern_call_headers(BOB, "echo");
+    let bobs = raw_post(&url, &borrow(&headers), body.to_string())
+        .await
+        .body;
+    assert_eq!(
+        bobs["result"]["_meta"]["portcullis/error"]["code"], "approval_unknown",
+        "{bobs}"
+    );
+    let (status, decided) = decide(&gw, &id, "approve", ADMIN_TOKEN).await;
+    assert_eq!(
+        (status, decided["decided"].as_str()),
+        (200, Some("approved"))
+    );
+    assert_eq!(decide(&gw, &id, "deny", ADMIN_TOKEN).await.0, 409);
+    // Other arguments are not approved by it.
+    let other = sdk(
+        Sdk::TypeScript,
+        Mode::Legacy,
+        &url,
+        ALICE,
+        json!([call("echo", json!({"text": "rm -rf"}))]),
+    )
+    .await;
+    assert_eq!(gateway_code(&other[0]), Some("approval_required"));
+    assert!(echoes(&upstream).is_empty());
+    // The identical call runs once; once more is a new approval.
+    let out = sdk(
+        Sdk::TypeScript,
+        Mode::Legacy,
+        &url,
+        ALICE,
+        json!([
+            call("echo", json!({"text": "rm"})),
+            call("echo", json!({"text": "rm"}))
+        ]),
+    )
+    .await;
+    assert_eq!(out[0]["isError"], false, "{}", out[0]);
+    assert_eq!(out[0]["text"], "rm");
+    assert_eq!(gateway_code(&out[1]), Some("approval_required"));
+    assert_ne!(out[1]["meta"]["portcullis/error"]["approval_id"], json!(id));
+    assert_eq!(echoes(&upstream).len(), 1);
+    // Unknown ids are 404 on the admin API.
+    assert_eq!(decide(&gw, "apr_nope", "approve", ADMIN_TOKEN).await.0, 404);
+    gw.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn a_held_call_runs_when_an_operator_approves_and_not_when_denied() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = gateway(&upstream.url, r#"{ by = "operator", timeout = "1m" }"#, "").await;
+    for (verb, text) in [("approve", "yes please"), ("deny", "no thanks")] {
+        let url = gw.url("files");
+        let held = tokio::spawn(async move {
+            python(
+                Mode::Legacy,
+                &url,
+                ALICE,
+                "off",
+                json!([call("echo", json!({"text": text}))]),
+            )
+            .await
+        });
+        let entry = first_pending(&gw).await;
+        assert_eq!(entry["arguments"]["text"], text);
+        let id = entry["id"].as_str().expect("id").to_owned();
+        assert_eq!(decide(&gw, &id, verb, ADMIN_TOKEN).await.0, 200);
+        let out = held.await.expect("client");
+        if verb == "approve" {
+            assert_eq!(out[0]["isError"], false, "{}", out[0]);
+            assert_eq!(out[0]["text"], text);
+        } else {
+            assert_eq!(gateway_code(&out[0]), Some("approval_denied"), "{}", out[0]);
+        }
+    }
+    let ran: Vec<Value> = echoes(&upstream);
+    assert_eq!(ran.len(), 1);
+    assert_eq!(ran[0]["arguments"]["text"], "yes please");
+    let scraped = metrics(&gw).await;
+    assert!(
+        scraped.contains(r#"portcullis_approvals_total{by="operator",outcome="denied"} 1"#),
+        "{scraped}"
+    );
+    gw.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn the_merged_view_puts_calls_to_approval_too() {
+    let a = PeerServer::start(Peer::Python).await;
+    let b = PeerServer::start(Peer::Python).await;
+    let token = hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN));
+    let text = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{token}\"\n\
+         [servers.files]\nurl = \"{}\"\n[servers.other]\nurl = \"{}\"\n{}\n\
+         [[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\ntools = [\"echo\"]\naction = \"allow\"\n\
+         approval = {{ by = \"either\", pending = \"retry\" }}\n",
+        a.url,
+        b.url,
+        clients()
+    );
+    let gw = TestGateway::start_raw(&text).await;
+    let merged = gw.merged_url();
+    // In band when the client can be asked ...
+    let out = python(
+        Mode::Legacy,
+        &merged,
+        ALICE,
+        "approve",
+        json!([call("files__echo", json!({"text": "m"}))]),
+    )
+    .await;
+    assert_eq!(out[0]["text"], "m", "{}", out[0]);
+    // ... else through the operator queue.
+    let out = python(
+        Mode::Modern,
+        &merged,
+        ALICE,
+        "off",
+        json!([call("other__echo", json!({"text": "q"}))]),
+    )
+    .await;
+    assert_eq!(
+        gateway_code(&out[0]),
+        Some("approval_required"),
+        "{}",
+        out[0]
+    );
+    assert_eq!(pending(&gw).await[0]["server"], "other");
+    assert_eq!(echoes(&a).len(), 1);
+    assert!(echoes(&b).is_empty());
+    gw.stop().await;
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn observe_mode_records_that_it_would_ask_and_lets_the_call_through() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = gateway(&upstream.url, BY_USER, "mode = \"observe\"").await;
+    let out = python(
+        Mode::Legacy,
+        &gw.url("files"),
+        ALICE,
+        "off",
+        json!([call("echo", json!({"text": "seen"})), asked()]),
+    )
+    .await;
+    assert_eq!(out[0]["text"], "seen", "{}", out[0]);
+    assert_eq!(out[1]["asked"], json!([]), "nobody was asked");
+    assert_eq!(echoes(&upstream).len(), 1);
+    let call_event = events(&gw)
+        .await
+        .into_iter()
+        .find(|e| e["method"] == "tools/call")
+        .expect("the call's event");
+    assert_eq!(call_event["would_refuse"], "approval_required");
+    assert_eq!(call_event["approval"]["outcome"], "would_ask");
+    assert!(
+        metrics(&gw)
+            .await
+            .contains(r#"portcullis_approvals_total{by="user",outcome="would_ask"} 1"#)
+    );
+    gw.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn bad_approval_settings_are_refused_with_their_place() {
+    support::init();
+    let load = |rest: &str| {
+        let text = format!(
+            "[servers.files]\nurl = \"http://127.0.0.1:1/mcp\"\n{}\n{rest}",
+            clients()
+        );
+        portcullis::config::load_str(&text, "a.toml", &|name| {
+            (name == "SHORT").then(|| "abc".to_owned())
+        })
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
+    };
+    let rule = |action: &str, approval: &str| {
+        format!(
+            "[[rules]]\nclients = [\"*\"]\nservers = [\"files\"]\ntools = [\"echo\"]\naction = \"{action}\"\napproval = {approval}\n"
+        )
+    };
+    let cases = [
+        (rule("deny", r#"{ by = "user" }"#), "rules[0].approval"),
+        (
+            rule("allow", r#"{ by = "somebody" }"#),
+            "rules[0].approval.by",
+        ),
+        (
+            rule("allow", r#"{ by = "user", timeout = "0s" }"#),
+            "rules[0].approval.timeout",
+        ),
+        (
+            rule("allow", r#"{ by = "user", pending = "retry" }"#),
+            "rules[0].approval.pending",
+        ),
+        (rule("allow", r#"{ by = "user", color = "red" }"#), "color"),
+        (
+            "[approvals]\nkey = \"${SHORT}\"\n".to_owned(),
+            "approvals.key",
+        ),
+        (
+            "[approvals]\nmax_pending = 0\n".to_owned(),
+            "approvals.max_pending",
+        ),
+    ];
+    for (text, key) in cases {
+        let refused = load(&text);
+        assert!(refused.contains(key), "{key}: {refused}");
+        assert!(refused.contains("a.toml"), "{refused}");
+    }
+}
+
+#[tokio::test]
+async fn check_shows_which_calls_need_approval_and_by_whom() {
+    let file = support::ConfigFile::new(&format!(
+        "[servers.files]\nurl = \"http://127.0.0.1:1/mcp\"\n{}\n\
+         [[rules]]\nclients = [\"*\"]\nservers = [\"files\"]\ntools = [\"delete_*\"]\naction = \"allow\"\n\
+         approval = {{ by = \"operator\", pending = \"retry\", timeout = \"10m\" }}\n",
+        clients()
+    ));
+    let out = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["check", "--config"])
+        .arg(file.path())
+        .output()
+        .await
+        .expect("check runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(
+            "delete_*  approval: by an operator (the client retries after approval), within 10m"
+        ),
+        "{text}"
+    );
+}
+
+/// A tool whose server asks for input itself (2026 `input_required` of its
+/// own): each forwarded round is approved, and the server's own
+/// `requestState` and answers come back to it across the gateway's question.
+#[tokio::test]
+async fn the_servers_own_input_round_survives_the_gateways_question() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let token = hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN));
+    let text = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{token}\"\n\
+         [servers.files]\nurl = \"{}\"\n{}\n\
+         [[rules]]\nclients = [\"*\"]\nservers = [\"files\"]\ntools = [\"leaky_ask\"]\naction = \"allow\"\n\
+         approval = {{ by = \"user\" }}\n",
+        upstream.url,
+        clients()
+    );
+    let gw = TestGateway::start_raw(&text).await;
+    let out = python(
+        Mode::Modern,
+        &gw.url("files"),
+        ALICE,
+        "approve",
+        json!([call("leaky_ask", json!({})), asked()]),
+    )
+    .await;
+    assert_eq!(out[0]["isError"], false, "{}", out[0]);
+    assert_eq!(
+        out[0]["text"], "answered: ask, think",
+        "the server got its own answers back"
+    );
+    let questions: Vec<&Value> = out[1]["asked"]
+        .as_array()
+        .expect("asked")
+        .iter()
+        .filter(|a| a["kind"] == "elicitation")
+        .collect();
+    let ours = questions
+        .iter()
+        .filter(|q| {
+            q["params"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("Approve this tool call?")
+        })
+        .count();
+    assert_eq!(
+        (questions.len(), ours),
+        (3, 2),
+        "two approvals, one question of the server's: {questions:?}"
+    );
+    assert_eq!(
+        upstream.ran().iter().filter(|t| *t == "leaky_ask").count(),
+        2
+    );
+    gw.stop().await;
+    upstream.stop().await;
+}
+
+/// A held call nobody decides ends at the rule's timeout, unrun, and its
+/// approval can no longer be given.
+#[tokio::test]
+async fn a_held_call_nobody_decides_expires_unrun() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = gateway(&upstream.url, r#"{ by = "operator", timeout = "1s" }"#, "").await;
+    let out = python(
+        Mode::Modern,
+        &gw.url("files"),
+        ALICE,
+        "off",
+        json!([call("echo", json!({"text": "late"}))]),
+    )
+    .await;
+    assert_eq!(
+        gateway_code(&out[0]),
+        Some("approval_expired"),
+        "{}",
+        out[0]
+    );
+    assert!(
+        pending(&gw).await.is_empty(),
+        "the expired entry left the queue"
+    );
+    let expired: Vec<Value> = events(&gw)
+        .await
+        .into_iter()
+        .filter(|e| e["method"] == "portcullis/approval" && e["decision"] == "expired")
+        .collect();
+    assert_eq!(expired.len(), 1);
+    let id = expired[0]["approval"]["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert_eq!(decide(&gw, &id, "approve", ADMIN_TOKEN).await.0, 404);
+    assert!(echoes(&upstream).is_empty());
+    assert!(
+        metrics(&gw)
+            .await
+            .contains(r#"portcullis_approvals_total{by="operator",outcome="expired"} 1"#)
+    );
+    gw.stop().await;
+    upstream.stop().await;
+}
+
+/// Approvals live in memory: a `requestState` signed before a restart is
+/// refused after it, even under the same configured key, and the client is
+/// asked again on its next plain call.
+#[tokio::test]
+async fn a_state_from_before_a_restart_is_refused() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let key = "approvals-key-of-at-least-32-bytes!";
+    let extra = format!("\n[approvals]\nkey = \"{key}\"\n");
+    let start = || async {
+        let token = hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN));
+        TestGateway::start_raw(&format!(
+            "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{token}\"\n\
+             [servers.files]\nurl = \"{}\"\n{}\n\
+             [[rules]]\nclients = [\"*\"]\nservers = [\"files\"]\ntools = [\"echo\"]\naction = \"allow\"\n\
+             approval = {BY_USER}\n{extra}",
+            upstream.url,
+            clients()
+        ))
+        .await
+    };
+    let before = start().await;
+    let asked = post_echo(&before, ALICE, modern_echo(1, "x", json!({}))).await;
+    let state = asked["requestState"].as_str().expect("state").to_owned();
+    before.stop().await;
+    let after = start().await;
+    let refused = post_echo(&after, ALICE, modern_echo(2, "x", yes(&state))).await;
+    assert_eq!(
+        refused["_meta"]["portcullis/error"]["code"], "approval_invalid",
+        "{refused}"
+    );
+    let again = post_echo(&after, ALICE, modern_echo(3, "x", json!({}))).await;
+    assert_eq!(again["resultType"], "input_required");
+    assert!(echoes(&upstream).is_empty());
+    after.stop().await;
+    upstream.stop().await;
+}
+
+/// A JSON-RPC response whose id has the form of the gateway's questions but
+/// answers none open for this session is refused (400, -31020), not relayed.
+#[tokio::test]
+async fn an_answer_to_no_open_question_is_refused() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = gateway(&upstream.url, BY_USER, "").await;
+    let url = gw.url("files");
+    let auth = format!("Bearer {ALICE}");
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let opened = raw_post(&url, &[("authorization", &auth)], init.to_string()).await;
+    let session = opened.headers["mcp-session-id"]
+        .to_str()
+        .expect("session")
+        .to_owned();
+    let answer = json!({"jsonrpc": "2.0", "id": "portcullis-approval-00112233445566778899aabbccddeeff",
+        "result": {"action": "accept", "content": {"approve": true}}});
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let refused = raw_post(&url, &headers, answer.to_string()).await;
+    assert_eq!(refused.status, 400, "{}", refused.text);
+    assert_eq!(refused.body["error"]["code"], -31020);
+    assert_eq!(
+        refused.body["error"]["data"]["code"],
+        "approval_answer_unknown"
+    );
+    gw.stop().await;
+    upstream.stop().await;
+}
+
+/// A server request with an id of the gateway's question form never reaches
+/// the client (so a client's answer to such an id can only answer the
+/// gateway); one with any other id is relayed as before.
+#[tokio::test]
+async fn a_server_request_posing_as_an_approval_question_is_dropped() {
+    let up = Misbehaving::start().await;
+    let gw = TestGateway::start_raw(&format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+         [servers.s]\nurl = \"{}\"\npinning = \"off\"\n{}{}",
+        up.url,
+        clients(),
+        support::allow_all()
+    ))
+    .await;
+    let ask = |id: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "elicitation/create",
+        "params": {"message": "approve?", "requestedSchema": {"type": "object", "properties": {}}}})
+    };
+    let done = json!({"jsonrpc": "2.0", "id": "$id", "result": {"content": [{"type": "text", "text": "done"}]}});
+    up.script(
+        "impostor",
+        Scripted::Sse(vec![ask("portcullis-approval-00ff"), done.clone()]),
+    );
+    up.script("plain", Scripted::Sse(vec![ask("srv-1"), done]));
+    let auth = format!("Bearer {ALICE}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let body = |x: &str| {
+        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "scripted", "arguments": {"x": x}}})
+        .to_string()
+    };
+    let impostor = raw_post(&gw.url("s"), &headers, body("impostor")).await;
+    assert_eq!(
+        impostor.body["result"]["content"][0]["text"], "done",
+        "{}",
+        impostor.text
+    );
+    assert!(
+        !impostor.text.contains("portcullis-approval-"),
+        "{}",
+        impostor.text
+    );
+    let plain = raw_post(&gw.url("s"), &headers, body("plain")).await;
+    assert!(plain.text.contains("srv-1"), "{}", plain.text);
+    gw.stop().await;
+}
+
+/// Deny rules, rate limits and validation run first: a call they refuse is
+/// never put to a person.
+#[tokio::test]
+async fn only_a_call_that_would_be_forwarded_is_put_to_a_person() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = gateway(
+        &upstream.url,
+        r#"{ by = "user" }
+rate = { burst = 2, per_second = 0.001 }
+[[rules]]
+clients = ["bob"]
+servers = ["files"]
+tools = ["echo"]
+action = "deny""#,
+        "",
+    )
+    .await;
+    let url = gw.url("files");
+    let out = python(
+        Mode::Legacy,
+        &url,
+        ALICE,
+        "approve",
+        json!([
+            call("echo", json!({"text": 5})),
+            asked(),
+            call("echo", json!({"text": "first"})),
+            call("echo", json!({"text": "second"})),
+            asked()
+        ]),
+    )
+    .await;
+    assert_eq!(
+        gateway_code(&out[0]),
+        Some("invalid_arguments"),
+        "{}",
+        out[0]
+    );
+    assert_eq!(
+        out[1]["asked"],
+        json!([]),
+        "an invalid call asks nobody (it takes a token: rate limits run before validation)"
+    );
+    assert_eq!(out[2]["text"], "first", "{}", out[2]);
+    assert_eq!(gateway_code(&out[3]), Some("rate_limited"), "{}", out[3]);
+    assert_eq!(
+        out[4]["asked"].as_array().map(Vec::len),
+        Some(1),
+        "only the forwarded call asked"
+    );
+    let bobs = python(
+        Mode::Modern,
+        &url,
+        BOB,
+        "approve",
+        json!([call("echo", json!({"text": "b"})), asked()]),
+    )
+    .await;
+    assert_eq!(gateway_code(&bobs[0]), Some("unknown_tool"), "{}", bobs[0]);
+    assert_eq!(bobs[1]["asked"], json!([]));
+    assert_eq!(echoes(&upstream).len(), 1);
+    gw.stop().await;
+    upstream.stop().await;
+}
