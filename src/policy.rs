@@ -11,16 +11,19 @@
 
 pub mod glob;
 mod index;
+mod rule;
 pub mod uri;
 
 use std::fmt::Write as _;
-use std::num::NonZeroU32;
 
 use serde_json::Value;
 
 use crate::auth::ClientId;
-use crate::validate::{CompiledSchema, Violation};
+use crate::validate::Violation;
 use glob::Glob;
+use rule::client_matches;
+pub(crate) use rule::{Action, Rule};
+pub use rule::{Rate, RateKey, Subject};
 
 /// All rules, in file order.
 #[derive(Debug, Default)]
@@ -28,64 +31,6 @@ pub struct Policy {
     pub(crate) rules: Vec<Rule>,
     /// The rules by what they name; built with them.
     index: index::Index,
-}
-
-/// One `[[rules]]` entry, compiled.
-#[derive(Debug)]
-pub(crate) struct Rule {
-    /// Position in the file's `[[rules]]` array (0-based, shown as `rules[N]`).
-    pub index: usize,
-    pub clients: Vec<Glob>,
-    pub servers: Vec<Glob>,
-    pub tools: Vec<Glob>,
-    pub resources: Vec<Glob>,
-    pub prompts: Vec<Glob>,
-    pub action: Action,
-    pub rate: Option<Rate>,
-    pub arguments: Option<CompiledSchema>,
-    /// `approval = { … }`: a person approves each call (allow rules with tools only).
-    pub approval: Option<crate::approval::Requirement>,
-}
-
-/// What a rule does with what it matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Action {
-    Allow,
-    Deny,
-}
-
-/// A rule's token bucket.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Rate {
-    /// Calls allowed at once from a full bucket.
-    pub burst: NonZeroU32,
-    /// Tokens added per second (finite, > 0).
-    pub per_second: f64,
-    /// Who shares a bucket.
-    pub key: RateKey,
-}
-
-/// Who shares a bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RateKey {
-    /// One bucket per client, across the rule's tools.
-    Client,
-    /// One bucket per client per tool.
-    ClientTool,
-    /// One bucket for everybody.
-    All,
-}
-
-/// What a client asks to use.
-#[derive(Debug, Clone, Copy)]
-pub enum Subject<'a> {
-    /// A tool, by name.
-    Tool(&'a str),
-    /// A resource, by URI (or URI template). A URI is given as its canonical
-    /// identity ([`uri::CanonicalUri::identity`]): rules never see another spelling.
-    Resource(&'a str),
-    /// A prompt, by name.
-    Prompt(&'a str),
 }
 
 /// The outcome for one (client, server, subject).
@@ -353,65 +298,6 @@ impl Policy {
         }
         lines
     }
-}
-
-// === impl Rule ===
-
-impl Rule {
-    fn matches(&self, client: &ClientId, server: &str, subject: Subject<'_>) -> bool {
-        let targets = match subject {
-            Subject::Tool(name) => (&self.tools, name),
-            Subject::Resource(uri) => (&self.resources, uri),
-            Subject::Prompt(name) => (&self.prompts, name),
-        };
-        targets.0.iter().any(|g| g.matches(targets.1))
-            && self.servers.iter().any(|g| g.matches(server))
-            && self.clients.iter().any(|g| client_matches(g, client))
-    }
-}
-
-/// `"*"` (and any wildcard) covers authenticated clients only; the anonymous
-/// client is matched by its name alone.
-fn client_matches(glob: &Glob, client: &ClientId) -> bool {
-    if client.is_anonymous() && !glob.is_literal() {
-        return false;
-    }
-    glob.matches(client.name())
-}
-
-// === impl Rate ===
-
-impl Rate {
-    /// `3 calls, then 1 every 20 s, per client` style text.
-    pub fn describe(&self) -> String {
-        let key = match self.key {
-            RateKey::Client => "per client",
-            RateKey::ClientTool => "per client and tool",
-            RateKey::All => "shared by all clients",
-        };
-        format!("{}, {key}", self.quota_text())
-    }
-
-    /// `3 calls, then 1 every 20 s` style text: the bucket without who shares it.
-    pub fn quota_text(&self) -> String {
-        let every = 1.0 / self.per_second;
-        let refill = if self.per_second >= 1.0 {
-            format!("{} per second", trim_float(self.per_second))
-        } else {
-            format!("1 every {} s", trim_float(every))
-        };
-        let calls = if self.burst.get() == 1 {
-            "call"
-        } else {
-            "calls"
-        };
-        format!("{} {calls}, then {refill}", self.burst)
-    }
-}
-
-fn trim_float(v: f64) -> String {
-    let s = format!("{v:.3}");
-    s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 /// Longest name (in characters) worth an edit-distance suggestion; longer

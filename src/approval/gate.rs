@@ -19,15 +19,15 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 use tokio::sync::{oneshot, watch};
 
+use super::approvals::{Approvals, Happening, Outcome};
+use super::binding::Binding;
 use super::question::{self, Answer, INPUT_KEY};
 use super::queue::{Entry, Full, Lookup, Status};
+pub use super::round::META_APPROVAL_ID;
 pub use super::round::strip;
 use super::round::upstream_round;
+use super::settings::{Approver, Pending, Requirement};
 use super::state::{Signer, StateRefusal};
-use super::{Approvals, Approver, Binding, Happening, Outcome, Pending, Requirement};
-
-/// The `_meta` key under which a client may name the approval id it retries with.
-pub const META_APPROVAL_ID: &str = "portcullis/approvalId";
 
 /// One call, as the gate sees it.
 #[derive(Debug)]

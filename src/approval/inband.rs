@@ -223,3 +223,9 @@ mod tests {
         );
     }
 }
+
+/// `params.capabilities` of an `initialize` request (raw body).
+pub fn initialize_capabilities(body: &[u8]) -> Option<Value> {
+    let message: Value = serde_json::from_slice(body).ok()?;
+    message.get("params")?.get("capabilities").cloned()
+}

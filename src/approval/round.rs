@@ -13,9 +13,11 @@
 
 use serde_json::{Map, Value};
 
-use super::gate::META_APPROVAL_ID;
 use super::question::INPUT_KEY;
 use super::state::Signer;
+
+/// The `_meta` key under which a client may name the approval id it retries with.
+pub const META_APPROVAL_ID: &str = "portcullis/approvalId";
 
 /// The upstream's own input round a 2026 call carries: a `requestState` that
 /// is not the gateway's, and the answers to keys other than the gateway's.

@@ -20,8 +20,8 @@
 
 use std::collections::HashMap;
 
-use super::Rule;
 use super::glob::Glob;
+use super::rule::Rule;
 use crate::auth::ClientId;
 
 /// One dimension: literal names, and the wildcard globs.

@@ -1,3 +1,5 @@
+use std::num::NonZeroU32;
+
 use serde_json::json;
 
 use super::*;

@@ -322,25 +322,3 @@ pub(super) fn answered(
         inband::Delivery::Unknown => Err(Rejection::UnknownApprovalAnswer),
     }
 }
-
-/// `params.capabilities` of an `initialize` request.
-pub(super) fn initialize_capabilities(body: &[u8]) -> Option<Value> {
-    let message: Value = serde_json::from_slice(body).ok()?;
-    message.get("params")?.get("capabilities").cloned()
-}
-
-/// Records whether the session a client opened can be asked for approval in
-/// band (it declared the elicitation capability at `initialize`).
-pub(super) fn remember_elicitation(
-    state: &AppState,
-    client: &ClientId,
-    session: &str,
-    capabilities: &Option<Value>,
-) {
-    let elicits = inband::declares_elicitation(capabilities.as_ref());
-    let max = state.approvals.settings.max_sessions;
-    state
-        .approvals
-        .sessions
-        .remember(client.name(), session, elicits, max);
-}

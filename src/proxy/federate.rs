@@ -368,8 +368,10 @@ async fn initialize(
         }),
     );
     let session = view.state.sessions.bind_merged(view.client, members);
-    let capabilities = super::approve::initialize_capabilities(&body);
-    super::approve::remember_elicitation(view.state, view.client, &session, &capabilities);
+    let capabilities = crate::approval::inband::initialize_capabilities(&body);
+    view.state
+        .approvals
+        .remember_session(view.client.name(), &session, capabilities.as_ref());
     let mut out = HeaderMap::new();
     if let Ok(v) = HeaderValue::from_str(&session) {
         out.insert(MCP_SESSION_ID, v);

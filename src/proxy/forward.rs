@@ -214,7 +214,7 @@ impl Forward<'_> {
         client: &ClientId,
         to: Recipient,
     ) -> Result<Response, Rejection> {
-        let capabilities = super::approve::initialize_capabilities(&body);
+        let capabilities = crate::approval::inband::initialize_capabilities(&body);
         let reply = self
             .send(self.headers(headers), body, true)
             .await
@@ -224,7 +224,9 @@ impl Forward<'_> {
             .and_then(|v| v.to_str().ok())
         {
             self.state.sessions.bind(self.name(), id, client);
-            super::approve::remember_elicitation(self.state, client, id, &capabilities);
+            self.state
+                .approvals
+                .remember_session(client.name(), id, capabilities.as_ref());
         }
         let reply = watch_instructions(reply, self, to.id.clone());
         Ok(relay(reply, to))
