@@ -177,6 +177,12 @@ pub fn declares_elicitation(capabilities: Option<&Value>) -> bool {
     }
 }
 
+/// `params.capabilities` of an `initialize` request (raw body).
+pub fn initialize_capabilities(body: &[u8]) -> Option<Value> {
+    let message: Value = serde_json::from_slice(body).ok()?;
+    message.get("params")?.get("capabilities").cloned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,10 +228,4 @@ mod tests {
             "the oldest is forgotten past the bound"
         );
     }
-}
-
-/// `params.capabilities` of an `initialize` request (raw body).
-pub fn initialize_capabilities(body: &[u8]) -> Option<Value> {
-    let message: Value = serde_json::from_slice(body).ok()?;
-    message.get("params")?.get("capabilities").cloned()
 }

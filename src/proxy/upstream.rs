@@ -75,6 +75,9 @@ pub(crate) struct Upstream {
 }
 
 /// How requests reach the server.
+// One per upstream, built at load: its size is paid once, and the hyper
+// client is used in place on every request rather than behind a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Link {
     /// `https://`: reqwest with rustls.
