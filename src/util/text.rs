@@ -40,6 +40,13 @@ pub(crate) fn clip_opt(text: &mut Option<String>) {
     }
 }
 
+/// `text` without the byte order marks at its ends: the sanitizer keeps one
+/// that starts a text (it is the text's own), but a gateway text that quotes
+/// the upstream's must not carry it into the middle of a sentence.
+pub fn unbom(text: &str) -> &str {
+    text.trim_matches('\u{feff}')
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -59,11 +66,4 @@ mod tests {
             }
         }
     }
-}
-
-/// `text` without the byte order marks at its ends: the sanitizer keeps one
-/// that starts a text (it is the text's own), but a gateway text that quotes
-/// the upstream's must not carry it into the middle of a sentence.
-pub fn unbom(text: &str) -> &str {
-    text.trim_matches('\u{feff}')
 }
