@@ -151,11 +151,7 @@ impl Ctx<'_> {
     /// Resource patterns are matched against canonical URIs only
     /// ([`crate::policy::uri`]): a pattern spelled otherwise could never match
     /// what it seems to name, so it is refused with the spelling to write.
-    pub(super) fn resource_globs(
-        &self,
-        list: Option<&[Spanned<String>]>,
-        key: &str,
-    ) -> Result<Vec<Glob>> {
+    fn resource_globs(&self, list: Option<&[Spanned<String>]>, key: &str) -> Result<Vec<Glob>> {
         for (j, item) in list.unwrap_or_default().iter().enumerate() {
             let written = item.get_ref();
             let reason = match crate::policy::uri::pattern(written) {

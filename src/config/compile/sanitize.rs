@@ -83,7 +83,7 @@ impl Ctx<'_> {
         })
     }
 
-    pub(super) fn exemption(
+    fn exemption(
         &self,
         raw: &super::super::raw::RawExemption,
         key: &str,

@@ -131,7 +131,7 @@ impl Ctx<'_> {
     }
 
     /// `url` of an HTTP server; `env` and `cwd` belong to stdio servers only.
-    pub(super) fn server_url(
+    fn server_url(
         &self,
         value: &Spanned<String>,
         key: &str,
@@ -175,7 +175,7 @@ impl Ctx<'_> {
 
     /// `command`, `env` and `cwd` of a stdio server; `headers` and
     /// `connect_timeout` belong to HTTP servers only.
-    pub(super) fn stdio_command(
+    fn stdio_command(
         &self,
         command: &Spanned<Vec<Spanned<String>>>,
         key: &str,
