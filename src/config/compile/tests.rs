@@ -1,4 +1,6 @@
+use super::super::model::Transport;
 use super::*;
+use crate::sanitize::SecretsAction;
 
 const KEY: &str = "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8";
 

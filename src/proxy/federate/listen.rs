@@ -1,0 +1,117 @@
+//! Messages the merged view sends to every member: the one
+//! `subscriptions/listen` stream carrying all their notifications, and
+//! notifications and responses broadcast to all.
+//!
+//! Place: after the per-request view is built, for what no single server
+//! owns and every server must hear.
+//!
+//! Invariants: each member is asked only for the subscribed resources this
+//! client may read there; a URI no member lets it read gets the answer a
+//! missing resource gets.
+
+use axum::response::Response;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::{HeaderMap, StatusCode};
+use serde_json::json;
+
+use crate::error::Rejection;
+use crate::mcp::jsonrpc::Message;
+use crate::mcp::sse::SseItem;
+use crate::policy::Subject;
+use crate::proxy::exchange::{Exchange, rebuild, recipient};
+use crate::proxy::forward::upstream;
+use crate::proxy::reply::Reply;
+use crate::proxy::respond::relay;
+
+use super::routed::send_to;
+use super::view::{Part, View, no_server_answered};
+
+/// `subscriptions/listen` (2026 era): one stream carrying every member's
+/// notifications, acknowledged once. Each member is asked only for the
+/// subscribed resources this client may read there; a URI no member lets it
+/// read gets the answer a missing resource gets.
+pub(super) async fn listen(
+    view: &View<'_>,
+    ex: &mut Exchange,
+    message: &Message,
+) -> Result<Response, Rejection> {
+    let config = &*view.live.config;
+    let uris = crate::proxy::subjects::subscribed_uris(message)?;
+    let readable = |part: &Part<'_>, uri: &str| {
+        config
+            .policy
+            .decide(view.client, part.name(), Subject::Resource(uri))
+            .allowed
+    };
+    if let Some(hidden) = uris
+        .iter()
+        .find(|uri| !view.parts.iter().any(|p| readable(p, uri)))
+    {
+        return Err(Rejection::NotFound(format!("Resource not found: {hidden}")));
+    }
+    let mut streams = Vec::new();
+    let mut first_failure = None;
+    for part in &view.parts {
+        let mut own = rebuild(message);
+        if !uris.is_empty() {
+            let mine: Vec<&str> = uris.iter().copied().filter(|u| readable(part, u)).collect();
+            own["params"]["notifications"]["resourceSubscriptions"] = json!(mine);
+        }
+        let body = Bytes::from(serde_json::to_vec(&own).unwrap_or_default());
+        let forward = part.forward(view.state, view.live, ex);
+        let out = forward.headers(&part.headers(view.headers, None));
+        match forward.send(out, body, false).await {
+            Ok(Reply::Sse { events, .. }) => {
+                let catalog = part.server.catalog.clone();
+                streams.push(events.inspect(move |item| {
+                    if let Ok(SseItem::Event(e)) = item
+                        && e.data.contains("notifications/tools/list_changed")
+                    {
+                        catalog.invalidate();
+                    }
+                }));
+            }
+            Ok(_) => tracing::info!(
+                server = part.name(),
+                "the server offers no subscription stream"
+            ),
+            Err(e) => {
+                first_failure
+                    .get_or_insert_with(|| upstream(&view.live.sanitize, part.name(), None, e));
+            }
+        }
+    }
+    let Some(first) = view.parts.first() else {
+        return Err(no_server_answered("subscriptions/listen"));
+    };
+    if streams.is_empty() {
+        return Err(first_failure.unwrap_or_else(|| no_server_answered("subscriptions/listen")));
+    }
+    let mut acknowledged = false;
+    let events = futures_util::stream::select_all(streams).filter(move |item| {
+        let duplicate = matches!(item, Ok(SseItem::Event(e))
+            if e.data.contains("notifications/subscriptions/acknowledged"))
+            && std::mem::replace(&mut acknowledged, true);
+        std::future::ready(!duplicate)
+    });
+    let reply = Reply::Sse {
+        status: StatusCode::OK,
+        headers: HeaderMap::new(),
+        events: Box::pin(events),
+    };
+    ex.server = None;
+    Ok(relay(reply, recipient(view.live, ex, first.server, None)))
+}
+
+/// Sends the client's message to every member, answers ignored.
+pub(super) async fn broadcast(view: &View<'_>, ex: &mut Exchange, body: Bytes) {
+    for part in &view.parts {
+        let sent = send_to(view, ex, part, None, body.clone()).await;
+        if let Err(rejection) = sent {
+            tracing::info!(server = part.name(), method = %ex.method, error = rejection.code(), "not delivered to a member server");
+        }
+    }
+    ex.server = None;
+    ex.mode = view.live.config.gateway.mode;
+}

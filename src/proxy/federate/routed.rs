@@ -1,0 +1,273 @@
+//! Requests the merged view routes to exactly one server: a prefixed tool
+//! or prompt name, a resource URI, a completion's reference.
+//!
+//! Place: after the per-request view is built; the chosen server's request
+//! then goes through the same per-server pipeline as `/mcp/<server>`.
+//!
+//! Invariants: a name without a known server prefix gets the `unknown_tool`
+//! answer, listing only what this client may call; a resource goes to the
+//! first server (in name order) whose list, as this client may see it, has
+//! the URI or a template matching it, compared in canonical form; nothing is
+//! sent to a server for a refused call.
+
+use std::sync::atomic::Ordering;
+
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use crate::error::Rejection;
+use crate::mcp::jsonrpc::Message;
+use crate::mcp::methods::ListKind;
+use crate::mcp::version::Era;
+use crate::policy::Subject;
+use crate::proxy::dispatch::post;
+use crate::proxy::exchange::{Exchange, enter, param_str, rebuild};
+use crate::proxy::lists::Listed;
+use crate::proxy::refusals::refuse_unknown_tool;
+use crate::proxy::resource;
+
+use super::merged::part_list;
+use super::view::{Part, SEPARATOR, View, no_server_answered};
+
+/// `tools/call`, `prompts/get` and the operator's methods of class tool or
+/// prompt: the prefix names the server. A name without a known prefix gets
+/// the `unknown_tool` result on `tools/call` (`tool_call`), else not-found.
+pub(super) async fn named(
+    view: &View<'_>,
+    ex: &mut Exchange,
+    message: &Message,
+    kind: ListKind,
+    tool_call: bool,
+) -> Result<Response, Rejection> {
+    let name = param_str(message, "name")?.to_owned();
+    let found = split(&name).and_then(|(server, inner)| {
+        let part = view.parts.iter().find(|p| p.name() == server)?;
+        Some((part, inner))
+    });
+    let Some((part, inner)) = found else {
+        ex.tool = (kind == ListKind::Tools).then(|| name.clone());
+        return Err(match kind {
+            ListKind::Tools if tool_call => unknown_merged_tool(view, ex, message, &name).await,
+            ListKind::Tools => Rejection::NotFound(format!("Unknown tool: {name}")),
+            _ => Rejection::NotFound(format!("Unknown prompt: {name}")),
+        });
+    };
+    let mut renamed = rebuild(message);
+    renamed["params"]["name"] = inner.into();
+    route_to(view, ex, part, renamed, Some(inner)).await
+}
+
+/// `resources/read` and its kin: the first server whose list, for this
+/// client, has the URI.
+pub(super) async fn by_uri(
+    view: &View<'_>,
+    ex: &mut Exchange,
+    message: &Message,
+    uri: &str,
+    body: Bytes,
+    completion: bool,
+) -> Result<Response, Rejection> {
+    // Routed on the canonical form: an encoded `/` never reaches a template,
+    // so a `{var}` cannot cross a segment. A template that a completion
+    // names (`ref/resource`) is routed as listed.
+    let (target, identity) = if completion && uri.contains('{') {
+        (uri.to_owned(), uri.to_owned())
+    } else {
+        let canonical = resource::canonical(uri)?;
+        (
+            canonical.as_str().to_owned(),
+            canonical.identity().to_owned(),
+        )
+    };
+    let Some(part) = owner_of(view, ex, message, &target, &identity).await else {
+        return Err(Rejection::NotFound(format!("Resource not found: {uri}")));
+    };
+    // The per-server pipeline canonicalizes body and `Mcp-Name` alike.
+    send_to(view, ex, part, Some(uri), body).await
+}
+
+pub(super) async fn completion(
+    view: &View<'_>,
+    ex: &mut Exchange,
+    message: &Message,
+    body: Bytes,
+) -> Result<Response, Rejection> {
+    let reference = message.params().and_then(|p| p.get("ref"));
+    let field = |k: &str| reference.and_then(|r| r.get(k)).and_then(Value::as_str);
+    match field("type") {
+        Some("ref/prompt") => {
+            let name = field("name").unwrap_or_default();
+            let found = split(name).and_then(|(server, inner)| {
+                let part = view.parts.iter().find(|p| p.name() == server)?;
+                Some((part, inner.to_owned()))
+            });
+            let Some((part, inner)) = found else {
+                return Err(Rejection::NotFound(format!("Unknown prompt: {name}")));
+            };
+            let mut renamed = rebuild(message);
+            renamed["params"]["ref"]["name"] = inner.into();
+            route_to(view, ex, part, renamed, None).await
+        }
+        Some("ref/resource") => {
+            let uri = field("uri").unwrap_or_default().to_owned();
+            by_uri(view, ex, message, &uri, body, true).await
+        }
+        // The per-server pipeline words the refusal.
+        _ => match view.parts.first() {
+            Some(part) => route_to(view, ex, part, rebuild(message), None).await,
+            None => Err(no_server_answered("completion/complete")),
+        },
+    }
+}
+
+/// Sends `message` (as the server names things) through the per-server pipeline.
+async fn route_to(
+    view: &View<'_>,
+    ex: &mut Exchange,
+    part: &Part<'_>,
+    message: Value,
+    target: Option<&str>,
+) -> Result<Response, Rejection> {
+    ex.prefix = format!("{}{SEPARATOR}", part.name());
+    let body = Bytes::from(serde_json::to_vec(&message).unwrap_or_default());
+    send_to(view, ex, part, target, body).await
+}
+
+/// `body` through the per-server pipeline of `part`, with its session and
+/// version, and `Mcp-Name` naming `target` as the server knows it.
+pub(super) async fn send_to(
+    view: &View<'_>,
+    ex: &mut Exchange,
+    part: &Part<'_>,
+    target: Option<&str>,
+    body: Bytes,
+) -> Result<Response, Rejection> {
+    enter(ex, view.live, part.server);
+    let headers = part.headers(view.headers, target);
+    post(
+        view.state,
+        view.live,
+        ex,
+        part.server,
+        view.client,
+        &headers,
+        body,
+    )
+    .await
+}
+
+/// `<server>__<name>` → (server, name).
+pub(super) fn split(name: &str) -> Option<(&str, &str)> {
+    name.split_once(SEPARATOR)
+        .filter(|(server, inner)| !server.is_empty() && !inner.is_empty())
+}
+
+/// The `unknown_tool` answer of the merged view: every tool this client may
+/// call, on every member, by its merged name.
+async fn unknown_merged_tool(
+    view: &View<'_>,
+    ex: &Exchange,
+    message: &Message,
+    name: &str,
+) -> Rejection {
+    let config = &*view.live.config;
+    let mut permitted = Vec::new();
+    for part in &view.parts {
+        let forward = part.forward(view.state, view.live, ex);
+        let headers = part.headers(view.headers, None);
+        let Ok(tools) = forward.tool_set(&headers, message, None).await else {
+            continue;
+        };
+        permitted.extend(
+            tools
+                .names()
+                .filter(|t| {
+                    config
+                        .policy
+                        .decide(view.client, part.name(), Subject::Tool(t))
+                        .allowed
+                })
+                .map(|t| format!("{}{SEPARATOR}{t}", part.name())),
+        );
+    }
+    refuse_unknown_tool(name, "through this gateway", &permitted)
+}
+
+/// The member that serves `uri` to this client.
+async fn owner_of<'v>(
+    view: &'v View<'_>,
+    ex: &mut Exchange,
+    message: &Message,
+    uri: &str,
+    identity: &str,
+) -> Option<&'v Part<'v>> {
+    // Looking up is not listing: what a list would hide is decided by the read.
+    let would_refuse = ex.would_refuse;
+    let mut owner = None;
+    'parts: for part in &view.parts {
+        for kind in [ListKind::Resources, ListKind::Templates] {
+            let lookup = lookup_message(view, ex, message, kind);
+            let Ok(Listed::Items(items, _)) = part_list(view, ex, part, &lookup, kind).await else {
+                continue;
+            };
+            let found = items.iter().any(|item| match kind {
+                ListKind::Templates => item
+                    .get("uriTemplate")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| template_matches(t, uri)),
+                _ => crate::proxy::resource::listed(item).as_deref() == Some(identity),
+            });
+            if found {
+                owner = Some(part);
+                break 'parts;
+            }
+        }
+    }
+    ex.would_refuse = would_refuse;
+    owner
+}
+
+/// A list request of the gateway's own, carrying the client's `_meta` (2026 era).
+fn lookup_message(view: &View<'_>, ex: &Exchange, message: &Message, kind: ListKind) -> Message {
+    let method = kind.method().name();
+    let mut params = Map::new();
+    if ex.era == Era::Modern
+        && let Some(meta) = message.params().and_then(|p| p.get("_meta"))
+    {
+        params.insert("_meta".into(), meta.clone());
+    }
+    let n = view.state.next_id.fetch_add(1, Ordering::Relaxed);
+    Message::Request {
+        id: format!("portcullis-{n}").into(),
+        method: method.to_owned(),
+        params: Some(params),
+    }
+}
+
+/// RFC 6570 templates matched loosely: a `{var}` matches one path segment,
+/// an expression with an operator (`{+var}`, `{/var}`, …) anything.
+pub(super) fn template_matches(template: &str, uri: &str) -> bool {
+    fn go(t: &str, u: &str) -> bool {
+        match t.find('{') {
+            None => t == u,
+            Some(open) => {
+                let (literal, rest) = t.split_at(open);
+                let Some(u) = u.strip_prefix(literal) else {
+                    return false;
+                };
+                let Some(close) = rest.find('}') else {
+                    return false;
+                };
+                let expression = &rest[1..close];
+                let after = &rest[close + 1..];
+                let spans_slashes = expression.starts_with(['+', '#', '/', '.', ';', '?', '&']);
+                (0..=u.len())
+                    .filter(|&i| u.is_char_boundary(i))
+                    .take_while(|&i| spans_slashes || !u[..i].contains('/'))
+                    .any(|i| go(after, &u[i..]))
+            }
+        }
+    }
+    go(template, uri)
+}
