@@ -73,7 +73,13 @@ impl Message {
     /// Reads one message from `body`.
     pub(crate) fn classify(body: &[u8], max_depth: usize) -> Result<Self, ClassifyError> {
         check_depth(body, max_depth)?;
-        let value = parse_unique(body)?;
+        Self::from_value(parse_unique(body)?)
+    }
+
+    /// Reads one message from a JSON value already parsed (and bounded) by
+    /// the gateway: the shape rules of [`Message::classify`], without the
+    /// depth and duplicate-key checks of raw text.
+    pub(crate) fn from_value(value: Value) -> Result<Self, ClassifyError> {
         let mut object = match value {
             Value::Object(o) => o,
             Value::Array(_) => return Err(ClassifyError::Batch),
@@ -369,5 +375,56 @@ mod tests {
             "[".repeat(1000)
         );
         assert!(classify(&quoted).is_ok());
+    }
+
+    /// A JSON value of the shapes a client message can take: objects with
+    /// `jsonrpc`, `id`, `method`, `params`, `result` keys (right and wrong
+    /// types), and any scalar or array instead.
+    fn message_like() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let scalar = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            (-1e6f64..1e6).prop_map(Value::from),
+            "[a-z/]{0,12}".prop_map(Value::from),
+        ];
+        let member = prop_oneof![
+            scalar.clone(),
+            proptest::collection::vec(scalar.clone(), 0..3).prop_map(Value::from),
+            proptest::collection::btree_map("[a-z]{1,6}", scalar.clone(), 0..3)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ];
+        let key = prop_oneof![
+            Just("jsonrpc".to_owned()),
+            Just("id".to_owned()),
+            Just("method".to_owned()),
+            Just("params".to_owned()),
+            Just("result".to_owned()),
+            Just("error".to_owned()),
+            "[a-z]{1,6}",
+        ];
+        let object = proptest::collection::btree_map(key, member, 0..6).prop_map(|m| {
+            let mut o: Map<String, Value> = m.into_iter().collect();
+            o.entry("jsonrpc").or_insert_with(|| "2.0".into());
+            Value::Object(o)
+        });
+        prop_oneof![4 => object, 1 => scalar]
+    }
+
+    proptest::proptest! {
+        /// The merged view hands a renamed message to the per-server
+        /// pipeline without reading its bytes again: what `from_value` makes
+        /// of a value is what `classify` makes of its text, accepted or not.
+        #[test]
+        fn from_value_reads_a_value_as_classify_reads_its_text(value in message_like()) {
+            let text = serde_json::to_vec(&value).expect("serializes");
+            let from_text = Message::classify(&text, 32);
+            let from_value = Message::from_value(value);
+            proptest::prop_assert_eq!(from_value.is_ok(), from_text.is_ok());
+            if let (Ok(a), Ok(b)) = (from_value, from_text) {
+                proptest::prop_assert_eq!(a, b);
+            }
+        }
     }
 }

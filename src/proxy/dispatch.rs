@@ -32,6 +32,8 @@ use crate::mcp::methods::{self, Called, Class, Kind, Method as Rpc};
 use crate::mcp::version::Era;
 use crate::policy::Subject;
 
+/// Serves one POST to `/mcp/<server>`: classify, bound, negotiate, check
+/// the session, type the method and scan what goes out, then [`serve`].
 pub(super) async fn post(
     state: &Arc<AppState>,
     live: &Live,
@@ -57,6 +59,48 @@ pub(super) async fn post(
     let called = resolve(config, &message, era)?;
     ex.trail.stage("scan_outgoing");
     observe_or_enforce(ex, scan_outgoing(live, &message, &body))?;
+    let incoming = Incoming {
+        message,
+        called,
+        body,
+        session,
+    };
+    serve(state, live, ex, server, client, headers, incoming).await
+}
+
+/// A client's message, classified, bounded, negotiated and scanned, on its
+/// way to one server.
+pub(super) struct Incoming {
+    pub(super) message: Message,
+    /// Its method as the method table typed it (`None`: a response).
+    pub(super) called: Option<Called>,
+    /// The bytes forwarded: the client's, or the merged view's renaming.
+    pub(super) body: Bytes,
+    /// The handshake-era session with this server, checked to be the client's.
+    pub(super) session: Option<String>,
+}
+
+/// The steps of the method on `server`: the part of the pipeline the
+/// single-server path and the merged view share. The merged view enters
+/// here once it has routed a name to its server, with the message it
+/// classified itself (renamed as the server knows it).
+pub(super) async fn serve(
+    state: &Arc<AppState>,
+    live: &Live,
+    ex: &mut Exchange,
+    server: &ServerState,
+    client: &ClientId,
+    headers: &HeaderMap,
+    incoming: Incoming,
+) -> Result<Response, Rejection> {
+    let config = &*live.config;
+    let Incoming {
+        message,
+        called,
+        body,
+        session,
+    } = incoming;
+    let era = ex.era;
     let forward = Forward {
         state,
         live,

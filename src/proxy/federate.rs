@@ -55,7 +55,8 @@ use merged::{discover, initialize, merged_list};
 use routed::{by_uri, completion, named};
 use view::{View, accepted, answer, members, parts};
 
-/// Serves a POST on the merged view.
+/// Serves a POST on the merged view: the steps before a server is chosen,
+/// then the route, then the chosen server's steps from [`super::dispatch::serve`].
 pub(super) async fn post_merged(
     state: &Arc<AppState>,
     live: &Live,
@@ -64,14 +65,21 @@ pub(super) async fn post_merged(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response, Rejection> {
+    // The steps of `dispatch::post` before a server is chosen, once: the
+    // routed message then enters the server's pipeline at `dispatch::serve`.
+    ex.trail.stage("classify");
     let message = Message::classify(&body, live.config.gateway.max_json_depth)
         .map_err(Rejection::Malformed)?;
+    ex.trail.trace().classified(&message);
     super::dispatch::note_message(ex, &message)?;
+    ex.trail.stage("negotiate");
     let (era, _version) = super::ingress::negotiate(headers, &message)?;
     ex.era = era;
     ex.mode = live.config.gateway.mode;
-    super::exchange::observe_or_enforce(ex, super::call::scan_outgoing(live, &message, &body))?;
     let members = members(state, client, headers, era)?;
+    let called = super::dispatch::resolve(&live.config, &message, era)?;
+    ex.trail.stage("scan_outgoing");
+    super::exchange::observe_or_enforce(ex, super::call::scan_outgoing(live, &message, &body))?;
     if members.is_some() {
         // The merged session (checked just now): what its initialize declared counts.
         ex.client_session = headers::single(headers, MCP_SESSION_ID)
@@ -85,15 +93,16 @@ pub(super) async fn post_merged(
         client,
         headers,
         parts: parts(live, members.as_deref()),
+        called: called.clone(),
     };
-    let Some(called) = super::dispatch::resolve(&live.config, &message, era)? else {
+    let Some(called) = called else {
         // The answer to one of the gateway's own approval questions stays here.
         if let Some(accepted) = super::approve::answered(state, ex, client, &body)? {
             return Ok(accepted);
         }
         // A response to a server's request: every member gets it (a server
         // ignores a response it did not ask for).
-        broadcast(&view, ex, body).await;
+        broadcast(&view, ex, &message, body).await;
         return Ok(accepted());
     };
     match (called.method(), called.class()) {
@@ -101,7 +110,7 @@ pub(super) async fn post_merged(
         (Some(Rpc::ServerDiscover), _) => discover(&view, ex, body).await,
         (Some(Rpc::Ping), _) => Ok(answer(ex, json!({}), HeaderMap::new())),
         (Some(Rpc::LoggingSetLevel), _) => {
-            broadcast(&view, ex, body).await;
+            broadcast(&view, ex, &message, body).await;
             Ok(answer(ex, json!({}), HeaderMap::new()))
         }
         (_, Class::List(kind)) => merged_list(&view, ex, &message, kind).await,
@@ -117,7 +126,7 @@ pub(super) async fn post_merged(
         (_, Class::Subscription) => listen(&view, ex, &message).await,
         // Notifications: every member server gets them.
         (_, Class::Lifecycle | Class::Notification) if message.id().is_none() => {
-            broadcast(&view, ex, body).await;
+            broadcast(&view, ex, &message, body).await;
             Ok(accepted())
         }
         // A task id, or an operator's lifecycle request, names no member:

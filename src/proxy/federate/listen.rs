@@ -105,9 +105,9 @@ pub(super) async fn listen(
 }
 
 /// Sends the client's message to every member, answers ignored.
-pub(super) async fn broadcast(view: &View<'_>, ex: &mut Exchange, body: Bytes) {
+pub(super) async fn broadcast(view: &View<'_>, ex: &mut Exchange, message: &Message, body: Bytes) {
     for part in &view.parts {
-        let sent = send_to(view, ex, part, None, body.clone()).await;
+        let sent = send_to(view, ex, part, None, message.clone(), body.clone()).await;
         if let Err(rejection) = sent {
             tracing::info!(server = part.name(), method = %ex.method, error = rejection.code(), "not delivered to a member server");
         }

@@ -21,7 +21,7 @@ use crate::mcp::jsonrpc::Message;
 use crate::mcp::methods::ListKind;
 use crate::mcp::version::Era;
 use crate::policy::Subject;
-use crate::proxy::dispatch::post;
+use crate::proxy::dispatch::{Incoming, serve};
 use crate::proxy::exchange::{Exchange, enter, param_str, rebuild};
 use crate::proxy::lists::Listed;
 use crate::proxy::refusals::refuse_unknown_tool;
@@ -84,7 +84,7 @@ pub(super) async fn by_uri(
         return Err(Rejection::NotFound(format!("Resource not found: {uri}")));
     };
     // The per-server pipeline canonicalizes body and `Mcp-Name` alike.
-    send_to(view, ex, part, Some(uri), body).await
+    send_to(view, ex, part, Some(uri), message.clone(), body).await
 }
 
 pub(super) async fn completion(
@@ -121,38 +121,49 @@ pub(super) async fn completion(
     }
 }
 
-/// Sends `message` (as the server names things) through the per-server pipeline.
+/// Sends `renamed` (the message as the server names things) through the
+/// per-server pipeline: its bytes are written once, for the server; the
+/// message is not read again from them.
 async fn route_to(
     view: &View<'_>,
     ex: &mut Exchange,
     part: &Part<'_>,
-    message: Value,
+    renamed: Value,
     target: Option<&str>,
 ) -> Result<Response, Rejection> {
     ex.prefix = format!("{}{SEPARATOR}", part.name());
-    let body = Bytes::from(serde_json::to_vec(&message).unwrap_or_default());
-    send_to(view, ex, part, target, body).await
+    let body = Bytes::from(serde_json::to_vec(&renamed).unwrap_or_default());
+    let message = Message::from_value(renamed).map_err(Rejection::Malformed)?;
+    send_to(view, ex, part, target, message, body).await
 }
 
-/// `body` through the per-server pipeline of `part`, with its session and
-/// version, and `Mcp-Name` naming `target` as the server knows it.
+/// `message` (sent as `body`) through the per-server pipeline of `part`
+/// from [`serve`] on, with the member's session and version, and
+/// `Mcp-Name` naming `target` as the server knows it.
 pub(super) async fn send_to(
     view: &View<'_>,
     ex: &mut Exchange,
     part: &Part<'_>,
     target: Option<&str>,
+    message: Message,
     body: Bytes,
 ) -> Result<Response, Rejection> {
     enter(ex, view.live, part.server);
     let headers = part.headers(view.headers, target);
-    post(
+    let incoming = Incoming {
+        message,
+        called: view.called.clone(),
+        body,
+        session: part.session.clone(),
+    };
+    serve(
         view.state,
         view.live,
         ex,
         part.server,
         view.client,
         &headers,
-        body,
+        incoming,
     )
     .await
 }
