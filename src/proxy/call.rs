@@ -136,18 +136,14 @@ pub(super) async fn call_tool(
             }
             rejection
         })?;
-    let approval = check_call(
-        forward.state,
-        forward.live,
-        server,
-        ex,
+    let call = Call {
         client,
         headers,
-        &tools,
-        &name,
+        tools: &tools,
+        name: &name,
         message,
-    )
-    .await;
+    };
+    let approval = check_call(forward, ex, &call).await;
     let (approval, observed) = match approval {
         Ok(approval) => (approval, false),
         Err(rejection) => {
@@ -189,21 +185,36 @@ pub(super) async fn call_tool(
     forward.relay(headers, body, to).await
 }
 
+/// A `tools/call` as the checks see it: who calls which tool, with what,
+/// against the server's tools as the catalog knows them.
+pub(super) struct Call<'a> {
+    pub(super) client: &'a ClientId,
+    /// The client's headers (`Mcp-Param-*` must agree with the arguments).
+    pub(super) headers: &'a HeaderMap,
+    pub(super) tools: &'a ToolSet,
+    pub(super) name: &'a str,
+    pub(super) message: &'a Message,
+}
+
 /// Every decision on a `tools/call`, in order: access rules, pin, the rules'
-/// `arguments`, `Mcp-Param-*`, `inputSchema`, secrets in the arguments; when
-/// all pass, the approval a rule requires for it (put to a person last).
-#[allow(clippy::too_many_arguments)]
+/// `arguments`, rate limit, `Mcp-Param-*`, `inputSchema`, secrets in the
+/// arguments; when all pass, the approval a rule requires for it (put to a
+/// person last). Each step notes what it learns on the request's trail; the
+/// rate limit takes its tokens only once the rules and the pin let the call
+/// through.
 pub(super) async fn check_call(
-    state: &AppState,
-    live: &Live,
-    server: &ServerState,
+    forward: &Forward<'_>,
     ex: &Exchange,
-    client: &ClientId,
-    headers: &HeaderMap,
-    tools: &ToolSet,
-    name: &str,
-    message: &Message,
+    call: &Call<'_>,
 ) -> Result<Option<crate::approval::Requirement>, Rejection> {
+    let (state, live, server) = (forward.state, forward.live, forward.server);
+    let Call {
+        client,
+        headers,
+        tools,
+        name,
+        message,
+    } = *call;
     let config = &*live.config;
     let server_name = server.upstream.settings.name.as_str();
     let sanitize = &config.sanitize;
