@@ -24,6 +24,7 @@ pub(crate) use rejection::{
     Limit, Limited, OutputKind, OutputRefusal, RateLimited, Rejection, RenderCtx, RpcError,
     SecretFound, ToolFailure, ToolHints, ToolRefusal, UpstreamFailure, UpstreamKind, snippet,
 };
+pub(crate) use upstream::status_words;
 pub(crate) use wire::{json_response, overloaded};
 
 #[cfg(test)]

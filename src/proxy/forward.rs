@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 
 use super::state::{AppState, Live, ServerState};
 use crate::proxy::catalog::ToolSet;
-use crate::proxy::reply::{Reply, UpstreamError};
+use crate::proxy::reply::{Framing, Reply, UpstreamError};
 use crate::proxy::respond::{self, Recipient, relay};
 use crate::proxy::upstream::forwarded_headers;
 
@@ -126,11 +126,11 @@ pub(super) async fn stream_or_end(
         .await
         .map_err(|e| upstream(&live.sanitize, &name, None, e))?;
     ex.trail
-        .upstream(reply_status(&reply).as_u16(), sent.elapsed());
+        .upstream(reply_status(&reply).code(), sent.elapsed());
     if let Some(id) = &session {
         let status = reply_status(&reply);
         if parts.method == Method::DELETE
-            && (status.is_success() || status == http::StatusCode::NOT_FOUND)
+            && (status.is_success() || status == Framing::Http(http::StatusCode::NOT_FOUND))
         {
             state.sessions.remove(&name, id);
         }
@@ -181,9 +181,9 @@ impl Forward<'_> {
             reply_headers_mut(&mut reply).remove(MCP_SESSION_ID);
         }
         self.trail
-            .upstream(reply_status(&reply).as_u16(), sent.elapsed());
+            .upstream(reply_status(&reply).code(), sent.elapsed());
         if let Some(session) = self.session
-            && reply_status(&reply) == http::StatusCode::NOT_FOUND
+            && reply_status(&reply) == Framing::Http(http::StatusCode::NOT_FOUND)
         {
             // The upstream ended the session; the binding goes with it.
             self.state.sessions.remove(self.name(), session);
@@ -379,13 +379,14 @@ pub(super) fn reply_headers_mut(reply: &mut super::reply::Reply) -> &mut HeaderM
     }
 }
 
-pub(super) fn reply_status(reply: &super::reply::Reply) -> http::StatusCode {
+/// How the reply was framed: the upstream's HTTP status, or none (stdio).
+pub(super) fn reply_status(reply: &super::reply::Reply) -> Framing {
     use super::reply::Reply;
     match reply {
-        Reply::Json { status, .. }
-        | Reply::Sse { status, .. }
-        | Reply::Empty { status, .. }
-        | Reply::Other { status, .. } => *status,
+        Reply::Json { status, .. } | Reply::Sse { status, .. } | Reply::Empty { status, .. } => {
+            *status
+        }
+        Reply::Other { status, .. } => Framing::Http(*status),
     }
 }
 

@@ -30,25 +30,77 @@ pub(crate) struct UpstreamError {
     pub error: Option<Box<serde_json::Value>>,
 }
 
+/// How the transport framed an answer. An HTTP upstream answers with a
+/// status; a stdio server has none (its message is its whole answer), and
+/// the gateway does not make one up for it: what the client gets is decided
+/// where the reply is relayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// The HTTP status the upstream answered with.
+    Http(StatusCode),
+    /// A message with no status of its own (stdio, or the gateway's own stream).
+    Message,
+}
+
+impl Framing {
+    /// The upstream failed (HTTP 5xx).
+    pub(crate) fn is_server_error(self) -> bool {
+        matches!(self, Framing::Http(s) if s.is_server_error())
+    }
+
+    /// A success: any HTTP 2xx, and every message without a status.
+    pub(crate) fn is_success(self) -> bool {
+        match self {
+            Framing::Http(s) => s.is_success(),
+            Framing::Message => true,
+        }
+    }
+
+    /// The upstream's HTTP status, when it has one (recorded as `upstream_status`).
+    pub(crate) fn code(self) -> Option<u16> {
+        match self {
+            Framing::Http(s) => Some(s.as_u16()),
+            Framing::Message => None,
+        }
+    }
+
+    /// The status the client gets: the upstream's, or `otherwise` for a
+    /// message without one.
+    pub(crate) fn or(self, otherwise: StatusCode) -> StatusCode {
+        match self {
+            Framing::Http(s) => s,
+            Framing::Message => otherwise,
+        }
+    }
+
+    /// How the answer is named in a gateway text: `HTTP 404 Not Found`, or
+    /// `a message` for one without a status.
+    pub(crate) fn words(self) -> String {
+        match self {
+            Framing::Http(s) => format!("HTTP {}", crate::error::status_words(s.as_u16())),
+            Framing::Message => "a message".to_owned(),
+        }
+    }
+}
+
 /// What the upstream answered.
 pub(crate) enum Reply {
-    /// `application/json`, read whole.
+    /// `application/json`, read whole (over stdio: the response line).
     Json {
-        status: StatusCode,
+        status: Framing,
         headers: HeaderMap,
         body: Bytes,
     },
-    /// `text/event-stream`, still streaming.
+    /// `text/event-stream`, still streaming (over stdio: the messages of
+    /// the request, up to its response).
     Sse {
-        status: StatusCode,
+        status: Framing,
         headers: HeaderMap,
         events: SseStream,
     },
-    /// No body (202 for notifications, 204, …).
-    Empty {
-        status: StatusCode,
-        headers: HeaderMap,
-    },
+    /// No body (HTTP 202 for notifications, 204, …; over stdio, a
+    /// notification or response taken).
+    Empty { status: Framing, headers: HeaderMap },
     /// Anything else (an HTML error page, plain text): its body is never shown
     /// to clients as it is; at most a sanitized snippet of its text is quoted.
     Other {
@@ -68,9 +120,9 @@ pub(crate) type SseStream = Pin<Box<dyn Stream<Item = Result<SseItem, UpstreamEr
 impl std::fmt::Debug for Reply {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Reply::Json { status, .. } => write!(f, "Reply::Json({status})"),
-            Reply::Sse { status, .. } => write!(f, "Reply::Sse({status})"),
-            Reply::Empty { status, .. } => write!(f, "Reply::Empty({status})"),
+            Reply::Json { status, .. } => write!(f, "Reply::Json({status:?})"),
+            Reply::Sse { status, .. } => write!(f, "Reply::Sse({status:?})"),
+            Reply::Empty { status, .. } => write!(f, "Reply::Empty({status:?})"),
             Reply::Other { status, .. } => write!(f, "Reply::Other({status})"),
         }
     }

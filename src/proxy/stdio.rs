@@ -42,7 +42,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::reply::{Reply, SseStream, UpstreamError};
+use super::reply::{Framing, Reply, SseStream, UpstreamError};
 use crate::config::StdioCommand;
 use crate::error::UpstreamKind;
 use crate::mcp::headers::MCP_SESSION_ID;
@@ -150,13 +150,20 @@ impl Stdio {
             Method::GET => {
                 let mut headers = HeaderMap::new();
                 headers.insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+                // The gateway's own HTTP answer for a method a stdio
+                // server has no counterpart of.
                 return Ok(Reply::Empty {
-                    status: StatusCode::METHOD_NOT_ALLOWED,
+                    status: Framing::Http(StatusCode::METHOD_NOT_ALLOWED),
                     headers,
                 });
             }
             // Ending a session: the child is shared, only the binding goes.
-            Method::DELETE => return Ok(empty(StatusCode::OK)),
+            Method::DELETE => {
+                return Ok(Reply::Empty {
+                    status: Framing::Http(StatusCode::OK),
+                    headers: HeaderMap::new(),
+                });
+            }
             _ => {}
         }
         let message: Value = body
@@ -182,10 +189,10 @@ impl Stdio {
             (Some(_), Some(_)) => self.request(message, session, deadline, idle).await,
             (Some(name), None) => {
                 self.notify(name, message, session.as_deref()).await;
-                Ok(empty(StatusCode::ACCEPTED))
+                Ok(taken())
             }
             // A response to a request the gateway never relayed.
-            (None, _) => Ok(empty(StatusCode::ACCEPTED)),
+            (None, _) => Ok(taken()),
         }
     }
 
@@ -315,7 +322,7 @@ impl Stdio {
             Ok(Next::End(Ok(response))) => Ok(json_reply(response, None)),
             Ok(Next::End(Err(e))) => Err(e),
             Ok(Next::Note(first)) => Ok(Reply::Sse {
-                status: StatusCode::OK,
+                status: Framing::Message,
                 headers: HeaderMap::new(),
                 events: sse(first, wait, idle),
             }),
@@ -502,15 +509,16 @@ fn json_reply(message: Value, session: Option<String>) -> Reply {
         headers.insert(MCP_SESSION_ID, session);
     }
     Reply::Json {
-        status: StatusCode::OK,
+        status: Framing::Message,
         headers,
         body: Bytes::from(serde_json::to_vec(&message).unwrap_or_default()),
     }
 }
 
-fn empty(status: StatusCode) -> Reply {
+/// A notification or response the child was given: nothing to answer.
+fn taken() -> Reply {
     Reply::Empty {
-        status,
+        status: Framing::Message,
         headers: HeaderMap::new(),
     }
 }

@@ -30,7 +30,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 
-use super::reply::{OTHER_BODY_BYTES, Reply, UpstreamError};
+use super::reply::{Framing, OTHER_BODY_BYTES, Reply, UpstreamError};
 use super::stdio::Stdio;
 use crate::config::{ServerSettings, Transport};
 use crate::error::UpstreamKind;
@@ -283,7 +283,7 @@ impl Upstream {
         if content_type.starts_with("text/event-stream") {
             let events = sse_stream(response, self.max_response_bytes, idle);
             return Ok(Reply::Sse {
-                status,
+                status: Framing::Http(status),
                 headers,
                 events,
             });
@@ -291,10 +291,13 @@ impl Upstream {
         if content_type.starts_with("application/json") {
             let body = self.read_body(response).await?;
             if body.is_empty() {
-                return Ok(Reply::Empty { status, headers });
+                return Ok(Reply::Empty {
+                    status: Framing::Http(status),
+                    headers,
+                });
             }
             return Ok(Reply::Json {
-                status,
+                status: Framing::Http(status),
                 headers,
                 body,
             });
@@ -303,7 +306,10 @@ impl Upstream {
         {
             // Drain a little so the connection can be reused, but never show it.
             let _ = self.read_prefix(response, OTHER_BODY_BYTES).await;
-            return Ok(Reply::Empty { status, headers });
+            return Ok(Reply::Empty {
+                status: Framing::Http(status),
+                headers,
+            });
         }
         let text = if content_type.starts_with("text/") || content_type.is_empty() {
             self.read_prefix(response, OTHER_BODY_BYTES)

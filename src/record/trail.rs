@@ -69,11 +69,14 @@ impl Trail {
         }
     }
 
-    /// The upstream's reply status and how long it took to come.
-    pub(crate) fn upstream(&self, status: u16, took: Duration) {
-        self.trace.replied(status);
+    /// The upstream answered, with an HTTP status (`None` over stdio, which
+    /// has none), after `took`.
+    pub(crate) fn upstream(&self, status: Option<u16>, took: Duration) {
+        if let Some(status) = status {
+            self.trace.replied(status);
+        }
         self.note(|e| {
-            e.upstream_status = Some(status);
+            e.upstream_status = status;
             let us = took.as_micros() as u64;
             // Lists may take several round trips: their latencies add up.
             e.upstream_latency_us = Some(e.upstream_latency_us.unwrap_or(0) + us);

@@ -97,6 +97,47 @@ async fn a_schema_violating_call_never_reaches_the_child() {
     gw.stop().await;
 }
 
+/// A stdio server answers with messages, not HTTP: the audit event of a call
+/// it served records no upstream status (none is made up for it), and the
+/// client still gets HTTP 200 with the tool's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_answer_is_recorded_without_an_http_status() {
+    let server = StdioPeer::new(Peer::Python, "py");
+    let gw = gateway(&[&server]).await;
+    let answered =
+        support::tools_call(&gw.url("py"), ALICE, "echo", json!({"text": "hi"}), &[]).await;
+    assert_eq!(answered.status, 200, "{:?}", answered.body);
+    assert_eq!(
+        answered.body["result"]["isError"], false,
+        "{}",
+        answered.body
+    );
+    let events = format!("{}/api/events?decision=forwarded", gw.admin_url());
+    let mut listed = Value::Null;
+    for _ in 0..50 {
+        listed = support::http()
+            .get(&events)
+            .send()
+            .await
+            .expect("events")
+            .text()
+            .await
+            .map(|t| serde_json::from_str(&t).unwrap_or(Value::Null))
+            .expect("text");
+        if listed["events"].as_array().is_some_and(|e| !e.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    let call = listed["events"]
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["tool"] == "echo"))
+        .unwrap_or_else(|| panic!("the call's event: {listed}"));
+    assert_eq!(call["upstream_status"], Value::Null, "{call}");
+    assert!(call["upstream_latency_us"].is_u64(), "{call}");
+    gw.stop().await;
+}
+
 /// A child killed in the middle of a call: that call gets `upstream_unavailable`,
 /// the gateway starts a new process (and handshakes with it), and the next call works.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

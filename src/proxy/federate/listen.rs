@@ -12,7 +12,7 @@
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use http::{HeaderMap, StatusCode};
+use http::HeaderMap;
 use serde_json::json;
 
 use crate::error::Rejection;
@@ -21,7 +21,7 @@ use crate::mcp::sse::SseItem;
 use crate::policy::Subject;
 use crate::proxy::exchange::{Exchange, rebuild, recipient};
 use crate::proxy::forward::upstream;
-use crate::proxy::reply::Reply;
+use crate::proxy::reply::{Framing, Reply};
 use crate::proxy::respond::relay;
 
 use super::routed::send_to;
@@ -96,7 +96,7 @@ pub(super) async fn listen(
         std::future::ready(!duplicate)
     });
     let reply = Reply::Sse {
-        status: StatusCode::OK,
+        status: Framing::Message,
         headers: HeaderMap::new(),
         events: Box::pin(events),
     };

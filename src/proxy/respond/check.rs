@@ -327,10 +327,7 @@ pub(super) fn is_response(message: &Value) -> bool {
 
 /// `502 Bad Gateway`, or the bare number when it has no reason phrase.
 pub(super) fn status_words(status: StatusCode) -> String {
-    match status.canonical_reason() {
-        Some(reason) => format!("{} {reason}", status.as_u16()),
-        None => status.as_u16().to_string(),
-    }
+    crate::error::status_words(status.as_u16())
 }
 
 /// The start of a body that is not what it should be, as text to quote.

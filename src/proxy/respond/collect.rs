@@ -14,9 +14,9 @@ use serde_json::Value;
 use crate::error::UpstreamKind;
 use crate::mcp::sse::SseItem;
 use crate::proxy::catalog::Catalog;
-use crate::proxy::reply::{Reply, UpstreamError};
+use crate::proxy::reply::{Framing, Reply, UpstreamError};
 
-use super::check::{body_words, is_response, refusal, rpc_error_of, status_words};
+use super::check::{body_words, is_response, refusal, rpc_error_of};
 
 /// Reads the response to `id` from a reply, whole.
 pub(crate) async fn collect(
@@ -26,7 +26,11 @@ pub(crate) async fn collect(
 ) -> Result<Value, UpstreamError> {
     let protocol = |reason: &str| UpstreamError::new(UpstreamKind::Protocol, reason);
     match reply {
-        Reply::Json { status, body, .. } if status.is_client_error() => {
+        Reply::Json {
+            status: Framing::Http(status),
+            body,
+            ..
+        } if status.is_client_error() => {
             let message = serde_json::from_slice::<Value>(&body).ok();
             let error = message.as_ref().and_then(rpc_error_of);
             let words = error.is_none().then(|| body_words(&body)).flatten();
@@ -35,7 +39,10 @@ pub(crate) async fn collect(
         Reply::Other { status, text, .. } if status.is_client_error() => {
             Err(refusal(status, None, text))
         }
-        Reply::Empty { status, .. } if status.is_client_error() => Err(refusal(status, None, None)),
+        Reply::Empty {
+            status: Framing::Http(status),
+            ..
+        } if status.is_client_error() => Err(refusal(status, None, None)),
         Reply::Json { status, body, .. } => {
             let message: Value = serde_json::from_slice(&body).map_err(|_| {
                 protocol("its reply is not valid JSON").with_snippet(body_words(&body))
@@ -49,8 +56,8 @@ pub(crate) async fn collect(
                 return Err(UpstreamError::new(
                     kind,
                     format!(
-                        "it answered HTTP {} without a response to the request",
-                        status_words(status)
+                        "it answered {} without a response to the request",
+                        status.words()
                     ),
                 ));
             }
@@ -77,16 +84,20 @@ pub(crate) async fn collect(
             }
             Err(protocol("its event stream ended without a response"))
         }
-        Reply::Empty { status, .. } | Reply::Other { status, .. } => Err(UpstreamError::new(
-            if status.is_server_error() {
-                UpstreamKind::Unavailable
-            } else {
-                UpstreamKind::Protocol
-            },
-            format!(
-                "it answered HTTP {} without a response",
-                status_words(status)
-            ),
-        )),
+        Reply::Empty { status, .. } => Err(without_response(status)),
+        Reply::Other { status, .. } => Err(without_response(Framing::Http(status))),
     }
+}
+
+/// An answer that carries no response to the request.
+fn without_response(status: Framing) -> UpstreamError {
+    let kind = if status.is_server_error() {
+        UpstreamKind::Unavailable
+    } else {
+        UpstreamKind::Protocol
+    };
+    UpstreamError::new(
+        kind,
+        format!("it answered {} without a response", status.words()),
+    )
 }

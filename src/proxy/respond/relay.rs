@@ -15,7 +15,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::Value;
 
 use crate::error::{UpstreamKind, json_response};
-use crate::proxy::reply::{Reply, UpstreamError};
+use crate::proxy::reply::{Framing, Reply, UpstreamError};
 
 use super::check::{Verdict, body_words, error_text, refusal, rpc_error_of, status_words};
 use super::recipient::Recipient;
@@ -25,9 +25,10 @@ use super::sse::sse_relay;
 pub(crate) fn relay(reply: Reply, to: Recipient) -> Response {
     match reply {
         // An HTTP refusal is the upstream's answer, whatever the method.
-        Reply::Empty { status, headers } if status.is_client_error() => {
-            to.refused(refusal(status, None, None), headers)
-        }
+        Reply::Empty {
+            status: Framing::Http(status),
+            headers,
+        } if status.is_client_error() => to.refused(refusal(status, None, None), headers),
         Reply::Other {
             status,
             headers,
@@ -37,16 +38,17 @@ pub(crate) fn relay(reply: Reply, to: Recipient) -> Response {
         Reply::Empty { status, .. } if to.tool.is_some() => {
             let e = UpstreamError::new(
                 UpstreamKind::Protocol,
-                format!(
-                    "it answered HTTP {} without a response",
-                    status_words(status)
-                ),
+                format!("it answered {} without a response", status.words()),
             );
             to.render(to.failure(e))
         }
-        Reply::Empty { status, headers } => {
-            with_headers(Response::new(Body::empty()), status, headers)
-        }
+        // A message taken without a status (stdio): accepted, as the
+        // Streamable HTTP transport answers a notification or response.
+        Reply::Empty { status, headers } => with_headers(
+            Response::new(Body::empty()),
+            status.or(StatusCode::ACCEPTED),
+            headers,
+        ),
         Reply::Other { status, text, .. } => {
             let kind = if status.is_server_error() || status.is_redirection() {
                 UpstreamKind::Unavailable
@@ -78,16 +80,21 @@ pub(crate) fn relay(reply: Reply, to: Recipient) -> Response {
                 .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
             r.headers_mut()
                 .insert("x-accel-buffering", HeaderValue::from_static("no"));
-            with_headers(r, status, headers)
+            with_headers(r, status.or(StatusCode::OK), headers)
         }
     }
 }
 
-fn relay_json(status: StatusCode, headers: HeaderMap, body: Bytes, to: Recipient) -> Response {
+fn relay_json(framing: Framing, headers: HeaderMap, body: Bytes, to: Recipient) -> Response {
+    // What the client gets: the upstream's status, or 200 for a message
+    // without one (stdio).
+    let status = framing.or(StatusCode::OK);
     let message = std::str::from_utf8(&body)
         .ok()
         .and_then(|text| to.inspect(text));
-    if status.is_client_error() {
+    if let Framing::Http(status) = framing
+        && status.is_client_error()
+    {
         // Its error (the Python SDK's "Missing session ID" comes with the id
         // "server-error") is relayed under this request's id.
         let error = message.as_ref().and_then(rpc_error_of);
@@ -96,10 +103,10 @@ fn relay_json(status: StatusCode, headers: HeaderMap, body: Bytes, to: Recipient
     }
     if to.tool.is_some() {
         let Some(message) = message else {
-            let (kind, reason) = if status.is_server_error() {
+            let (kind, reason) = if framing.is_server_error() {
                 (
                     UpstreamKind::Unavailable,
-                    format!("it answered HTTP {}", status_words(status)),
+                    format!("it answered {}", framing.words()),
                 )
             } else {
                 (
@@ -111,11 +118,11 @@ fn relay_json(status: StatusCode, headers: HeaderMap, body: Bytes, to: Recipient
             return to.render(to.failure(e));
         };
         if !to.answers(&message) {
-            let e = if status.is_server_error() {
+            let e = if framing.is_server_error() {
                 let words = message.get("error").map(error_text);
                 UpstreamError::new(
                     UpstreamKind::Unavailable,
-                    format!("it answered HTTP {}", status_words(status)),
+                    format!("it answered {}", framing.words()),
                 )
                 .with_snippet(words)
             } else {
@@ -135,8 +142,8 @@ fn relay_json(status: StatusCode, headers: HeaderMap, body: Bytes, to: Recipient
     }
     let Some(message) = message else {
         let reason = format!(
-            "it answered HTTP {} with a body that is not JSON",
-            status_words(status)
+            "it answered {} with a body that is not JSON",
+            framing.words()
         );
         let e = UpstreamError::new(UpstreamKind::Protocol, reason).with_snippet(body_words(&body));
         return to.render(to.failure(e));
