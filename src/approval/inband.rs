@@ -177,12 +177,6 @@ pub fn declares_elicitation(capabilities: Option<&Value>) -> bool {
     }
 }
 
-/// `params.capabilities` of an `initialize` request (raw body).
-pub fn initialize_capabilities(body: &[u8]) -> Option<Value> {
-    let message: Value = serde_json::from_slice(body).ok()?;
-    message.get("params")?.get("capabilities").cloned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -59,6 +59,13 @@ pub(super) async fn post(
     let called = resolve(config, &message, era)?;
     ex.trail.stage("scan_outgoing");
     observe_or_enforce(ex, scan_outgoing(live, &message, &body))?;
+    // The answer to one of the gateway's own approval questions stays here
+    // (the merged view checks it the same way before it broadcasts).
+    if called.is_none()
+        && let Some(accepted) = answered(state, ex, client, &body)?
+    {
+        return Ok(accepted);
+    }
     let incoming = Incoming {
         message,
         called,
@@ -111,10 +118,6 @@ pub(super) async fn serve(
         listen: called.as_ref().map(Called::class) == Some(Class::Subscription),
     };
     let Some(called) = called else {
-        // The answer to one of the gateway's own approval questions stays here.
-        if let Some(accepted) = answered(state, ex, client, &body)? {
-            return Ok(accepted);
-        }
         // A client's answer to a server's request (handshake era).
         return forward
             .relay(headers, body, recipient(live, ex, server, None))
@@ -125,7 +128,13 @@ pub(super) async fn serve(
         (_, Class::List(kind)) => list(config, ex, &forward, client, headers, &message, kind).await,
         (Some(Rpc::Initialize), _) => {
             forward
-                .initialize(headers, body, client, recipient(live, ex, server, None))
+                .initialize(
+                    headers,
+                    &message,
+                    body,
+                    client,
+                    recipient(live, ex, server, None),
+                )
                 .await
         }
         (Some(Rpc::ServerDiscover), _) => {

@@ -206,15 +206,17 @@ impl Forward<'_> {
         Ok(relay(reply, to))
     }
 
-    /// Forwards `initialize` and binds the session the upstream mints to this client.
+    /// Forwards `initialize` and binds the session the upstream mints to this
+    /// client, with what its `capabilities` declared (can it be asked in band).
     pub(super) async fn initialize(
         &self,
         headers: &HeaderMap,
+        message: &Message,
         body: Bytes,
         client: &ClientId,
         to: Recipient,
     ) -> Result<Response, Rejection> {
-        let capabilities = crate::approval::inband::initialize_capabilities(&body);
+        let capabilities = message.params().and_then(|p| p.get("capabilities"));
         let reply = self
             .send(self.headers(headers), body, true)
             .await
@@ -226,7 +228,7 @@ impl Forward<'_> {
             self.state.sessions.bind(self.name(), id, client);
             self.state
                 .approvals
-                .remember_session(client.name(), id, capabilities.as_ref());
+                .remember_session(client.name(), id, capabilities);
         }
         let reply = watch_instructions(reply, self, to.id.clone());
         Ok(relay(reply, to))

@@ -94,7 +94,8 @@ impl AppState {
             &config.approvals,
             approval_sink(sinks.clone()),
         ));
-        if approvals.key_generated {
+        let asks = config.policy.rules.iter().any(|r| r.approval.is_some());
+        if approvals.key_generated && asks {
             tracing::info!(
                 "approvals: the requestState signing key was generated at start ([approvals] key is not set); \
                  in-band approvals asked before a restart are asked again after it"

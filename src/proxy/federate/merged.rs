@@ -126,10 +126,10 @@ pub(super) async fn initialize(
         }),
     );
     let session = view.state.sessions.bind_merged(view.client, members);
-    let capabilities = crate::approval::inband::initialize_capabilities(&body);
+    let capabilities = message.params().and_then(|p| p.get("capabilities"));
     view.state
         .approvals
-        .remember_session(view.client.name(), &session, capabilities.as_ref());
+        .remember_session(view.client.name(), &session, capabilities);
     let mut out = HeaderMap::new();
     if let Ok(v) = HeaderValue::from_str(&session) {
         out.insert(MCP_SESSION_ID, v);
