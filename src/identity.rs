@@ -279,12 +279,15 @@ impl Broker {
         claims.insert("iat".into(), iat.into());
         claims.insert("exp".into(), (iat + a.lifetime.as_secs()).into());
         claims.insert("jti".into(), signer::new_jti().into());
-        let token = signing.sign("JWT", &claims).map_err(|why| CredentialError {
-            reason: format!("the gateway could not sign an identity assertion: {why}"),
-            retry_helps: false,
-        })?;
+        let token = signing
+            .sign("JWT", &claims)
+            .map_err(|why| CredentialError {
+                reason: format!("the gateway could not sign an identity assertion: {why}"),
+                retry_helps: false,
+            })?;
         if let Some(reuse) = a.reuse {
-            self.cache.put(key, Arc::from(token.as_str()), now + ms(reuse), now);
+            self.cache
+                .put(key, Arc::from(token.as_str()), now + ms(reuse), now);
         }
         value(&a.format, &token, server)
     }
@@ -370,12 +373,16 @@ fn unrenderable(
     use template::Unrenderable;
     let what = match why {
         Unrenderable::Missing(claim) => {
-            format!("the claim `{claim}` is not in the client's token (or it signed in without one)")
+            format!(
+                "the claim `{claim}` is not in the client's token (or it signed in without one)"
+            )
         }
         Unrenderable::NotAValue(claim) => {
             format!("the claim `{claim}` is an object, a list or null, not one value")
         }
-        Unrenderable::Unsafe(claim, u) => format!("the value of `{claim}` is refused: {}", u.words()),
+        Unrenderable::Unsafe(claim, u) => {
+            format!("the value of `{claim}` is refused: {}", u.words())
+        }
     };
     CredentialError {
         reason: format!(

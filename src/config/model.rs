@@ -251,7 +251,8 @@ impl Config {
         if !any && identity.keys.is_empty() {
             return String::new();
         }
-        let mut out = String::from("\nupstream identity (the client's own credential never crosses)\n");
+        let mut out =
+            String::from("\nupstream identity (the client's own credential never crosses)\n");
         if !identity.keys.is_empty() {
             let kids: Vec<String> = identity
                 .keys

@@ -66,12 +66,13 @@ impl UpstreamFailure {
     fn retry(&self) -> &'static str {
         let safe = self.hints.read_only || self.hints.idempotent;
         match self.kind {
+            // Without a credential nothing is sent, tool list or call alike.
+            UpstreamKind::Credentials { retry_helps: true } => "later",
+            UpstreamKind::Credentials { retry_helps: false } => "no",
             _ if self.unchecked => "later",
             UpstreamKind::Error(RpcError { code: -32602, .. }) => "no",
             UpstreamKind::Unavailable if self.not_run => "later",
             UpstreamKind::Refused(_) => "no",
-            UpstreamKind::Credentials { retry_helps: true } => "later",
-            UpstreamKind::Credentials { retry_helps: false } => "no",
             _ if safe => "safe",
             _ => "check_first",
         }
@@ -91,7 +92,9 @@ impl UpstreamFailure {
             None => String::new(),
         };
         let again = self.hints.if_it_ran(tool);
-        if self.unchecked {
+        // Without a credential nothing is sent, tool list or call alike.
+        let credentials = matches!(self.kind, UpstreamKind::Credentials { .. });
+        if self.unchecked && !credentials {
             return format!(
                 "The gateway could not get the tool list of server `{server}`, which it needs to check the call of \
                  `{tool}`: {}{said}. The tool was not run. Retrying later may help; if it keeps failing, report that \

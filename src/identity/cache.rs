@@ -124,11 +124,7 @@ impl TokenCache {
 
     /// Entries `client` holds now.
     pub fn held_by(&self, client: &str) -> usize {
-        self.lock()
-            .per_client
-            .get(client)
-            .copied()
-            .unwrap_or(0)
+        self.lock().per_client.get(client).copied().unwrap_or(0)
     }
 }
 

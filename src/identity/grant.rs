@@ -138,7 +138,10 @@ pub async fn request(
         .join("&");
     let mut request = client()?
         .post(grant.endpoint.clone())
-        .header(http::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(
+            http::header::CONTENT_TYPE,
+            "application/x-www-form-urlencoded",
+        )
         .header(http::header::ACCEPT, "application/json")
         .body(body);
     if let Some(basic) = basic {
@@ -230,9 +233,14 @@ fn refused(
         .and_then(|j| j.get("error"))
         .and_then(Value::as_str)
         .filter(|c| {
-            !c.is_empty() && c.len() <= 64 && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            !c.is_empty()
+                && c.len() <= 64
+                && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
         });
-    let at = format!("the authorization server ({endpoint}) answered HTTP {}", status.as_u16());
+    let at = format!(
+        "the authorization server ({endpoint}) answered HTTP {}",
+        status.as_u16()
+    );
     let key = format!("servers.{server}.identity");
     let (reason, retry_helps) = match code {
         Some("invalid_grant") if exchange => (
@@ -250,7 +258,9 @@ fn refused(
             ),
             false,
         ),
-        Some(c @ ("invalid_target" | "invalid_scope" | "invalid_request" | "unsupported_grant_type")) => (
+        Some(
+            c @ ("invalid_target" | "invalid_scope" | "invalid_request" | "unsupported_grant_type"),
+        ) => (
             format!(
                 "{at} {c}: the request the gateway is configured to make is refused. The operator must check \
                  `{key}` (resource, audience, scopes) against the authorization server's configuration"
@@ -269,15 +279,22 @@ fn refused(
             true,
         ),
         Some(c) => (
-            format!("{at} {c}. The operator should check `{key}` and the authorization server's log"),
+            format!(
+                "{at} {c}. The operator should check `{key}` and the authorization server's log"
+            ),
             false,
         ),
         None => (
-            format!("{at} without an OAuth error. The operator should check `{key}` and the authorization server's log"),
+            format!(
+                "{at} without an OAuth error. The operator should check `{key}` and the authorization server's log"
+            ),
             false,
         ),
     };
-    CredentialError { reason, retry_helps }
+    CredentialError {
+        reason,
+        retry_helps,
+    }
 }
 
 /// RFC 7523 client assertion: `iss` = `sub` = the client id, `aud` = the endpoint.
@@ -334,7 +351,13 @@ mod tests {
             m
         };
         let bad = http::StatusCode::BAD_REQUEST;
-        let grant = refused(bad, Some(&json("invalid_grant")), "https://as/token", "files", true);
+        let grant = refused(
+            bad,
+            Some(&json("invalid_grant")),
+            "https://as/token",
+            "files",
+            true,
+        );
         assert!(!grant.retry_helps && grant.reason.contains("client must obtain a new token"));
         let client = refused(
             http::StatusCode::UNAUTHORIZED,
@@ -344,11 +367,27 @@ mod tests {
             true,
         );
         assert!(client.reason.contains("servers.files.identity.client_id"));
-        let down = refused(http::StatusCode::SERVICE_UNAVAILABLE, None, "https://as/token", "files", true);
+        let down = refused(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            None,
+            "https://as/token",
+            "files",
+            true,
+        );
         assert!(down.retry_helps);
-        let odd = refused(bad, Some(&json("bad\r\ncode")), "https://as/token", "files", true);
+        let odd = refused(
+            bad,
+            Some(&json("bad\r\ncode")),
+            "https://as/token",
+            "files",
+            true,
+        );
         for e in [grant, client, down, odd] {
-            assert!(!e.reason.contains("secret.token") && !e.reason.contains('\n'), "{}", e.reason);
+            assert!(
+                !e.reason.contains("secret.token") && !e.reason.contains('\n'),
+                "{}",
+                e.reason
+            );
         }
     }
 }

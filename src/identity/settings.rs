@@ -100,7 +100,9 @@ pub enum ServerIdentity {
         secrets: BTreeMap<String, (Secret, String)>,
     },
     /// `mode = "template"`: headers filled from the verified identity.
-    Template { headers: Vec<(HeaderName, Template)> },
+    Template {
+        headers: Vec<(HeaderName, Template)>,
+    },
     /// `mode = "assertion"`: a JWT the gateway signs for each call (or window).
     Assertion(AssertionSettings),
     /// `mode = "exchange"`: the client's JWT exchanged (RFC 8693) for a token for this server.

@@ -110,8 +110,13 @@ impl SigningKey {
                 .to_vec(),
             Pair::Rsa(k) => {
                 let mut out = vec![0; k.public().modulus_len()];
-                k.sign(&signature::RSA_PKCS1_SHA256, &rng, input.as_bytes(), &mut out)
-                    .map_err(|_| "the RSA signature failed")?;
+                k.sign(
+                    &signature::RSA_PKCS1_SHA256,
+                    &rng,
+                    input.as_bytes(),
+                    &mut out,
+                )
+                .map_err(|_| "the RSA signature failed")?;
                 out
             }
         };

@@ -18,9 +18,9 @@ use crate::proxy::respond::Recipient;
 use crate::proxy::tasks::{TaskScope, TaskStore};
 
 use crate::auth::{ClientId, PresentedToken};
-use crate::identity::Caller;
 use crate::config::Mode;
 use crate::error::{Rejection, RenderCtx};
+use crate::identity::Caller;
 use crate::mcp::headers::{self, MCP_SESSION_ID};
 use crate::mcp::jsonrpc::Message;
 use crate::mcp::version::Era;

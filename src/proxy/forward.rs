@@ -25,9 +25,9 @@ use crate::proxy::upstream::forwarded_headers;
 
 use super::exchange::{ACCEPT_BOTH, Exchange, recipient};
 use crate::auth::ClientId;
-use crate::identity::Caller;
 use crate::config::{Pinning, SanitizeSettings};
 use crate::error::{self, Rejection, UpstreamFailure};
+use crate::identity::Caller;
 use crate::mcp::headers::{
     self, MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };

@@ -20,15 +20,18 @@ use super::{Ctx, RESERVED_HEADERS, Result};
 use crate::identity::{
     AssertionSettings, ClientAuth, DEFAULT_ASSERTION_LIFETIME, DEFAULT_MAX_CACHED,
     DEFAULT_MAX_CACHED_PER_CLIENT, DEFAULT_MAX_TOKEN_REUSE, DEFAULT_REFRESH_BEFORE,
-    DEFAULT_TOKEN_TIMEOUT, Format, GrantSettings, IdentitySettings, MAX_ASSERTION_LIFETIME,
-    Secret, ServerIdentity, SigningKey, Template,
+    DEFAULT_TOKEN_TIMEOUT, Format, GrantSettings, IdentitySettings, MAX_ASSERTION_LIFETIME, Secret,
+    ServerIdentity, SigningKey, Template,
 };
 
 /// Which keys each mode takes (besides `mode`).
 const MODE_KEYS: &[(&str, &[&str])] = &[
     ("secret", &["header", "format", "secrets"]),
     ("template", &["headers"]),
-    ("assertion", &["header", "format", "audience", "lifetime", "reuse"]),
+    (
+        "assertion",
+        &["header", "format", "audience", "lifetime", "reuse"],
+    ),
     (
         "exchange",
         &[
@@ -76,7 +79,10 @@ impl Ctx<'_> {
             None => None,
             Some(i) => {
                 let text = self.expand(i, "identity.issuer")?;
-                if text.is_empty() || text.len() > 256 || !text.bytes().all(|b| b.is_ascii_graphic()) {
+                if text.is_empty()
+                    || text.len() > 256
+                    || !text.bytes().all(|b| b.is_ascii_graphic())
+                {
                     return Err(self.fail(
                         Some(i.span()),
                         "identity.issuer",
@@ -150,9 +156,16 @@ impl Ctx<'_> {
                     ));
                 }
             };
-            let static_headers: Vec<&str> = settings.headers.iter().map(|(n, _)| n.as_str()).collect();
-            let compiled =
-                self.server_identity(identity, &key, &url, clients, gateway, raw.auth.jwt.is_some())?;
+            let static_headers: Vec<&str> =
+                settings.headers.iter().map(|(n, _)| n.as_str()).collect();
+            let compiled = self.server_identity(
+                identity,
+                &key,
+                &url,
+                clients,
+                gateway,
+                raw.auth.jwt.is_some(),
+            )?;
             for header in compiled.header_names() {
                 if static_headers.contains(&header.as_str()) {
                     return Err(self.fail(
@@ -199,7 +212,10 @@ impl Ctx<'_> {
                 return Err(self.fail(
                     Some(span),
                     &format!("{key}.{present}"),
-                    format!("`{present}` does not apply to mode {mode:?}; it takes {}", allowed.join(", ")),
+                    format!(
+                        "`{present}` does not apply to mode {mode:?}; it takes {}",
+                        allowed.join(", ")
+                    ),
                 ));
             }
         }
@@ -275,7 +291,8 @@ impl Ctx<'_> {
                 let reuse = match &raw.reuse {
                     None => None,
                     Some(r) => {
-                        let d = self.duration(Some(r), &format!("{key}.reuse"), lifetime, lifetime)?;
+                        let d =
+                            self.duration(Some(r), &format!("{key}.reuse"), lifetime, lifetime)?;
                         if d >= lifetime {
                             return Err(self.fail(
                                 Some(r.span()),
@@ -289,7 +306,9 @@ impl Ctx<'_> {
                 ServerIdentity::Assertion(AssertionSettings {
                     header,
                     format: self.format(raw.format.as_ref(), key, "{token}")?,
-                    audience: self.plain_value(raw.audience.as_ref(), &format!("{key}.audience"))?.unwrap_or_else(|| url.to_owned()),
+                    audience: self
+                        .plain_value(raw.audience.as_ref(), &format!("{key}.audience"))?
+                        .unwrap_or_else(|| url.to_owned()),
                     lifetime,
                     reuse,
                 })
@@ -327,8 +346,16 @@ impl Ctx<'_> {
         let text = self.expand(endpoint_raw, &endpoint_key)?;
         let endpoint = reqwest::Url::parse(&text)
             .ok()
-            .filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host() && u.fragment().is_none())
-            .ok_or_else(|| self.fail(Some(endpoint_raw.span()), &endpoint_key, "expected an https URL such as \"https://sso.example.com/oauth2/token\""))?;
+            .filter(|u| {
+                matches!(u.scheme(), "http" | "https") && u.has_host() && u.fragment().is_none()
+            })
+            .ok_or_else(|| {
+                self.fail(
+                    Some(endpoint_raw.span()),
+                    &endpoint_key,
+                    "expected an https URL such as \"https://sso.example.com/oauth2/token\"",
+                )
+            })?;
         let loopback = endpoint.host_str().is_some_and(|h| {
             h.eq_ignore_ascii_case("localhost")
                 || h.trim_start_matches('[')
@@ -344,12 +371,22 @@ impl Ctx<'_> {
             ));
         }
         if !endpoint.username().is_empty() || endpoint.password().is_some() {
-            return Err(self.fail(Some(endpoint_raw.span()), &endpoint_key, "credentials in the URL would be logged; use `client_secret`"));
+            return Err(self.fail(
+                Some(endpoint_raw.span()),
+                &endpoint_key,
+                "credentials in the URL would be logged; use `client_secret`",
+            ));
         }
         let id_key = format!("{key}.client_id");
         let client_id = self
             .plain_value(raw.client_id.as_ref(), &id_key)?
-            .ok_or_else(|| self.fail(None, &id_key, "the gateway's client id at the authorization server is required"))?;
+            .ok_or_else(|| {
+                self.fail(
+                    None,
+                    &id_key,
+                    "the gateway's client id at the authorization server is required",
+                )
+            })?;
         let auth_key = format!("{key}.client_auth");
         let method = self.one_of(
             raw.client_auth.as_ref(),
@@ -364,15 +401,27 @@ impl Ctx<'_> {
         let secret_key = format!("{key}.client_secret");
         let auth = match (method, &raw.client_secret) {
             (2, Some(s)) => {
-                return Err(self.fail(Some(s.span()), &secret_key, "`private_key_jwt` signs with [identity] signing_keys; remove `client_secret`"));
+                return Err(self.fail(
+                    Some(s.span()),
+                    &secret_key,
+                    "`private_key_jwt` signs with [identity] signing_keys; remove `client_secret`",
+                ));
             }
             (2, None) if gateway.keys.is_empty() => {
-                return Err(self.fail(None, &auth_key, "`private_key_jwt` needs a key in [identity] signing_keys"));
+                return Err(self.fail(
+                    None,
+                    &auth_key,
+                    "`private_key_jwt` needs a key in [identity] signing_keys",
+                ));
             }
             (2, None) => ClientAuth::PrivateKeyJwt,
             (m, Some(s)) => {
                 let (secret, _) = self.secret_source(s, &secret_key)?;
-                if m == 0 { ClientAuth::Basic(secret) } else { ClientAuth::Post(secret) }
+                if m == 0 {
+                    ClientAuth::Basic(secret)
+                } else {
+                    ClientAuth::Post(secret)
+                }
             }
             (_, None) => {
                 return Err(self.fail(None, &secret_key, "the gateway's client secret is required, { env = \"NAME\" } or { file = \"…\" } (or client_auth = \"private_key_jwt\")"));
@@ -381,9 +430,15 @@ impl Ctx<'_> {
         let mut scopes = Vec::new();
         for (i, scope) in raw.scopes.iter().enumerate() {
             let s = scope.get_ref();
-            let valid = !s.is_empty() && s.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\');
+            let valid = !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\');
             if !valid {
-                return Err(self.fail(Some(scope.span()), &format!("{key}.scopes[{i}]"), "a scope is one word of visible ASCII (no space, `\"` or `\\`)"));
+                return Err(self.fail(
+                    Some(scope.span()),
+                    &format!("{key}.scopes[{i}]"),
+                    "a scope is one word of visible ASCII (no space, `\"` or `\\`)",
+                ));
             }
             scopes.push(s.clone());
         }
@@ -391,7 +446,11 @@ impl Ctx<'_> {
             None => ACCESS_TOKEN.to_owned(),
             Some(t) if [ACCESS_TOKEN, JWT].contains(&t.get_ref().as_str()) => t.get_ref().clone(),
             Some(t) => {
-                return Err(self.fail(Some(t.span()), &format!("{key}.subject_token_type"), format!("expected \"{ACCESS_TOKEN}\" or \"{JWT}\"")));
+                return Err(self.fail(
+                    Some(t.span()),
+                    &format!("{key}.subject_token_type"),
+                    format!("expected \"{ACCESS_TOKEN}\" or \"{JWT}\""),
+                ));
             }
         };
         Ok(GrantSettings {
@@ -401,18 +460,40 @@ impl Ctx<'_> {
             client_id,
             auth,
             resource: self.plain_value(raw.resource.as_ref(), &format!("{key}.resource"))?,
-            audience: self.plain_value(raw.token_audience.as_ref(), &format!("{key}.token_audience"))?,
+            audience: self.plain_value(
+                raw.token_audience.as_ref(),
+                &format!("{key}.token_audience"),
+            )?,
             scopes,
             subject_token_type,
-            timeout: self.duration(raw.timeout.as_ref(), &format!("{key}.timeout"), DEFAULT_TOKEN_TIMEOUT, Duration::from_secs(60))?,
-            refresh_before: self.duration(raw.refresh_before.as_ref(), &format!("{key}.refresh_before"), DEFAULT_REFRESH_BEFORE, Duration::from_secs(3600))?,
-            max_reuse: self.duration(raw.max_reuse.as_ref(), &format!("{key}.max_reuse"), DEFAULT_MAX_TOKEN_REUSE, Duration::from_secs(86_400))?,
+            timeout: self.duration(
+                raw.timeout.as_ref(),
+                &format!("{key}.timeout"),
+                DEFAULT_TOKEN_TIMEOUT,
+                Duration::from_secs(60),
+            )?,
+            refresh_before: self.duration(
+                raw.refresh_before.as_ref(),
+                &format!("{key}.refresh_before"),
+                DEFAULT_REFRESH_BEFORE,
+                Duration::from_secs(3600),
+            )?,
+            max_reuse: self.duration(
+                raw.max_reuse.as_ref(),
+                &format!("{key}.max_reuse"),
+                DEFAULT_MAX_TOKEN_REUSE,
+                Duration::from_secs(86_400),
+            )?,
         })
     }
 
     /// A secret from `{ env = "NAME" }` or `{ file = "…" }` (a trailing
     /// newline dropped), with where it came from in words.
-    fn secret_source(&self, source: &Spanned<RawSecretSource>, key: &str) -> Result<(Secret, String)> {
+    fn secret_source(
+        &self,
+        source: &Spanned<RawSecretSource>,
+        key: &str,
+    ) -> Result<(Secret, String)> {
         let raw = source.get_ref();
         let (text, from) = match (&raw.env, &raw.file) {
             (Some(env), None) => {
@@ -425,12 +506,20 @@ impl Ctx<'_> {
             (None, Some(file)) => {
                 let path = self.expand(file, &format!("{key}.file"))?;
                 let value = std::fs::read_to_string(&path).map_err(|e| {
-                    self.fail(Some(file.span()), &format!("{key}.file"), format!("cannot read {path}: {e}"))
+                    self.fail(
+                        Some(file.span()),
+                        &format!("{key}.file"),
+                        format!("cannot read {path}: {e}"),
+                    )
                 })?;
                 let value = value.strip_suffix('\n').unwrap_or(&value);
                 let value = value.strip_suffix('\r').unwrap_or(value).to_owned();
                 if value.is_empty() {
-                    return Err(self.fail(Some(file.span()), &format!("{key}.file"), format!("{path} is empty")));
+                    return Err(self.fail(
+                        Some(file.span()),
+                        &format!("{key}.file"),
+                        format!("{path} is empty"),
+                    ));
                 }
                 (value, format!("file {path}"))
             }
@@ -451,18 +540,30 @@ impl Ctx<'_> {
     fn header_name(&self, name: &Spanned<String>, key: &str) -> Result<HeaderName> {
         let header = HeaderName::from_bytes(name.get_ref().as_bytes())
             .map_err(|_| self.fail(Some(name.span()), key, "not a valid HTTP header name"))?;
-        let forwarded = header.as_str().starts_with("mcp-") || ["traceparent", "tracestate", "baggage", "last-event-id"].contains(&header.as_str());
+        let forwarded = header.as_str().starts_with("mcp-")
+            || ["traceparent", "tracestate", "baggage", "last-event-id"].contains(&header.as_str());
         if RESERVED_HEADERS.contains(&header.as_str()) || forwarded {
-            return Err(self.fail(Some(name.span()), key, "this header is managed by the gateway and cannot carry an identity"));
+            return Err(self.fail(
+                Some(name.span()),
+                key,
+                "this header is managed by the gateway and cannot carry an identity",
+            ));
         }
         Ok(header)
     }
 
-    fn format(&self, raw: Option<&Spanned<String>>, key: &str, placeholder: &str) -> Result<Format> {
+    fn format(
+        &self,
+        raw: Option<&Spanned<String>>,
+        key: &str,
+        placeholder: &str,
+    ) -> Result<Format> {
         match raw {
-            None if placeholder == "{secret}" => Format::parse("Bearer {secret}", placeholder).map_err(|why| self.fail(None, key, why)),
+            None if placeholder == "{secret}" => Format::parse("Bearer {secret}", placeholder)
+                .map_err(|why| self.fail(None, key, why)),
             None => Ok(Format::bearer()),
-            Some(f) => Format::parse(f.get_ref(), placeholder).map_err(|why| self.fail(Some(f.span()), &format!("{key}.format"), why)),
+            Some(f) => Format::parse(f.get_ref(), placeholder)
+                .map_err(|why| self.fail(Some(f.span()), &format!("{key}.format"), why)),
         }
     }
 
@@ -472,7 +573,11 @@ impl Ctx<'_> {
         let Some(raw) = raw else { return Ok(None) };
         let text = self.expand(raw, key)?;
         if text.is_empty() || text.len() > 2048 || !text.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(self.fail(Some(raw.span()), key, "expected one word of visible ASCII (at most 2048 bytes)"));
+            return Err(self.fail(
+                Some(raw.span()),
+                key,
+                "expected one word of visible ASCII (at most 2048 bytes)",
+            ));
         }
         Ok(Some(text))
     }
@@ -493,16 +598,31 @@ fn present_keys(raw: &RawServerIdentity) -> Vec<(&'static str, std::ops::Range<u
     opt("audience", raw.audience.as_ref().map(Spanned::span));
     opt("lifetime", raw.lifetime.as_ref().map(Spanned::span));
     opt("reuse", raw.reuse.as_ref().map(Spanned::span));
-    opt("token_endpoint", raw.token_endpoint.as_ref().map(Spanned::span));
+    opt(
+        "token_endpoint",
+        raw.token_endpoint.as_ref().map(Spanned::span),
+    );
     opt("client_id", raw.client_id.as_ref().map(Spanned::span));
     opt("client_auth", raw.client_auth.as_ref().map(Spanned::span));
-    opt("client_secret", raw.client_secret.as_ref().map(Spanned::span));
+    opt(
+        "client_secret",
+        raw.client_secret.as_ref().map(Spanned::span),
+    );
     opt("resource", raw.resource.as_ref().map(Spanned::span));
-    opt("token_audience", raw.token_audience.as_ref().map(Spanned::span));
+    opt(
+        "token_audience",
+        raw.token_audience.as_ref().map(Spanned::span),
+    );
     opt("scopes", raw.scopes.first().map(Spanned::span));
-    opt("subject_token_type", raw.subject_token_type.as_ref().map(Spanned::span));
+    opt(
+        "subject_token_type",
+        raw.subject_token_type.as_ref().map(Spanned::span),
+    );
     opt("timeout", raw.timeout.as_ref().map(Spanned::span));
-    opt("refresh_before", raw.refresh_before.as_ref().map(Spanned::span));
+    opt(
+        "refresh_before",
+        raw.refresh_before.as_ref().map(Spanned::span),
+    );
     opt("max_reuse", raw.max_reuse.as_ref().map(Spanned::span));
     out
 }

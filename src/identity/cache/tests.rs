@@ -42,8 +42,13 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     let k = (0..CLIENTS.len(), 0..SERVERS.len(), 0..SCOPES.len(), 0u8..3);
     prop_oneof![
-        (k.clone(), 0u64..5_000)
-            .prop_map(|((c, s, sc, subject), ttl)| Op::Put { c, s, sc, subject, ttl }),
+        (k.clone(), 0u64..5_000).prop_map(|((c, s, sc, subject), ttl)| Op::Put {
+            c,
+            s,
+            sc,
+            subject,
+            ttl
+        }),
         k.prop_map(|(c, s, sc, subject)| Op::Get { c, s, sc, subject }),
         (0u64..3_000).prop_map(Op::Advance),
     ]
