@@ -127,9 +127,11 @@ impl Ctx<'_> {
             }
             None => message.to_owned(),
         };
+        // A table read with its span (`Spanned<T>`) names an inner field in the path.
+        let key = key.replace(".$__serde_spanned_private_value", "");
         let key = match e.span() {
-            Some(span) => self.name_map_keys(key, span.start),
-            None => key.to_owned(),
+            Some(span) => self.name_map_keys(&key, span.start),
+            None => key,
         };
         self.fail(e.span(), &key, reason)
     }
