@@ -46,7 +46,7 @@ use serde_json::Map;
 use sha2::{Digest, Sha256};
 
 use crate::auth::{ClientId, PresentedToken};
-pub use cache::{CacheKey, TokenCache};
+use cache::{CacheKey, TokenCache};
 use grant::{Ask, Issued};
 pub use settings::{
     AssertionSettings, ClientAuth, DEFAULT_ASSERTION_LIFETIME, DEFAULT_MAX_CACHED,
@@ -59,21 +59,21 @@ pub use template::{Format, Template};
 
 /// Who an upstream request is sent for.
 #[derive(Debug, Clone)]
-pub struct Caller {
-    pub client: ClientId,
+pub(crate) struct Caller {
+    pub(crate) client: ClientId,
     /// The JWT the client authenticated with (none for an API key or anonymous).
-    pub token: Option<PresentedToken>,
+    pub(crate) token: Option<PresentedToken>,
 }
 
 /// The headers that carry one caller's identity to one server. Only a
 /// [`Broker`] makes one; values are marked sensitive and never printed.
-pub struct Credential {
+pub(crate) struct Credential {
     headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl Credential {
     /// Puts the credential's headers on an upstream request.
-    pub fn apply(self, headers: &mut HeaderMap) {
+    pub(crate) fn apply(self, headers: &mut HeaderMap) {
         for (name, value) in self.headers {
             headers.insert(name, value);
         }
@@ -90,14 +90,14 @@ impl fmt::Debug for Credential {
 /// Why no credential could be had: the gateway's own words (never a token,
 /// a secret or an authorization server's text), and whether retrying helps.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CredentialError {
-    pub reason: String,
-    pub retry_helps: bool,
+pub(crate) struct CredentialError {
+    pub(crate) reason: String,
+    pub(crate) retry_helps: bool,
 }
 
 /// One server's identity mode and what it keeps: the token cache.
 #[derive(Debug)]
-pub struct Broker {
+pub(crate) struct Broker {
     server: Arc<str>,
     /// The server's URL: the default `resource` and assertion `aud`.
     url: String,
@@ -108,7 +108,7 @@ pub struct Broker {
 impl Broker {
     /// The broker of `server` (reached at `url`), under `identity`, with the
     /// cache bounds of `[identity]`.
-    pub fn new(
+    pub(crate) fn new(
         server: &str,
         url: &str,
         identity: Option<ServerIdentity>,
@@ -124,7 +124,7 @@ impl Broker {
 
     /// The credential `caller` reaches this server with; `gateway` holds the
     /// signing keys in force.
-    pub async fn credential(
+    pub(crate) async fn credential(
         &self,
         caller: &Caller,
         gateway: &IdentitySettings,
@@ -291,16 +291,15 @@ impl Broker {
         }
         value(&a.format, &token, server)
     }
-
-    /// For `portcullis check`: what `client` reaches this server with.
-    pub fn describe_for(&self, client: &ClientId, with_token: bool) -> String {
-        describe(self.identity.as_ref(), client, with_token)
-    }
 }
 
 /// For `portcullis check`: what `client` (authenticating with a token or
 /// not) reaches a server under `identity` with.
-pub fn describe(identity: Option<&ServerIdentity>, client: &ClientId, with_token: bool) -> String {
+pub(crate) fn describe(
+    identity: Option<&ServerIdentity>,
+    client: &ClientId,
+    with_token: bool,
+) -> String {
     let name = client.name();
     match identity {
         None => "the server's own `headers` only (one shared identity)".into(),

@@ -27,14 +27,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// What an entry is stored under.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct CacheKey {
+pub(crate) struct CacheKey {
     /// The client's name (`""` for a service token, shared by every client).
-    pub client: Arc<str>,
-    pub server: Arc<str>,
+    pub(crate) client: Arc<str>,
+    pub(crate) server: Arc<str>,
     /// The scopes asked for, in configuration order, space-joined.
-    pub scopes: Arc<str>,
+    pub(crate) scopes: Arc<str>,
     /// SHA-256 of the subject token (zeros when there is none).
-    pub subject: [u8; 32],
+    pub(crate) subject: [u8; 32],
 }
 
 #[derive(Debug)]
@@ -51,7 +51,7 @@ struct Inner {
 
 /// A bounded token cache.
 #[derive(Debug)]
-pub struct TokenCache {
+pub(crate) struct TokenCache {
     inner: Mutex<Inner>,
     max: usize,
     max_per_client: usize,
@@ -59,7 +59,7 @@ pub struct TokenCache {
 
 impl TokenCache {
     /// A cache of at most `max` entries, `max_per_client` of one client.
-    pub fn new(max: usize, max_per_client: usize) -> Self {
+    pub(crate) fn new(max: usize, max_per_client: usize) -> Self {
         Self {
             inner: Mutex::new(Inner::default()),
             max: max.max(1),
@@ -73,7 +73,7 @@ impl TokenCache {
     }
 
     /// The token stored under `key`, while `now < until`.
-    pub fn get(&self, key: &CacheKey, now: u64) -> Option<Arc<str>> {
+    pub(crate) fn get(&self, key: &CacheKey, now: u64) -> Option<Arc<str>> {
         let mut inner = self.lock();
         match inner.entries.get(key) {
             Some(e) if now < e.until => Some(e.value.clone()),
@@ -86,7 +86,7 @@ impl TokenCache {
     }
 
     /// Stores `value` under `key` until `until` (nothing when that is past).
-    pub fn put(&self, key: CacheKey, value: Arc<str>, until: u64, now: u64) {
+    pub(crate) fn put(&self, key: CacheKey, value: Arc<str>, until: u64, now: u64) {
         if until <= now {
             return;
         }
@@ -118,12 +118,14 @@ impl TokenCache {
     }
 
     /// Entries held now (expired ones included until they are swept).
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.lock().entries.len()
     }
 
     /// Entries `client` holds now.
-    pub fn held_by(&self, client: &str) -> usize {
+    #[cfg(test)]
+    pub(crate) fn held_by(&self, client: &str) -> usize {
         self.lock().per_client.get(client).copied().unwrap_or(0)
     }
 }

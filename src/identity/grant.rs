@@ -28,7 +28,7 @@ use super::template::header_safe;
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
 /// `grant_type` of RFC 8693.
-pub const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
+pub(crate) const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
 /// RFC 8693's type of the token asked for.
 const ACCESS_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
 /// RFC 7523's client assertion type.
@@ -36,10 +36,10 @@ const JWT_BEARER: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer
 
 /// A token the endpoint issued.
 #[derive(Clone)]
-pub struct Issued {
-    pub token: String,
+pub(crate) struct Issued {
+    pub(crate) token: String,
     /// `expires_in`, when the endpoint said.
-    pub expires_in: Option<Duration>,
+    pub(crate) expires_in: Option<Duration>,
 }
 
 impl std::fmt::Debug for Issued {
@@ -52,7 +52,7 @@ impl std::fmt::Debug for Issued {
 
 /// What to ask for.
 #[derive(Debug, Clone, Copy)]
-pub enum Ask<'a> {
+pub(crate) enum Ask<'a> {
     /// Exchange this subject token (RFC 8693).
     Exchange { subject_token: &'a str },
     /// A token of the gateway's own (client credentials).
@@ -79,7 +79,7 @@ fn client() -> Result<&'static reqwest::Client, CredentialError> {
 
 /// Asks `grant`'s endpoint for a token for `resource`; `key` signs the
 /// client assertion under `private_key_jwt`.
-pub async fn request(
+pub(crate) async fn request(
     grant: &GrantSettings,
     ask: Ask<'_>,
     resource: &str,
