@@ -32,21 +32,22 @@
 //!   the subject token it was exchanged from ([`cache`]).
 
 mod cache;
+mod credential;
 mod grant;
 mod settings;
 mod signer;
 mod template;
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderName, HeaderValue};
 use serde_json::Map;
 use sha2::{Digest, Sha256};
 
 use crate::auth::{ClientId, PresentedToken};
 use cache::{CacheKey, TokenCache};
+pub(crate) use credential::{Credential, CredentialError};
 use grant::{Ask, Issued};
 pub use settings::{
     AssertionSettings, ClientAuth, DEFAULT_ASSERTION_LIFETIME, DEFAULT_MAX_CACHED,
@@ -63,36 +64,6 @@ pub(crate) struct Caller {
     pub(crate) client: ClientId,
     /// The JWT the client authenticated with (none for an API key or anonymous).
     pub(crate) token: Option<PresentedToken>,
-}
-
-/// The headers that carry one caller's identity to one server. Only a
-/// [`Broker`] makes one; values are marked sensitive and never printed.
-pub(crate) struct Credential {
-    headers: Vec<(HeaderName, HeaderValue)>,
-}
-
-impl Credential {
-    /// Puts the credential's headers on an upstream request.
-    pub(crate) fn apply(self, headers: &mut HeaderMap) {
-        for (name, value) in self.headers {
-            headers.insert(name, value);
-        }
-    }
-}
-
-impl fmt::Debug for Credential {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
-        write!(f, "Credential({names:?})")
-    }
-}
-
-/// Why no credential could be had: the gateway's own words (never a token,
-/// a secret or an authorization server's text), and whether retrying helps.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct CredentialError {
-    pub(crate) reason: String,
-    pub(crate) retry_helps: bool,
 }
 
 /// One server's identity mode and what it keeps: the token cache.

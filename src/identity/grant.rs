@@ -19,7 +19,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value};
 
-use super::CredentialError;
+use super::credential::CredentialError;
 use super::settings::{ClientAuth, GrantSettings};
 use super::signer::{SigningKey, new_jti, now_secs};
 use super::template::header_safe;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use http::HeaderMap;
 use serde_json::{Value, json};
 
 use super::*;
