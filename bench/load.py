@@ -11,6 +11,12 @@ mcp-proxy (when installed) as a plain proxy of the same upstream.
 `--only` keeps the workloads whose name matches the regex (e.g. "^tools/call, ~100 B arguments$").
 `--gateway LABEL=PATH` (repeatable) adds another portcullis binary, everything on, to the same run
 (a lever measured side by side with the state before it).
+`--identity` adds upstream-identity targets on the plain upstream (clients sign in with a JWT from
+oidc-provider, started from tests/peers/authz_server.mjs; needs tests/peers/setup.sh): "identity:
+static header" (the server's own `headers`), "identity: exchanged token, cached" (mode exchange,
+every call after the first served from the token cache) and "identity: assertion per call" (mode
+assertion, one EdDSA signature per call); pass-through policy otherwise, so the difference between
+them is the identity step alone.
 `--perf` records `perf record -g` of TARGET's process (e.g. "everything on") during its first
 c=32 cell of the first workload, into FILE.
 
@@ -153,6 +159,44 @@ def gateway_config(upstream_port, port, full, audit_db=None):
         + (f'[audit]\ndatabase = "{audit_db}"\n' if audit_db else '[audit]\nenabled = false\n'))
 
 
+# The JWT identity targets' clients send (set by --identity).
+IDENTITY_JWT = None
+
+
+def identity_config(upstream_port, port, mode, auth_issuer, key_file):
+    """A pass-through gateway whose clients sign in with JWTs, reaching the server per `mode`."""
+    text = (f'[gateway]\nlisten = "127.0.0.1:{port}"\nadmin_listen = "127.0.0.1:0"\n'
+            f'[servers.up]\nurl = "http://127.0.0.1:{upstream_port}/mcp"\npinning = "off"\n')
+    if mode == "static":
+        text += 'headers = { Authorization = "Bearer static-service-token" }\n'
+    elif mode == "exchange":
+        text += (f'[servers.up.identity]\nmode = "exchange"\ntoken_endpoint = "{auth_issuer}/token"\n'
+                 'client_id = "portcullis"\nclient_secret = { env = "BENCH_AS_SECRET" }\n')
+    else:
+        text += '[servers.up.identity]\nmode = "assertion"\n'
+    return text + (
+        f'[auth.jwt]\nissuer = "{auth_issuer}"\naudience = "https://gateway.test/mcp"\njwks_url = "{auth_issuer}/jwks"\n'
+        '[[rules]]\nclients = ["*"]\nservers = ["*"]\ntools = ["*"]\naction = "allow"\n'
+        '[sanitize]\nansi = false\ninvisible_unicode = false\nsecrets = "off"\n[audit]\nenabled = false\n'
+        f'[identity]\nissuer = "https://gateway.test"\nsigning_keys = [{{ file = "{key_file}" }}]\n')
+
+
+def start_identity(procs, work):
+    """oidc-provider on loopback, a JWT of alice's, and the gateway's signing key."""
+    global IDENTITY_JWT
+    auth = Proc(["node", str(ROOT / "tests/peers/authz_server.mjs"), "--port", "0"], announce=True)
+    procs.append(auth)
+    issuer = f"http://127.0.0.1:{auth.port}"
+    req = urllib.request.Request(f"{issuer}/token", method="POST", data=(
+        "grant_type=client_credentials&scope=mcp%3Atools&resource=https%3A%2F%2Fgateway.test%2Fmcp").encode(), headers={
+        "Content-Type": "application/x-www-form-urlencoded", "Authorization": "Basic YWxpY2U6YWxpY2Utc2VjcmV0"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        IDENTITY_JWT = json.load(resp)["access_token"]
+    key = f"{work}/identity.pem"
+    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", key], check=True, capture_output=True)
+    return issuer, key
+
+
 def headers_for(target, method, name, session=None):
     if session:
         h = [f"MCP-Protocol-Version: {LEGACY}", f"Mcp-Session-Id: {session}"]
@@ -162,6 +206,8 @@ def headers_for(target, method, name, session=None):
             h.append(f"Mcp-Name: {name}")
     if target.startswith("everything on"):
         h.append(f"Authorization: Bearer {KEY}")
+    if target.startswith("identity:"):
+        h.append(f"Authorization: Bearer {IDENTITY_JWT}")
     return "\n".join(h)
 
 
@@ -257,6 +303,7 @@ def main():
     ap.add_argument("--targets", default=None, help="regex: the gateway targets to run (direct and the forwarder always run)")
     ap.add_argument("--gateway", action="append", default=[],
                     help="LABEL=PATH: another portcullis binary measured side by side (everything on only)")
+    ap.add_argument("--identity", action="store_true", help="add the upstream-identity targets (see above)")
     ap.add_argument("--perf", default=None)
     ap.add_argument("--perf-out", default="perf.data")
     args = ap.parse_args()
@@ -302,6 +349,18 @@ def main():
                           env=dict(os.environ, RUST_LOG="warn"))
                 procs.append(gw)
                 targets[(label, variant)] = (f"http://127.0.0.1:{port}/mcp/up", gw)
+        if args.identity and "plain" in upstreams:
+            issuer, key = start_identity(procs, audit_dir)
+            for label, mode in [("identity: static header", "static"), ("identity: exchanged token, cached", "exchange"),
+                                ("identity: assertion per call", "assertion")]:
+                port = free_port()
+                cfg = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
+                cfg.write(identity_config(upstreams["plain"].port, port, mode, issuer, key))
+                cfg.close()
+                gw = Proc([str(PORTCULLIS), "run", "--config", cfg.name], wait_port=port,
+                          env=dict(os.environ, RUST_LOG="warn", BENCH_AS_SECRET="portcullis-secret"))
+                procs.append(gw)
+                targets[(label, "plain")] = (f"http://127.0.0.1:{port}/mcp/up", gw)
         proxy = mcp_proxy(upstreams["plain"].port)
         if proxy:
             procs.append(proxy)

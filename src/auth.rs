@@ -32,6 +32,23 @@ pub struct ClientId {
     unlisted: bool,
 }
 
+/// A bearer JWT the gateway verified, kept for the request that presented it:
+/// its claims fill identity templates, and the token itself is the subject
+/// of a token exchange (`identity`). It never crosses to an upstream.
+#[derive(Clone)]
+pub struct PresentedToken {
+    raw: Arc<str>,
+    claims: Arc<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Who a request is from: its client, and the JWT it presented when it
+/// authenticated with one (not with an API key).
+#[derive(Debug, Clone)]
+pub(crate) struct Authenticated {
+    pub client: ClientId,
+    pub token: Option<PresentedToken>,
+}
+
 /// The configured clients.
 #[derive(Debug, Default)]
 pub struct ClientTable {
@@ -134,6 +151,40 @@ impl fmt::Debug for ClientId {
     }
 }
 
+// === impl PresentedToken ===
+
+impl PresentedToken {
+    /// A token and its verified claims.
+    pub fn new(raw: &str, claims: serde_json::Map<String, serde_json::Value>) -> Self {
+        Self {
+            raw: Arc::from(raw),
+            claims: Arc::new(claims),
+        }
+    }
+
+    /// The compact JWS as the client sent it: a secret, for a token exchange only.
+    pub fn secret(&self) -> &str {
+        &self.raw
+    }
+
+    /// The verified claims.
+    pub fn claims(&self) -> &serde_json::Map<String, serde_json::Value> {
+        &self.claims
+    }
+
+    /// `exp`, in seconds since the epoch (verification requires it).
+    pub fn expires_at(&self) -> Option<f64> {
+        self.claims.get("exp").and_then(serde_json::Value::as_f64)
+    }
+}
+
+impl fmt::Debug for PresentedToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The token is a credential: its value is never printed.
+        f.write_str("PresentedToken(..)")
+    }
+}
+
 // === impl ClientTable ===
 
 impl ClientTable {
@@ -171,6 +222,11 @@ impl ClientTable {
         ids
     }
 
+    /// Whether `client` signs in with a JWT (a `[clients.NAME]` without a key).
+    pub fn authenticates_with_token(&self, client: &ClientId) -> bool {
+        client.is_unlisted() || self.token_named.iter().any(|t| t == client)
+    }
+
     /// Whether a client authenticated under `before` is still admitted, and in
     /// the same way, by this table: a reload that removes a client, changes its
     /// key, or takes `[auth.jwt]` or `[clients.anonymous]` away revokes it.
@@ -203,7 +259,7 @@ impl ClientTable {
         headers: &HeaderMap,
         server: &str,
         path: &str,
-    ) -> Result<ClientId, AuthRefusal> {
+    ) -> Result<Authenticated, AuthRefusal> {
         let resource = if path == "/mcp" {
             "/mcp".to_owned()
         } else {
@@ -220,9 +276,16 @@ impl ClientTable {
         };
         match (&self.jwt, bearer(headers)) {
             (Some(jwt), Ok(Some(token))) if jwt::looks_like_jwt(token) => {
-                self.by_token(jwt, token, server).await.map_err(refusal)
+                let (client, claims) = self.by_token(jwt, token, server).await.map_err(refusal)?;
+                Ok(Authenticated {
+                    client,
+                    token: Some(PresentedToken::new(token, claims)),
+                })
             }
-            _ => self.by_key(headers).map_err(refusal),
+            _ => Ok(Authenticated {
+                client: self.by_key(headers).map_err(refusal)?,
+                token: None,
+            }),
         }
     }
 
@@ -232,9 +295,9 @@ impl ClientTable {
         jwt: &JwtVerifier,
         token: &str,
         server: &str,
-    ) -> Result<ClientId, AuthError> {
-        let name = match jwt.verify(token, server).await {
-            Ok(name) => name,
+    ) -> Result<(ClientId, serde_json::Map<String, serde_json::Value>), AuthError> {
+        let (name, claims) = match jwt.verify(token, server).await {
+            Ok(verified) => verified,
             Err(Refused::Invalid(why)) => {
                 tracing::info!(server, "bearer token refused: {why}");
                 return Err(AuthError::Invalid);
@@ -252,10 +315,11 @@ impl ClientTable {
             );
             return Err(AuthError::Invalid);
         }
-        Ok(match self.token_named.iter().find(|c| c.name() == name) {
+        let client = match self.token_named.iter().find(|c| c.name() == name) {
             Some(id) => id.clone(),
             None => ClientId::unlisted(&name),
-        })
+        };
+        Ok((client, claims))
     }
 
     /// Names the client of a request from its API key.

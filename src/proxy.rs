@@ -38,6 +38,7 @@ use axum::response::Response;
 use axum::routing::{any, get};
 
 use crate::auth::jwt::METADATA_PATH;
+use crate::identity::JWKS_PATH;
 use state::AppState;
 
 /// The MCP router, with the RFC 9728 metadata paths (404 unless `[auth.jwt]` is set).
@@ -46,6 +47,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/mcp", any(one_server))
         .route("/mcp/{server}", any(named_server))
         .route(METADATA_PATH, get(well_known::gateway))
+        .route(JWKS_PATH, get(well_known::jwks))
         .route(&format!("{METADATA_PATH}/mcp"), get(well_known::one_server))
         .route(
             &format!("{METADATA_PATH}/mcp/{{server}}"),

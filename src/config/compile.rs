@@ -17,6 +17,7 @@ use crate::util::duration;
 mod approval;
 mod clients;
 mod gateway;
+mod identity;
 mod jwt;
 mod policy;
 mod sanitize;
@@ -69,11 +70,13 @@ pub(super) fn compile(
     let cx = Ctx { text, file, env };
     let raw = cx.parse()?;
     let gateway = cx.gateway(&raw.gateway)?;
-    let servers = cx.servers(&raw)?;
+    let identity = cx.identity(&raw.identity)?;
+    let mut servers = cx.servers(&raw)?;
     let (mut clients, client_names) = cx.clients(&raw)?;
     if let Some(jwt) = &raw.auth.jwt {
         clients.set_jwt(cx.jwt(jwt, &servers)?);
     }
+    cx.server_identities(&raw, &mut servers, &client_names, &identity)?;
     let policy = cx.policy(&raw.rules, &client_names, &servers)?;
     let sanitize = cx.sanitize(&raw, &servers)?;
     Ok(Config {
@@ -89,6 +92,7 @@ pub(super) fn compile(
         telemetry: cx.telemetry(&raw)?,
         methods: cx.methods(&raw)?,
         approvals: cx.approvals(&raw.approvals)?,
+        identity,
     })
 }
 
@@ -123,9 +127,11 @@ impl Ctx<'_> {
             }
             None => message.to_owned(),
         };
+        // A table read with its span (`Spanned<T>`) names an inner field in the path.
+        let key = key.replace(".$__serde_spanned_private_value", "");
         let key = match e.span() {
-            Some(span) => self.name_map_keys(key, span.start),
-            None => key.to_owned(),
+            Some(span) => self.name_map_keys(&key, span.start),
+            None => key,
         };
         self.fail(e.span(), &key, reason)
     }

@@ -49,6 +49,8 @@ pub struct Config {
     pub(crate) methods: crate::mcp::methods::Extras,
     /// `[approvals]`.
     pub approvals: crate::approval::ApprovalSettings,
+    /// `[identity]`.
+    pub identity: crate::identity::IdentitySettings,
 }
 
 /// `[gateway]`.
@@ -137,6 +139,9 @@ pub struct ServerSettings {
     pub pinning: Pinning,
     /// `mode` of this server, overriding `[gateway] mode` when set.
     pub mode: Option<Mode>,
+    /// `[servers.NAME.identity]`: how each client reaches it as itself
+    /// (none: only `headers`, one identity for all).
+    pub identity: Option<crate::identity::ServerIdentity>,
 }
 
 /// How a server is reached.
@@ -239,6 +244,50 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl Config {
+    /// What each client reaches each server with (`portcullis check`).
+    fn describe_identity(&self, clients: &[crate::auth::ClientId]) -> String {
+        let identity = &self.identity;
+        let any = self.servers.values().any(|s| s.identity.is_some());
+        if !any && identity.keys.is_empty() {
+            return String::new();
+        }
+        let mut out =
+            String::from("\nupstream identity (the client's own credential never crosses)\n");
+        if !identity.keys.is_empty() {
+            let kids: Vec<String> = identity
+                .keys
+                .iter()
+                .map(|k| format!("{} {}", k.alg(), k.kid()))
+                .collect();
+            out.push_str(&format!(
+                "  signing keys (the first signs; all published at {}): {}\n",
+                crate::identity::JWKS_PATH,
+                kids.join(", ")
+            ));
+        }
+        for server in self.servers.values() {
+            let mode = server.identity.as_ref().map_or("none", |i| i.mode());
+            out.push_str(&format!("  {} (mode {mode})\n", server.name));
+            for client in clients {
+                let with_token = self.clients.authenticates_with_token(client);
+                out.push_str(&format!(
+                    "    {:<14} {}\n",
+                    client.name(),
+                    crate::identity::describe(server.identity.as_ref(), client, with_token)
+                ));
+            }
+            if self.clients.jwt().is_some() {
+                let other = crate::auth::ClientId::unlisted("(other token)");
+                out.push_str(&format!(
+                    "    {:<14} {}\n",
+                    "other tokens",
+                    crate::identity::describe(server.identity.as_ref(), &other, true)
+                ));
+            }
+        }
+        out
+    }
+
     /// The effective policy, as `portcullis check` prints it.
     pub fn describe(&self) -> String {
         let servers: Vec<&str> = self.servers.keys().map(String::as_str).collect();
@@ -266,6 +315,7 @@ impl Config {
         if let Some(jwt) = self.clients.jwt() {
             out.push_str(&jwt.describe());
         }
+        out.push_str(&self.describe_identity(&clients));
         out.push_str("\neffective policy (deny by default; a deny rule overrides every allow)\n");
         out.push_str(&self.policy.describe(&clients, &servers));
         if !self.methods.is_empty() {

@@ -47,6 +47,10 @@ pub(crate) struct RawConfig {
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, String>")]
     pub methods: BTreeMap<Spanned<String>, Spanned<String>>,
+    /// `[identity]`: the gateway's signing keys (identity assertions,
+    /// `private_key_jwt`) and the bounds of the upstream token cache.
+    #[serde(default)]
+    pub identity: RawIdentity,
 }
 
 /// `[gateway]`: listeners and request limits.
@@ -117,6 +121,106 @@ pub(crate) struct RawServer {
     pub pinning: Option<Spanned<String>>,
     #[schemars(with = "Option<String>")]
     pub mode: Option<Spanned<String>>,
+    /// `[servers.NAME.identity]`: how each client reaches this server as itself.
+    #[schemars(with = "Option<RawServerIdentity>")]
+    pub identity: Option<Spanned<RawServerIdentity>>,
+}
+
+/// `[identity]`: what the gateway itself is toward upstream servers.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawIdentity {
+    /// `iss` of the assertions the gateway signs (and the `act`/`azp` naming it).
+    #[schemars(with = "Option<String>")]
+    pub issuer: Option<Spanned<String>>,
+    /// PKCS#8 PEM private keys, each `{ file = "…" }` or `{ env = "NAME" }`:
+    /// the first signs, all are published at `/.well-known/jwks.json`.
+    #[serde(default)]
+    #[schemars(with = "Vec<RawSecretSource>")]
+    pub signing_keys: Vec<Spanned<RawSecretSource>>,
+    /// Most tokens one server's cache holds.
+    #[schemars(with = "Option<i64>")]
+    pub max_cached_tokens: Option<Spanned<i64>>,
+    /// Most tokens one client holds in one server's cache.
+    #[schemars(with = "Option<i64>")]
+    pub max_cached_tokens_per_client: Option<Spanned<i64>>,
+}
+
+/// Where a secret is read at load: an environment variable or a file, never the TOML.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSecretSource {
+    #[schemars(with = "Option<String>")]
+    pub env: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
+    pub file: Option<Spanned<String>>,
+}
+
+/// `[servers.NAME.identity]`: one mode and its keys.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawServerIdentity {
+    /// `"secret"`, `"template"`, `"assertion"`, `"exchange"` or `"client_credentials"`.
+    #[schemars(with = "String")]
+    pub mode: Spanned<String>,
+    /// The header carrying the credential (default `Authorization`).
+    #[schemars(with = "Option<String>")]
+    pub header: Option<Spanned<String>>,
+    /// The header's value around the credential (default `"Bearer {token}"`;
+    /// `{secret}` in mode `secret`).
+    #[schemars(with = "Option<String>")]
+    pub format: Option<Spanned<String>>,
+    /// Mode `secret`: each client's secret, `{ env = "NAME" }` or `{ file = "…" }`.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, RawSecretSource>")]
+    pub secrets: BTreeMap<Spanned<String>, Spanned<RawSecretSource>>,
+    /// Mode `template`: header name → value over `{client}` and `{claims.NAME}`.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, String>")]
+    pub headers: BTreeMap<Spanned<String>, Spanned<String>>,
+    /// Mode `assertion`: the `aud` (default the server's URL).
+    #[schemars(with = "Option<String>")]
+    pub audience: Option<Spanned<String>>,
+    /// Mode `assertion`: `exp - iat` (default 60s, at most 10m).
+    #[schemars(with = "Option<String>")]
+    pub lifetime: Option<Spanned<String>>,
+    /// Mode `assertion`: reuse one assertion per client for this long (default: one per call).
+    #[schemars(with = "Option<String>")]
+    pub reuse: Option<Spanned<String>>,
+    /// Modes `exchange` and `client_credentials`: the token endpoint (https; http only on loopback).
+    #[schemars(with = "Option<String>")]
+    pub token_endpoint: Option<Spanned<String>>,
+    /// The gateway's client id at the authorization server.
+    #[schemars(with = "Option<String>")]
+    pub client_id: Option<Spanned<String>>,
+    /// `"client_secret_basic"` (default), `"client_secret_post"` or `"private_key_jwt"`.
+    #[schemars(with = "Option<String>")]
+    pub client_auth: Option<Spanned<String>>,
+    /// The gateway's client secret, `{ env = "NAME" }` or `{ file = "…" }`.
+    #[schemars(with = "Option<RawSecretSource>")]
+    pub client_secret: Option<Spanned<RawSecretSource>>,
+    /// RFC 8707 `resource` (default the server's URL).
+    #[schemars(with = "Option<String>")]
+    pub resource: Option<Spanned<String>>,
+    /// RFC 8693 `audience`, for authorization servers that want one.
+    #[schemars(with = "Option<String>")]
+    pub token_audience: Option<Spanned<String>>,
+    /// `scope` asked for.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub scopes: Vec<Spanned<String>>,
+    /// Mode `exchange`: RFC 8693 `subject_token_type` (default access_token).
+    #[schemars(with = "Option<String>")]
+    pub subject_token_type: Option<Spanned<String>>,
+    /// Longest wait for the token endpoint (default 10s).
+    #[schemars(with = "Option<String>")]
+    pub timeout: Option<Spanned<String>>,
+    /// A cached token is not used within this long of its expiry (default 30s).
+    #[schemars(with = "Option<String>")]
+    pub refresh_before: Option<Spanned<String>>,
+    /// Longest a token is reused, whatever its expiry (default 5m).
+    #[schemars(with = "Option<String>")]
+    pub max_reuse: Option<Spanned<String>>,
 }
 
 /// `[clients.NAME]`: who may connect, and with which key.

@@ -44,6 +44,9 @@ pub(crate) mod codes {
     pub(crate) const NON_CANONICAL_URI: i64 = -31011;
     /// The upstream refused the request with an HTTP 4xx and no JSON-RPC error of its own.
     pub(crate) const UPSTREAM_REFUSED: i64 = -31016;
+    /// The credential the client reaches the upstream with could not be had;
+    /// nothing was sent.
+    pub(crate) const UPSTREAM_CREDENTIALS: i64 = -31017;
     /// The listener is at `max_connections`.
     pub(crate) const OVERLOADED: i64 = -31012;
     /// A client's JSON-RPC response names an approval question (its id has
@@ -219,6 +222,14 @@ pub(crate) enum UpstreamKind {
     /// 401/403/407, which concern the gateway's own credentials): its answer,
     /// relayed with its status. The request did not run.
     Refused(u16),
+    /// The credential the caller reaches this server with could not be had
+    /// (`identity`): the request was not sent.
+    Credentials {
+        /// Whether the same request may succeed later (an authorization
+        /// server down) or not until someone acts (a refused token, a
+        /// missing secret).
+        retry_helps: bool,
+    },
 }
 
 /// A JSON-RPC error answering `tools/call`, as the gateway reads it.

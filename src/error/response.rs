@@ -243,7 +243,7 @@ impl Rejection {
                         UpstreamKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
                         _ => StatusCode::BAD_GATEWAY,
                     };
-                    error_response(status, id, u.kind.json_rpc_code(), &u.text(), None)
+                    error_response(status, id, u.kind.json_rpc_code(), &u.text(), u.data())
                 }
             },
         }
@@ -290,7 +290,7 @@ impl Rejection {
                 cx.id,
                 u.kind.json_rpc_code(),
                 &u.text(),
-                None,
+                u.data(),
             )),
             _ => None,
         }

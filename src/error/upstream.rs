@@ -52,10 +52,23 @@ impl UpstreamFailure {
         detail
     }
 
+    /// `data` of the JSON-RPC error answering another method: only a missing
+    /// credential says more than its code (what it is, whether to retry).
+    pub(super) fn data(&self) -> Option<Value> {
+        matches!(self.kind, UpstreamKind::Credentials { .. }).then(|| {
+            let mut data = self.detail();
+            data.insert("code".into(), self.kind.code().into());
+            Value::Object(data)
+        })
+    }
+
     /// Machine-readable retry advice: `safe`, `check_first`, `later` or `no`.
     fn retry(&self) -> &'static str {
         let safe = self.hints.read_only || self.hints.idempotent;
         match self.kind {
+            // Without a credential nothing is sent, tool list or call alike.
+            UpstreamKind::Credentials { retry_helps: true } => "later",
+            UpstreamKind::Credentials { retry_helps: false } => "no",
             _ if self.unchecked => "later",
             UpstreamKind::Error(RpcError { code: -32602, .. }) => "no",
             UpstreamKind::Unavailable if self.not_run => "later",
@@ -79,7 +92,9 @@ impl UpstreamFailure {
             None => String::new(),
         };
         let again = self.hints.if_it_ran(tool);
-        if self.unchecked {
+        // Without a credential nothing is sent, tool list or call alike.
+        let credentials = matches!(self.kind, UpstreamKind::Credentials { .. });
+        if self.unchecked && !credentials {
             return format!(
                 "The gateway could not get the tool list of server `{server}`, which it needs to check the call of \
                  `{tool}`: {}{said}. The tool was not run. Retrying later may help; if it keeps failing, report that \
@@ -88,6 +103,12 @@ impl UpstreamFailure {
             );
         }
         match self.kind {
+            UpstreamKind::Credentials { retry_helps } => format!(
+                "The gateway could not obtain the credential this client reaches server `{server}` with, so `{tool}` \
+                 was not sent and did not run: {}. {}",
+                self.reason,
+                credentials_advice(retry_helps)
+            ),
             UpstreamKind::Unavailable if self.not_run => format!(
                 "The gateway could not reach server `{server}` to run `{tool}`: {}. The arguments were valid, and \
                  the tool did not run. Retrying later may help; if it keeps failing, report that the server is unavailable.",
@@ -154,6 +175,12 @@ impl UpstreamFailure {
     fn method_text(&self) -> String {
         let server = &self.server;
         match self.kind {
+            UpstreamKind::Credentials { retry_helps } => format!(
+                "The gateway could not obtain the credential this client reaches server `{server}` with, so the \
+                 request was not sent: {}. {}",
+                self.reason,
+                credentials_advice(retry_helps)
+            ),
             UpstreamKind::Timeout => format!(
                 "The gateway stopped waiting for server `{server}`: {}. The request may still have run.",
                 self.reason
@@ -219,6 +246,15 @@ impl UpstreamFailure {
                 )
             }
         }
+    }
+}
+
+/// Whether retrying an `upstream_credentials_unavailable` call helps.
+fn credentials_advice(retry_helps: bool) -> &'static str {
+    if retry_helps {
+        "Retrying later may help; if it keeps failing, report it to the gateway's operator."
+    } else {
+        "Retrying the same call will not help until that is fixed."
     }
 }
 
@@ -288,6 +324,7 @@ impl UpstreamKind {
             UpstreamKind::Error(_) => "upstream_error",
             UpstreamKind::ToolFailed(_) => "upstream_tool_failed",
             UpstreamKind::Refused(_) => "upstream_refused",
+            UpstreamKind::Credentials { .. } => "upstream_credentials_unavailable",
         }
     }
 
@@ -296,6 +333,7 @@ impl UpstreamKind {
             UpstreamKind::Timeout => codes::UPSTREAM_TIMEOUT,
             UpstreamKind::Protocol => codes::UPSTREAM_PROTOCOL,
             UpstreamKind::Refused(_) => codes::UPSTREAM_REFUSED,
+            UpstreamKind::Credentials { .. } => codes::UPSTREAM_CREDENTIALS,
             _ => codes::UPSTREAM_UNAVAILABLE,
         }
     }

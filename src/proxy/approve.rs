@@ -28,6 +28,7 @@ use crate::approval::{Binding, Call, Gate, Refusal, Requirement, gate, inband, q
 use crate::auth::ClientId;
 use crate::config::Mode;
 use crate::error::{self, Rejection, RenderCtx};
+use crate::identity::Caller;
 use crate::mcp::jsonrpc::Message;
 use crate::mcp::version::Era;
 use crate::proxy::respond::{self, Recipient};
@@ -143,6 +144,7 @@ pub(super) async fn approve(
                 headers: headers.clone(),
                 body: stripped(message, None),
                 refused_as: (shown_tool, server),
+                caller: forward.caller.clone(),
             };
             let rest = async move {
                 let got = approvals.await_answer(&binding, &id, answer, timeout).await;
@@ -173,6 +175,8 @@ struct OnStream {
     headers: HeaderMap,
     body: Bytes,
     refused_as: (String, String),
+    /// Whom the call is forwarded for once approved.
+    caller: Caller,
 }
 
 type Chunks = futures_util::stream::BoxStream<'static, Result<Bytes, std::io::Error>>;
@@ -208,6 +212,7 @@ impl OnStream {
             session: self.session.as_deref(),
             trail: to.trail.clone(),
             listen: false,
+            caller: self.caller,
         };
         match forward.relay(&self.headers, self.body.clone(), to).await {
             Err(rejection) => one_event(rejection.rpc_message(cx)),

@@ -116,6 +116,7 @@ pub(super) async fn serve(
         session: session.as_deref(),
         trail: ex.trail.clone(),
         listen: called.as_ref().map(Called::class) == Some(Class::Subscription),
+        caller: ex.caller(client),
     };
     let Some(called) = called else {
         // A client's answer to a server's request (handshake era).

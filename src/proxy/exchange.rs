@@ -17,9 +17,10 @@ use crate::proxy::catalog::CallFacts;
 use crate::proxy::respond::Recipient;
 use crate::proxy::tasks::{TaskScope, TaskStore};
 
-use crate::auth::ClientId;
+use crate::auth::{ClientId, PresentedToken};
 use crate::config::Mode;
 use crate::error::{Rejection, RenderCtx};
+use crate::identity::Caller;
 use crate::mcp::headers::{self, MCP_SESSION_ID};
 use crate::mcp::jsonrpc::Message;
 use crate::mcp::version::Era;
@@ -33,6 +34,9 @@ pub(super) const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 pub(super) struct Exchange {
     pub(super) started: Instant,
     pub(super) client: Option<ClientId>,
+    /// The JWT the client authenticated with (not an API key): the subject of
+    /// a token exchange, the claims of an identity template.
+    pub(super) token: Option<PresentedToken>,
     pub(super) server: Option<String>,
     pub(super) method: String,
     pub(super) id: Option<Value>,
@@ -54,6 +58,14 @@ pub(super) struct Exchange {
 }
 
 impl Exchange {
+    /// Whom the upstream requests of this exchange are sent for.
+    pub(super) fn caller(&self, client: &ClientId) -> Caller {
+        Caller {
+            client: client.clone(),
+            token: self.token.clone(),
+        }
+    }
+
     pub(super) fn render_ctx(&self) -> RenderCtx<'_> {
         RenderCtx {
             id: self.id.as_ref(),

@@ -40,6 +40,7 @@ use crate::mcp::jsonrpc::Message;
 use crate::mcp::methods::ListKind;
 use crate::mcp::methods::{Class, Method as Rpc};
 use crate::mcp::version::Era;
+use crate::proxy::reply::UpstreamError;
 use crate::proxy::upstream::forwarded_headers;
 
 mod listen;
@@ -154,7 +155,19 @@ pub(super) async fn end(
         let out = forwarded_headers(&part.headers(&request.headers, None), ACCEPT_BOTH);
         let upstream = &part.server.upstream;
         let timeout = Some(upstream.settings.timeout);
-        let ended = upstream.exchange(Method::DELETE, out, None, timeout).await;
+        let credential = part
+            .server
+            .identity
+            .credential(&ex.caller(client), &live.config.identity)
+            .await;
+        let ended = match credential {
+            Ok(credential) => {
+                upstream
+                    .exchange(Method::DELETE, out, credential, None, timeout)
+                    .await
+            }
+            Err(e) => Err(UpstreamError::credentials(e)),
+        };
         if let Err(e) = ended {
             tracing::info!(server = part.name(), error = %e.reason, "ending a member session failed");
         }

@@ -27,6 +27,7 @@ use super::exchange::{ACCEPT_BOTH, Exchange, recipient};
 use crate::auth::ClientId;
 use crate::config::{Pinning, SanitizeSettings};
 use crate::error::{self, Rejection, UpstreamFailure};
+use crate::identity::Caller;
 use crate::mcp::headers::{
     self, MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
@@ -118,11 +119,16 @@ pub(super) async fn stream_or_end(
         .trace()
         .forward(&mut out, None, server.upstream.settings.url());
     let name = server.upstream.settings.name.clone();
+    let credential = server
+        .identity
+        .credential(&ex.caller(client), &live.config.identity)
+        .await
+        .map_err(|e| upstream(&live.sanitize, &name, None, UpstreamError::credentials(e)))?;
     let sent = Instant::now();
     // A GET stream lives as long as the session: no idle limit.
     let reply = server
         .upstream
-        .exchange(parts.method.clone(), out, None, None)
+        .exchange(parts.method.clone(), out, credential, None, None)
         .await
         .map_err(|e| upstream(&live.sanitize, &name, None, e))?;
     ex.trail
@@ -149,6 +155,8 @@ pub(super) struct Forward<'a> {
     pub(super) trail: Arc<Trail>,
     /// A `subscriptions/listen`: its stream has no idle limit.
     pub(super) listen: bool,
+    /// Whom it is sent for: the server's identity mode gives the credential.
+    pub(super) caller: Caller,
 }
 
 impl Forward<'_> {
@@ -173,9 +181,18 @@ impl Forward<'_> {
         let upstream = &self.server.upstream;
         let url = upstream.settings.url();
         let body = (self.trail.trace()).forward(&mut headers, Some(body), url);
+        // No credential, no request: the refusal says what is missing.
+        let credential = self
+            .server
+            .identity
+            .credential(&self.caller, &self.live.config.identity)
+            .await
+            .map_err(UpstreamError::credentials)?;
         let sent = Instant::now();
         let idle = idle.then_some(upstream.settings.timeout);
-        let mut reply = upstream.exchange(Method::POST, headers, body, idle).await?;
+        let mut reply = upstream
+            .exchange(Method::POST, headers, credential, body, idle)
+            .await?;
         if self.ex_era == Era::Modern {
             // The 2026 era has no sessions: an upstream's session id is not relayed.
             reply_headers_mut(&mut reply).remove(MCP_SESSION_ID);

@@ -76,6 +76,7 @@ pub(crate) async fn handle(
         trail: Trail::new(state.sinks.clone(), started, event, trace),
         started,
         client: None,
+        token: None,
         server: None,
         method: crate::util::text::clip(parts.method.as_str()),
         id: None,
@@ -153,12 +154,14 @@ async fn serve(
         }
         Target::Merged => "",
     };
-    let client = config
+    let authenticated = config
         .clients
         .authenticate(&parts.headers, audience_server, parts.uri.path())
         .await
         .map_err(Rejection::Unauthenticated)?;
+    let client = authenticated.client;
     ex.client = Some(client.clone());
+    ex.token = authenticated.token;
     match (target, parts.method.clone()) {
         (Target::One(server), Method::POST) => {
             ex.trail.stage("read_body");

@@ -139,6 +139,18 @@ impl UpstreamError {
         }
     }
 
+    /// No credential could be had for the caller: nothing was sent.
+    pub(crate) fn credentials(e: crate::identity::CredentialError) -> Self {
+        let mut err = Self::new(
+            UpstreamKind::Credentials {
+                retry_helps: e.retry_helps,
+            },
+            e.reason,
+        );
+        err.not_run = true;
+        err
+    }
+
     /// With the upstream's own words (raw; sanitized later).
     pub(crate) fn with_snippet(mut self, text: Option<String>) -> Self {
         self.snippet = text;

@@ -22,6 +22,7 @@ use super::tasks::TaskStore;
 use super::upstream::Upstream;
 use crate::approval::{Approvals, Happening};
 use crate::config::Config;
+use crate::identity::Broker;
 use crate::pins::Pins;
 use crate::ratelimit::{RateLimiter, RatePlan};
 use crate::record::event::{APPROVAL_METHOD, Event};
@@ -76,6 +77,8 @@ pub(crate) struct Live {
 pub(crate) struct ServerState {
     pub upstream: Arc<Upstream>,
     pub catalog: Arc<Catalog>,
+    /// How each client reaches it as itself, and the tokens obtained for that.
+    pub identity: Arc<Broker>,
 }
 
 impl AppState {
@@ -195,7 +198,10 @@ impl Live {
             let kept = previous.and_then(|p| {
                 let old = p.servers.get(name)?;
                 let same = *old.upstream.settings == **settings
-                    && old.upstream.max_response_bytes == max_response;
+                    && old.upstream.max_response_bytes == max_response
+                    && p.config.identity.max_cached == config.identity.max_cached
+                    && p.config.identity.max_cached_per_client
+                        == config.identity.max_cached_per_client;
                 same.then(|| old.clone())
             });
             let state = match kept {
@@ -205,9 +211,13 @@ impl Live {
                     let listed = catalog.clone();
                     let tools_changed = Box::new(move || listed.invalidate());
                     let upstream = Upstream::new(settings.clone(), max_response, tools_changed)?;
+                    let url = settings.url().map(|u| u.as_str()).unwrap_or_default();
+                    let identity =
+                        Broker::new(name, url, settings.identity.clone(), &config.identity);
                     Arc::new(ServerState {
                         upstream: Arc::new(upstream),
                         catalog,
+                        identity: Arc::new(identity),
                     })
                 }
             };

@@ -17,6 +17,8 @@
 //! - only an allow-list of client headers crosses (MCP transport headers and
 //!   trace context); `Authorization`, cookies and every other credential stay
 //!   behind, and the server's configured `headers` are added instead;
+//! - every request carries the [`Credential`] the server's identity mode
+//!   gave for its caller: [`Upstream::exchange`] cannot be called without one;
 //! - every wait is bounded: connect, response headers, a JSON body, and the gap
 //!   between two SSE events of a response (long-lived listen streams excepted);
 //! - every read is bounded: a JSON body and each SSE event are capped.
@@ -34,6 +36,7 @@ use super::reply::{Framing, OTHER_BODY_BYTES, Reply, UpstreamError};
 use super::stdio::Stdio;
 use crate::config::{ServerSettings, Transport};
 use crate::error::UpstreamKind;
+use crate::identity::Credential;
 use crate::mcp::headers::{
     LAST_EVENT_ID, MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
@@ -157,10 +160,12 @@ impl Upstream {
     pub(crate) async fn exchange(
         &self,
         method: Method,
-        headers: HeaderMap,
+        mut headers: HeaderMap,
+        credential: Credential,
         body: Option<Bytes>,
         idle: Option<Duration>,
     ) -> Result<Reply, UpstreamError> {
+        credential.apply(&mut headers);
         match &self.link {
             Link::Http { client, url } => {
                 let response = self.send(client, url, method, headers, body).await?;

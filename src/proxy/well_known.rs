@@ -6,9 +6,15 @@
 //! its `resource_metadata` here to learn which authorization server issues
 //! tokens for the resource.
 //!
+//! Also the gateway's own public keys (`/.well-known/jwks.json`), when
+//! `[identity] signing_keys` are configured: upstreams verify the identity
+//! assertions the gateway signs with them.
+//!
 //! Invariants: the same Origin/Host checks as the MCP endpoint; every URL in
 //! the document comes from the configuration, never from the request's Host;
-//! without `[auth.jwt]` these paths do not exist (404, as before).
+//! without `[auth.jwt]` these paths do not exist (404, as before); the key
+//! set holds public halves only, every configured key (the signing one
+//! first), read from the configuration in force.
 
 use std::sync::Arc;
 
@@ -48,6 +54,37 @@ pub(super) async fn named_server(
     headers: HeaderMap,
 ) -> Response {
     metadata(&state, &uri, &headers, Some(Some(server)))
+}
+
+/// `/.well-known/jwks.json`: the gateway's signing keys, public halves only.
+pub(super) async fn jwks(
+    State(state): State<Arc<AppState>>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let config = state.config();
+    if config.identity.keys.is_empty() {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    if let Err(r) = admit(
+        &headers,
+        uri.authority().map(|a| a.as_str()),
+        &config.gateway,
+        state.loopback,
+    ) {
+        return r.into_response(RenderCtx {
+            id: None,
+            era: Era::Legacy,
+        });
+    }
+    let body = crate::identity::jwks(config.identity.keys.iter().map(|k| &**k));
+    let mut response = Json(body).into_response();
+    // Short enough that a rotation is seen soon; upstreams also refetch on an unknown kid.
+    response.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("max-age=60"),
+    );
+    response
 }
 
 /// `resource`: `None` for the gateway, `Some(None)` for `/mcp`, `Some(Some(name))` for `/mcp/<name>`.

@@ -78,6 +78,32 @@ else
   echo "portcullis peers: FastMCP installed in $PEERS/fastmcp-venv"
 fi
 
+# The upstream-identity tests: a real OAuth authorization server (panva's oidc-provider, with the
+# token-exchange grant the test registers) in its own npm folder, and PyJWT with its crypto extra in
+# the Python SDK's venv (its servers verify the tokens they receive), with a stamp of their own.
+AUTHZ_NPM=(oidc-provider@9.13.3)
+AUTHZ_PY=("pyjwt[crypto]==2.15.1")
+AUTHZ_STAMP="$PEERS/stamp-authz"
+AUTHZ_STAMP_TEXT="stamp-v1 npm=${AUTHZ_NPM[*]} python=${AUTHZ_PY[*]}"
+if [[ -f "$AUTHZ_STAMP" && "$(cat "$AUTHZ_STAMP")" == "$AUTHZ_STAMP_TEXT" \
+      && -d "$PEERS/authz/node_modules/oidc-provider" ]] \
+   && "$PEERS/venv/bin/python" -c 'import jwt, cryptography' 2>/dev/null; then
+  echo "portcullis peers: oidc-provider and PyJWT up to date in $PEERS/authz"
+else
+  rm -f "$AUTHZ_STAMP"
+  mkdir -p "$PEERS/authz"
+  [[ -f "$PEERS/authz/package.json" ]] || echo '{"private": true}' > "$PEERS/authz/package.json"
+  (cd "$PEERS/authz" && npm install --no-audit --no-fund --loglevel=error --save-exact "${AUTHZ_NPM[@]}" >/dev/null)
+  test -f "$PEERS/authz/node_modules/jose/package.json"
+  if [[ ! -x "$PEERS/venv/bin/python" ]]; then
+    "${PYTHON:-python3}" -m venv "$PEERS/venv"
+  fi
+  "$PEERS/venv/bin/python" -m pip install --quiet --disable-pip-version-check "${AUTHZ_PY[@]}"
+  "$PEERS/venv/bin/python" -c 'import jwt, cryptography'
+  printf '%s' "$AUTHZ_STAMP_TEXT" > "$AUTHZ_STAMP"
+  echo "portcullis peers: oidc-provider and PyJWT installed in $PEERS/authz"
+fi
+
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$STAMP_TEXT" \
       && -x "$PEERS/venv/bin/python" && -d "$PEERS/npm/node_modules" ]]; then
   echo "portcullis peers: up to date in $PEERS (venv: $PEERS/venv, npm: $PEERS/npm)"

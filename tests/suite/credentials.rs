@@ -1,5 +1,7 @@
 //! No client credential reaches the upstream — API key or JWT; the server's
-//! configured headers do.
+//! configured headers do. The same holds in every upstream identity mode
+//! (secret, template, assertion, exchange, client credentials):
+//! `identity::the_clients_own_token_never_reaches_the_server_nor_a_minted_one_the_log_in_any_mode`.
 
 use crate::support;
 

@@ -24,6 +24,7 @@ const LAYERS: &[&[&str]] = &[
     &[
         "approval",
         "auth",
+        "identity",
         "pins",
         "policy",
         "ratelimit",

@@ -42,6 +42,7 @@ mod edges;
 mod federation;
 mod fuzz;
 mod hostile_schemas;
+mod identity;
 mod jwt;
 mod layers;
 mod methods;

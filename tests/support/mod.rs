@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod fuzz;
+pub mod identity;
 pub mod jwt;
 pub mod log;
 pub mod misbehaving;

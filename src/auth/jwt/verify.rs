@@ -141,8 +141,12 @@ impl JwtVerifier {
     }
 
     /// Verifies `token` for a request to `server`; on success, the value of
-    /// the client claim.
-    pub(crate) async fn verify(&self, token: &str, server: &str) -> Result<String, Refused> {
+    /// the client claim and the token's verified claims.
+    pub(crate) async fn verify(
+        &self,
+        token: &str,
+        server: &str,
+    ) -> Result<(String, Map<String, Value>), Refused> {
         let token = Token::parse(token)?;
         let alg = self.algorithm(&token.header)?;
         let kid = token.header.kid.as_deref();
@@ -174,7 +178,7 @@ impl JwtVerifier {
             .map_err(|_| invalid("the payload is not a JSON object"))?;
         let client = self.check_claims(&claims, now_secs(), server)?;
         self.check_scopes(&claims)?;
-        Ok(client)
+        Ok((client, claims))
     }
 
     /// The header's `alg`, when it is configured.

@@ -127,6 +127,8 @@ impl Ctx<'_> {
                     )
                 })
                 .transpose()?,
+            // Compiled once the clients are known (`identity.rs`).
+            identity: None,
         })
     }
 

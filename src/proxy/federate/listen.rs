@@ -59,7 +59,7 @@ pub(super) async fn listen(
             own["params"]["notifications"]["resourceSubscriptions"] = json!(mine);
         }
         let body = Bytes::from(serde_json::to_vec(&own).unwrap_or_default());
-        let forward = part.forward(view.state, view.live, ex);
+        let forward = part.forward(view.state, view.live, ex, view.client);
         let out = forward.headers(&part.headers(view.headers, None));
         match forward.send(out, body, false).await {
             Ok(Reply::Sse { events, .. }) => {

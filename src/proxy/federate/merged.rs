@@ -42,7 +42,7 @@ async fn ask_each(view: &View<'_>, ex: &Exchange, body: &Bytes) -> Vec<Answer> {
     let id = ex.id.clone().unwrap_or(Value::Null);
     let mut answers = Vec::new();
     for part in &view.parts {
-        let forward = part.forward(view.state, view.live, ex);
+        let forward = part.forward(view.state, view.live, ex, view.client);
         let out = forward.headers(&part.headers(view.headers, None));
         let answered = match forward.send(out, body.clone(), true).await {
             Ok(reply) => {
@@ -294,7 +294,7 @@ pub(super) async fn part_list(
     kind: ListKind,
 ) -> Result<Listed, Rejection> {
     enter(ex, view.live, part.server);
-    let forward = part.forward(view.state, view.live, ex);
+    let forward = part.forward(view.state, view.live, ex, view.client);
     let headers = part.headers(view.headers, None);
     let config = &*view.live.config;
     let listed = list_items(config, ex, &forward, view.client, &headers, message, kind).await?;

@@ -185,7 +185,7 @@ async fn unknown_merged_tool(
     let config = &*view.live.config;
     let mut permitted = Vec::new();
     for part in &view.parts {
-        let forward = part.forward(view.state, view.live, ex);
+        let forward = part.forward(view.state, view.live, ex, view.client);
         let headers = part.headers(view.headers, None);
         let Ok(tools) = forward.tool_set(&headers, message, None).await else {
             continue;

@@ -70,6 +70,7 @@ impl Part<'_> {
         state: &'f Arc<AppState>,
         live: &'f Live,
         ex: &Exchange,
+        client: &ClientId,
     ) -> Forward<'f> {
         Forward {
             state,
@@ -80,6 +81,7 @@ impl Part<'_> {
             trail: ex.trail.clone(),
             // The merged view's own listen sends with no idle limit itself.
             listen: false,
+            caller: ex.caller(client),
         }
     }
 }
