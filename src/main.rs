@@ -32,6 +32,13 @@ enum Command {
         /// The TOML configuration file.
         #[arg(long, short, env = "PORTCULLIS_CONFIG")]
         config: PathBuf,
+        /// Explain what one call gets instead: a JSON file naming `client`,
+        /// `server`, one of `tool`/`resource`/`prompt`, and optional `arguments`.
+        #[arg(long, value_name = "REQUEST.json")]
+        explain: Option<PathBuf>,
+        /// With --explain: print the explanation as JSON.
+        #[arg(long, requires = "explain")]
+        json: bool,
     },
     /// Read an API key on stdin and print its SHA-256, for `api_key_sha256`.
     HashKey,
@@ -110,7 +117,16 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { config } => check(&config),
+        Command::Check {
+            config,
+            explain: None,
+            ..
+        } => check(&config),
+        Command::Check {
+            config,
+            explain: Some(request),
+            json,
+        } => explain(&config, &request, json),
         Command::Pins { command } => pins(command),
         Command::HashKey => hash_key(),
         Command::ConfigSchema => {
@@ -142,6 +158,24 @@ fn check(path: &std::path::Path) -> ExitCode {
     match config::load(path) {
         Ok(config) => {
             print!("{}", config.describe());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn explain(path: &std::path::Path, request: &std::path::Path, json: bool) -> ExitCode {
+    let result = config::load(path).map_err(|e| e.to_string()).and_then(|c| {
+        std::fs::read_to_string(request)
+            .map_err(|e| format!("{}: {e}", request.display()))
+            .and_then(|text| portcullis::cli::explain::explain(&c, &text, json))
+    });
+    match result {
+        Ok(text) => {
+            println!("{}", text.trim_end());
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -9,12 +9,12 @@
 //! matches and no `deny` rule does; a deny rule always wins; `"*"` in `clients`
 //! means any *authenticated* client (the anonymous client must be named).
 
+mod describe;
 pub mod glob;
 mod index;
+mod resolve;
 mod rule;
 pub mod uri;
-
-use std::fmt::Write as _;
 
 use serde_json::Value;
 
@@ -43,6 +43,21 @@ pub struct Decision {
     pub rule: Option<usize>,
     /// Indexes of every matching allow rule (their rates and argument constraints apply).
     pub allow_rules: Vec<usize>,
+}
+
+/// Everything that applies to one use by one client on one server.
+#[derive(Debug, Clone)]
+pub struct Effective<'p> {
+    /// Allowed or not, and by which rule.
+    pub decision: Decision,
+    /// Every rate of every matching allow rule, with the rule's index in
+    /// `[[rules]]`: a call takes a token from each.
+    pub rates: Vec<(usize, Rate)>,
+    /// The `[[rules]]` index of every matching allow rule with an `arguments`
+    /// constraint (tools only): each must pass.
+    pub constraints: Vec<usize>,
+    /// The strictest approval among the matching allow rules (tools only).
+    pub approval: Option<&'p crate::approval::Requirement>,
 }
 
 // === impl Policy ===
@@ -135,18 +150,6 @@ impl Policy {
         Ok(())
     }
 
-    /// The approval a permitted call needs: that of the first matching allow
-    /// rule that asks for one (any such rule makes the call need approval).
-    pub(crate) fn approval(&self, decision: &Decision) -> Option<&crate::approval::Requirement> {
-        if !decision.allowed {
-            return None;
-        }
-        decision
-            .allow_rules
-            .iter()
-            .find_map(|i| self.rules[*i].approval.as_ref())
-    }
-
     /// The rates that apply to a decision, with the index of the rule they come from.
     pub fn rates<'p>(
         &'p self,
@@ -169,134 +172,6 @@ impl Policy {
             Subject::Prompt(_) => &rule.prompts,
         };
         globs.iter().map(|g| g.as_str().to_owned()).collect()
-    }
-
-    /// The effective policy as text, per client and server: what `portcullis check` prints.
-    pub(crate) fn describe(&self, clients: &[ClientId], servers: &[&str]) -> String {
-        let mut out = String::new();
-        for client in clients {
-            let _ = writeln!(out, "client {}", client.name());
-            let mut any = false;
-            for server in servers {
-                let lines = self.describe_one(client, server);
-                if lines.is_empty() {
-                    continue;
-                }
-                any = true;
-                let _ = writeln!(out, "  server {server}");
-                for line in lines {
-                    let _ = writeln!(out, "    {line}");
-                }
-            }
-            if !any {
-                let _ = writeln!(out, "  nothing: no allow rule names this client");
-            }
-        }
-        out
-    }
-
-    fn describe_one(&self, client: &ClientId, server: &str) -> Vec<String> {
-        let mut lines = Vec::new();
-        for rule in &self.rules {
-            if !rule.clients.iter().any(|g| client_matches(g, client))
-                || !rule.servers.iter().any(|g| g.matches(server))
-            {
-                continue;
-            }
-            let verb = match rule.action {
-                Action::Allow => "allow",
-                Action::Deny => "deny ",
-            };
-            for (kind, globs) in [
-                ("tools", &rule.tools),
-                ("resources", &rule.resources),
-                ("prompts", &rule.prompts),
-            ] {
-                if globs.is_empty() {
-                    continue;
-                }
-                let names: Vec<&str> = globs.iter().map(Glob::as_str).collect();
-                let mut line = format!("{verb} {kind:<9} {}", names.join(", "));
-                if let Some(rate) = rule.rate {
-                    let _ = write!(line, "  rate: {}", rate.describe());
-                }
-                if kind == "tools" && rule.arguments.is_some() {
-                    line.push_str("  arguments constrained");
-                }
-                if let (Some(approval), "tools") = (&rule.approval, kind) {
-                    let _ = write!(line, "  approval: {}", approval.describe());
-                }
-                let _ = write!(line, "  (rules[{}])", rule.index);
-                lines.push(line);
-            }
-        }
-        if !lines.is_empty() && !lines.iter().any(|l| l.starts_with("allow")) {
-            lines.push("(nothing is allowed here: only deny rules match)".to_owned());
-        }
-        lines.extend(self.describe_limits(client, server));
-        lines
-    }
-
-    /// Each allowed pattern with every rate that applies to it (a call takes a
-    /// token from each); nothing when no allow rule here has a rate.
-    fn describe_limits(&self, client: &ClientId, server: &str) -> Vec<String> {
-        let allows: Vec<&Rule> = self
-            .rules
-            .iter()
-            .filter(|r| {
-                r.action == Action::Allow
-                    && r.clients.iter().any(|g| client_matches(g, client))
-                    && r.servers.iter().any(|g| g.matches(server))
-            })
-            .collect();
-        if !allows.iter().any(|r| r.rate.is_some()) {
-            return Vec::new();
-        }
-        let mut lines = Vec::new();
-        for (kind, globs_of) in [
-            ("tool", (|r: &Rule| &r.tools) as fn(&Rule) -> &Vec<Glob>),
-            ("resource", |r: &Rule| &r.resources),
-            ("prompt", |r: &Rule| &r.prompts),
-        ] {
-            let mut patterns: Vec<&Glob> = Vec::new();
-            for glob in allows.iter().flat_map(|r| globs_of(r)) {
-                if !patterns.iter().any(|p| p.as_str() == glob.as_str()) {
-                    patterns.push(glob);
-                }
-            }
-            if patterns.is_empty() {
-                continue;
-            }
-            lines.push(format!(
-                "limits per {kind} (a call takes a token from each bucket listed):"
-            ));
-            let width = patterns.iter().map(|p| p.as_str().len()).max().unwrap_or(0);
-            for pattern in patterns {
-                let mut limits = Vec::new();
-                for rule in &allows {
-                    let Some(rate) = rule.rate else { continue };
-                    let globs = globs_of(rule);
-                    let Some(hit) = globs.iter().find(|g| g.overlaps(pattern)) else {
-                        continue;
-                    };
-                    let mut text = rate.describe();
-                    if !globs.iter().any(|g| g.covers(pattern)) {
-                        let _ = write!(text, ", if the name also matches {}", hit.as_str());
-                    }
-                    let _ = write!(text, " (rules[{}])", rule.index);
-                    limits.push(text);
-                }
-                if limits.is_empty() {
-                    limits.push("no limit".to_owned());
-                }
-                for (i, limit) in limits.iter().enumerate() {
-                    let name = if i == 0 { pattern.as_str() } else { "" };
-                    let plus = if i == 0 { "" } else { "+ " };
-                    lines.push(format!("  {name:<width$}  {plus}{limit}"));
-                }
-            }
-        }
-        lines
     }
 }
 

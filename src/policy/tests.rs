@@ -316,3 +316,68 @@ mod index_agrees_with_a_scan {
         }
     }
 }
+
+#[test]
+fn the_strictest_approval_of_the_matching_rules_wins() {
+    let rule = |tools: &str, by: &str| {
+        format!(
+            "[[rules]]\nclients = [\"*\"]\nservers = [\"flights\"]\ntools = [\"{tools}\"]\naction = \"allow\"\napproval = {{ by = \"{by}\" }}\n"
+        )
+    };
+    let by = |rules: &str, tool: &str| {
+        let p = policy(rules);
+        let e = p.resolve(&alice(), "flights", Subject::Tool(tool));
+        e.approval.map(|a| (a.by.as_str(), a.rule))
+    };
+    // Operator over either over user, whatever the order in the file.
+    let rules = [
+        rule("*", "user"),
+        rule("book_*", "operator"),
+        rule("book_flight", "either"),
+    ]
+    .concat();
+    assert_eq!(by(&rules, "book_flight"), Some(("operator", 1)));
+    assert_eq!(by(&rules, "echo"), Some(("user", 0)));
+    let rules = [rule("*", "either"), rule("book_*", "user")].concat();
+    assert_eq!(by(&rules, "book_flight"), Some(("either", 0)));
+    // The first in file order among equals.
+    let rules = [rule("book_*", "operator"), rule("*", "operator")].concat();
+    assert_eq!(by(&rules, "book_flight"), Some(("operator", 0)));
+}
+
+#[test]
+fn every_rate_and_constraint_of_the_matching_allow_rules_applies() {
+    let p = policy(
+        r#"
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["*"]
+action = "allow"
+rate = { burst = 5, per_second = 1.0 }
+[[rules]]
+clients = ["alice"]
+servers = ["flights"]
+tools = ["book_*"]
+action = "allow"
+rate = { burst = 2, per_second = 1.0 }
+arguments = { properties = { passengers = { maximum = 4 } } }
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["book_flight"]
+action = "allow"
+arguments = { required = ["date"] }
+"#,
+    );
+    let e = p.resolve(&alice(), "flights", Subject::Tool("book_flight"));
+    assert_eq!(e.rates.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(e.constraints, [1, 2]);
+    let e = p.resolve(
+        &ClientId::named("bob"),
+        "flights",
+        Subject::Tool("book_flight"),
+    );
+    assert_eq!(e.rates.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [0]);
+    assert_eq!(e.constraints, [2]);
+}

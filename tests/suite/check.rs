@@ -111,10 +111,12 @@ fn every_fixture_and_snapshot_is_used() {
     expected.push("valid".into());
     expected.push("rate_limits".into());
     expected.push("jwt".into());
+    expected.push("resolution".into());
     expected.sort();
     assert_eq!(stems(FIXTURES, "toml"), expected, "fixtures without a test");
     if std::env::var("UPDATE_SNAPSHOTS").as_deref() != Ok("1") {
         expected.push("hash_key_empty".into());
+        expected.extend(["explain".into(), "explain_json".into()]);
         expected.sort();
         assert_eq!(
             stems(SNAPSHOTS, "txt"),
@@ -366,5 +368,63 @@ fn every_shipped_configuration_satisfies_the_schema_and_a_typo_does_not() {
             Some(2),
             "{what}: the loader refuses it too"
         );
+    }
+}
+
+/// Overlapping rules: the per-pattern view folds every matching rule as the
+/// runtime does (all rates, all `arguments` constraints, the strictest
+/// approval, a deny overriding).
+#[test]
+fn check_shows_what_a_use_of_each_pattern_gets() {
+    let out = check(&format!("{FIXTURES}/resolution.toml"));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    support::assert_snapshot("check", "resolution", &text(&out.stdout));
+}
+
+/// `check --explain` resolves one call with the runtime's resolution: the
+/// allow rules that apply, each constraint's verdict on the arguments given,
+/// each bucket, the strictest approval; as text and as JSON.
+#[test]
+fn check_explains_one_call() {
+    let config = format!("{FIXTURES}/resolution.toml");
+    let request = format!("{FIXTURES}/explain_book_flight.json");
+    for (json, name) in [(false, "explain"), (true, "explain_json")] {
+        let mut args = vec!["check", "--config", &config, "--explain", &request];
+        if json {
+            args.push("--json");
+        }
+        let out = portcullis(&args).output().expect("runs");
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        support::assert_snapshot("check", name, &text(&out.stdout));
+    }
+    // A request that names no subject, or an unknown client, is refused with the reason.
+    let dir = tempfile::tempdir().expect("dir");
+    for (body, says) in [
+        (
+            r#"{"client": "alice", "server": "flights"}"#,
+            "exactly one of `tool`",
+        ),
+        (
+            r#"{"client": "mallory", "server": "flights", "tool": "x"}"#,
+            "no client named `mallory`",
+        ),
+        (
+            r#"{"client": "alice", "server": "hotels", "tool": "x"}"#,
+            "no server named `hotels`",
+        ),
+    ] {
+        let path = dir.path().join("request.json");
+        fs::write(&path, body).expect("write");
+        let out = portcullis(&[
+            "check",
+            "--config",
+            &config,
+            "--explain",
+            path.to_str().expect("utf-8"),
+        ])
+        .output()
+        .expect("runs");
+        assert_eq!(out.status.code(), Some(2));
+        assert!(text(&out.stderr).contains(says), "{}", text(&out.stderr));
     }
 }

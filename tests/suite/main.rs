@@ -56,6 +56,7 @@ mod rate_limits;
 mod ratelimit;
 mod refusals;
 mod reload;
+mod resolution;
 mod resources;
 mod rewrite;
 mod sanitize;
