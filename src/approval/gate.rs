@@ -43,8 +43,9 @@ pub struct Call<'a> {
     pub can_elicit: bool,
     /// The handshake-era session.
     pub session: Option<&'a str>,
-    /// The arguments for display (sanitized by the caller).
-    pub shown: Value,
+    /// The arguments as every person who judges the call sees them
+    /// ([`super::render::arguments`] of the arguments forwarded).
+    pub shown: String,
     pub now_ms: i64,
 }
 
@@ -100,6 +101,9 @@ pub enum Refusal {
     /// What the call carries of an upstream's own input round is too large
     /// to carry across the gateway's question.
     TooLargeToCarry { limit: usize },
+    /// The question would be longer than `max_question_chars`: it is
+    /// refused rather than shown cut (nobody approves what they cannot see).
+    Unpresentable { chars: usize, limit: usize },
     /// Too many approvals open (queue, questions or used states).
     Busy { limit: usize, per_client: bool },
     /// The configuration was reloaded while the call waited: it is not run
@@ -153,6 +157,12 @@ impl Approvals {
                 self.event(Outcome::Refused, "operator", call, None);
                 return Gate::Refuse(Refusal::UnknownId);
             }
+        }
+        let chars = self.message(call).chars().count();
+        let limit = self.settings.max_question_chars;
+        if chars > limit {
+            self.event(Outcome::Refused, "user", call, None);
+            return Gate::Refuse(Refusal::Unpresentable { chars, limit });
         }
         let user = match call.requirement.by {
             Approver::User => true,
@@ -422,14 +432,15 @@ impl Approvals {
         }
     }
 
-    fn message(&self, call: &Call<'_>) -> String {
-        question::message(
-            &call.binding.tool,
-            &call.binding.server,
-            &call.shown,
-            call.requirement.reason.as_deref(),
-            self.settings.max_question_chars,
-        )
+    /// The question's text: [`super::render::question`], whole.
+    pub fn message(&self, call: &Call<'_>) -> String {
+        super::render::question(&super::render::Question {
+            tool: &call.binding.tool,
+            server: &call.binding.server,
+            reason: call.requirement.reason.as_deref(),
+            arguments: &call.shown,
+            digest: &call.binding.digest_hex(),
+        })
     }
 }
 

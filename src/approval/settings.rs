@@ -118,9 +118,8 @@ pub struct ApprovalSettings {
     pub max_used_states: usize,
     /// Most handshake-era sessions whose elicitation capability is remembered.
     pub max_sessions: usize,
-    /// Longest a single argument value is shown in a question (characters).
-    pub max_value_chars: usize,
-    /// Most characters of the whole argument text shown in a question.
+    /// Most characters of a question (the call rendered whole): a call whose
+    /// question is longer is refused (`approval_unpresentable`), never cut.
     pub max_question_chars: usize,
 }
 
@@ -132,8 +131,7 @@ impl Default for ApprovalSettings {
             max_pending_per_client: 20,
             max_used_states: 100_000,
             max_sessions: 10_000,
-            max_value_chars: 200,
-            max_question_chars: 4000,
+            max_question_chars: 20_000,
         }
     }
 }
@@ -149,7 +147,6 @@ impl fmt::Debug for ApprovalSettings {
             .field("max_pending_per_client", &self.max_pending_per_client)
             .field("max_used_states", &self.max_used_states)
             .field("max_sessions", &self.max_sessions)
-            .field("max_value_chars", &self.max_value_chars)
             .field("max_question_chars", &self.max_question_chars)
             .finish()
     }

@@ -330,8 +330,9 @@ pub(crate) struct RawApprovals {
     pub max_used_states: Option<Spanned<i64>>,
     #[schemars(with = "Option<i64>")]
     pub max_sessions: Option<Spanned<i64>>,
-    #[schemars(with = "Option<i64>")]
-    pub max_value_chars: Option<Spanned<i64>>,
+    /// Removed (values are shown whole): read only to refuse it with a reason.
+    #[schemars(skip)]
+    pub max_value_chars: Option<Spanned<toml::Value>>,
     #[schemars(with = "Option<i64>")]
     pub max_question_chars: Option<Spanned<i64>>,
 }

@@ -101,6 +101,15 @@ impl Ctx<'_> {
                 Some(text.into_bytes())
             }
         };
+        if let Some(removed) = &raw.max_value_chars {
+            return Err(self.fail(
+                Some(removed.span()),
+                "approvals.max_value_chars",
+                "this key was removed: a question now shows every value whole, and a call too large to show \
+                 in full is refused (`approval_unpresentable`); bound the question with \
+                 `max_question_chars` instead",
+            ));
+        }
         let size = |v: &Option<Spanned<i64>>, name: &str, default: usize, max: usize| {
             self.size(v.as_ref(), &format!("approvals.{name}"), default, 1, max)
         };
@@ -122,17 +131,11 @@ impl Ctx<'_> {
                 10_000_000,
             )?,
             max_sessions: size(&raw.max_sessions, "max_sessions", d.max_sessions, 1_000_000)?,
-            max_value_chars: size(
-                &raw.max_value_chars,
-                "max_value_chars",
-                d.max_value_chars,
-                10_000,
-            )?,
             max_question_chars: size(
                 &raw.max_question_chars,
                 "max_question_chars",
                 d.max_question_chars,
-                100_000,
+                1_000_000,
             )?,
         })
     }
