@@ -189,7 +189,7 @@ impl Approvals {
                 Ok(v) => v,
                 Err(why) => {
                     self.event(Outcome::Refused, "user", call, None);
-                    return Gate::Refuse(state_refusal(why, self.settings.max_used_states));
+                    return Gate::Refuse(state_refusal(why, self.used_limits()));
                 }
             };
             if verified.same_arguments {
@@ -199,7 +199,7 @@ impl Approvals {
                     .and_then(|r| r.get(INPUT_KEY));
                 if let Err(why) = self.signer.consume(&verified, call.now_ms) {
                     self.event(Outcome::Refused, "user", call, None);
-                    return Gate::Refuse(state_refusal(why, self.settings.max_used_states));
+                    return Gate::Refuse(state_refusal(why, self.used_limits()));
                 }
                 return match question::answer(answer) {
                     Answer::Approved => {
@@ -432,6 +432,13 @@ impl Approvals {
         }
     }
 
+    fn used_limits(&self) -> (usize, usize) {
+        (
+            self.settings.max_used_states,
+            self.settings.max_used_states_per_client,
+        )
+    }
+
     /// The question's text: [`super::render::question`], whole.
     pub fn message(&self, call: &Call<'_>) -> String {
         super::render::question(&super::render::Question {
@@ -444,14 +451,19 @@ impl Approvals {
     }
 }
 
-fn state_refusal(why: StateRefusal, limit: usize) -> Refusal {
+/// `limits`: the used-nonce table's bound, overall and per client.
+fn state_refusal(why: StateRefusal, limits: (usize, usize)) -> Refusal {
     match why {
         StateRefusal::Invalid => Refusal::StateInvalid,
         StateRefusal::Expired => Refusal::StateExpired,
         StateRefusal::Used => Refusal::StateUsed,
         StateRefusal::Full => Refusal::Busy {
-            limit,
+            limit: limits.0,
             per_client: false,
+        },
+        StateRefusal::ClientFull => Refusal::Busy {
+            limit: limits.1,
+            per_client: true,
         },
     }
 }

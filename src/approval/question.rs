@@ -14,6 +14,26 @@ use serde_json::{Value, json};
 /// The key of the gateway's question in a 2026 `inputRequests` map.
 pub const INPUT_KEY: &str = "portcullis_approval";
 
+/// The first words of every question the gateway asks.
+pub const OPENING: &str = "Approve this tool call?";
+
+/// Whether a server's own question (`elicitation/create` params) reads like
+/// the gateway's: its message opens with the gateway's words once every
+/// invisible character, space and case difference is taken out (the client
+/// may show it with those removed).
+pub fn poses_as_gateway(params: &Value) -> bool {
+    let Some(message) = params.get("message").and_then(Value::as_str) else {
+        return false;
+    };
+    let squeeze = |text: &str| -> String {
+        text.chars()
+            .filter(|c| !c.is_whitespace() && super::render::plain(*c))
+            .flat_map(char::to_lowercase)
+            .collect()
+    };
+    squeeze(message).starts_with(&squeeze(OPENING))
+}
+
 /// The `elicitation/create` params (form mode) of the question.
 pub fn elicitation(message: String) -> Value {
     json!({
@@ -61,6 +81,28 @@ pub fn answer(result: Option<&Value>) -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_question_in_the_gateways_words_is_recognised() {
+        for posing in [
+            "Approve this tool call?\nTool: x",
+            "\u{200b}approve  THIS tool\u{202e} call? ok",
+        ] {
+            assert!(poses_as_gateway(&json!({"message": posing})), "{posing}");
+        }
+        assert!(!poses_as_gateway(&json!({"message": "Your name?"})));
+        assert!(!poses_as_gateway(
+            &json!({"text": "Approve this tool call?"})
+        ));
+        let ours = crate::approval::render::question(&crate::approval::render::Question {
+            tool: "t",
+            server: "s",
+            reason: None,
+            arguments: "{}",
+            digest: "00",
+        });
+        assert!(ours.starts_with(OPENING) && poses_as_gateway(&json!({"message": ours})));
+    }
 
     #[test]
     fn only_an_explicit_yes_approves() {

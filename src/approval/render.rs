@@ -49,7 +49,7 @@ pub fn no_secrets(_: &str) -> Vec<Secret> {
 const MAX_MARKS: usize = 4;
 
 /// Whether `c` is shown as itself (else as an escape).
-fn plain(c: char) -> bool {
+pub fn plain(c: char) -> bool {
     if c == ' ' {
         return true;
     }

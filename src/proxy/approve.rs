@@ -253,8 +253,10 @@ fn sse_event(message: &Value) -> String {
     format!("event: message\ndata: {message}\n\n")
 }
 
-/// The call as forwarded: without the gateway's own approval parameters.
-fn stripped(message: &Message, round: Option<&Value>) -> Bytes {
+/// The call as forwarded: without the gateway's own approval parameters
+/// (its `requestState`, the answer under its reserved key, the approval id),
+/// whether or not a rule asks for approval.
+pub(super) fn stripped(message: &Message, round: Option<&Value>) -> Bytes {
     let mut value = rebuild(message);
     if let Some(Value::Object(params)) = value.get_mut("params") {
         gate::strip(params, round);

@@ -6,7 +6,7 @@
 //! sent upstream before validation passed.
 
 use super::approve;
-use super::exchange::{Exchange, canonical_body, observe_or_enforce, param_str, recipient};
+use super::exchange::{Exchange, observe_or_enforce, param_str, recipient};
 use super::forward::{Forward, upstream};
 use super::refusals::{
     argument_not_permitted, invalid_arguments, pin_quarantined, quarantined, unknown_tool,
@@ -171,8 +171,11 @@ pub(super) async fn call_tool(
     if let Some(requirement) = approval {
         return approve::approve(ex, forward, client, headers, message, &requirement, to).await;
     }
-    // Forwarded as the gateway serialises the parsed call, not as the client spelled it.
-    forward.relay(headers, canonical_body(message), to).await
+    // Forwarded as the gateway serialises the parsed call, not as the client
+    // spelled it, and never with an answer under the gateway's reserved key.
+    forward
+        .relay(headers, approve::stripped(message, None), to)
+        .await
 }
 
 /// A `tools/call` as the checks see it: who calls which tool, with what,

@@ -120,17 +120,31 @@ impl Ctx<'_> {
             d.max_pending_per_client,
             max_pending,
         )?;
+        let max_used_states = size(
+            &raw.max_used_states,
+            "max_used_states",
+            d.max_used_states,
+            10_000_000,
+        )?;
+        let max_sessions = size(&raw.max_sessions, "max_sessions", d.max_sessions, 1_000_000)?;
         Ok(ApprovalSettings {
             key,
             max_pending,
             max_pending_per_client,
-            max_used_states: size(
-                &raw.max_used_states,
-                "max_used_states",
-                d.max_used_states,
-                10_000_000,
+            max_used_states,
+            max_used_states_per_client: size(
+                &raw.max_used_states_per_client,
+                "max_used_states_per_client",
+                d.max_used_states_per_client.min(max_used_states),
+                max_used_states,
             )?,
-            max_sessions: size(&raw.max_sessions, "max_sessions", d.max_sessions, 1_000_000)?,
+            max_sessions,
+            max_sessions_per_client: size(
+                &raw.max_sessions_per_client,
+                "max_sessions_per_client",
+                d.max_sessions_per_client.min(max_sessions),
+                max_sessions,
+            )?,
             max_question_chars: size(
                 &raw.max_question_chars,
                 "max_question_chars",
