@@ -17,7 +17,9 @@
 //! Modules: `approvals` (the state and its events), [`settings`] (what the config means), [`binding`] (client,
 //! server, tool, argument digest), [`state`] (the signed 2026 state and its
 //! nonces), [`queue`] (the operator queue), [`inband`] (the 2025 question and
-//! which sessions can be asked), [`question`] (what is shown, what is a yes),
+//! which sessions can be asked), [`render`] (the one faithful rendering of a
+//! call for every person who judges it), [`question`] (the question around
+//! it, what is a yes),
 //! [`round`] (a 2026 call's own input round, and the gateway's parameters
 //! taken out of it), [`gate`] (the decision).
 //!
@@ -35,6 +37,7 @@ pub mod gate;
 pub mod inband;
 pub mod question;
 pub mod queue;
+pub mod render;
 pub mod round;
 pub mod settings;
 pub mod state;

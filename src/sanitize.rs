@@ -57,6 +57,16 @@ pub(crate) fn prepare() {
     secrets::prepare();
 }
 
+/// Every secret in `text` the built-in detectors and `[[sanitize.patterns]]`
+/// find, whatever `secrets` says (a person's approval question withholds
+/// them always): each as its byte range and kind.
+pub fn secrets_in(settings: &SanitizeSettings, text: &str) -> Vec<(usize, usize, String)> {
+    secrets::find(text, true, &settings.patterns)
+        .into_iter()
+        .map(|f| (f.start, f.end, f.kind.into_owned()))
+        .collect()
+}
+
 /// Most extra redaction rounds over one text (see [`Sanitizer::text`]).
 const MAX_REDACTION_ROUNDS: usize = 8;
 

@@ -1,10 +1,12 @@
 //! Small utilities that know nothing of MCP or of the gateway's decisions:
-//! durations as operators write them, clock readings, SQLite opening and
+//! the one serialisation of JSON the gateway forwards and digests, durations
+//! as operators write them, clock readings, SQLite opening and
 //! migration, text bounds.
 //!
 //! Place: the bottom layer. Invariant: nothing here imports another module of
 //! the crate (the layer test in `tests/` checks it).
 
+pub mod canonical;
 pub mod duration;
 pub mod sqlite;
 pub mod text;

@@ -89,7 +89,11 @@ impl Approvals {
     /// The state for `settings` (read at start); events go to `sink`.
     pub fn new(settings: &ApprovalSettings, sink: Sink) -> Self {
         Self {
-            signer: state::Signer::new(settings.key.as_deref(), settings.max_used_states),
+            signer: state::Signer::new(
+                settings.key.as_deref(),
+                settings.max_used_states,
+                settings.max_used_states_per_client,
+            ),
             queue: queue::Queue::new(settings.max_pending, settings.max_pending_per_client),
             questions: inband::Questions::default(),
             sessions: inband::Sessions::default(),
@@ -103,7 +107,10 @@ impl Approvals {
     /// asked in band: it declared the elicitation capability at `initialize`.
     pub fn remember_session(&self, client: &str, session: &str, capabilities: Option<&Value>) {
         let elicits = inband::declares_elicitation(capabilities);
-        let max = self.settings.max_sessions;
+        let max = (
+            self.settings.max_sessions,
+            self.settings.max_sessions_per_client,
+        );
         self.sessions.remember(client, session, elicits, max);
     }
 

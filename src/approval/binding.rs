@@ -5,66 +5,22 @@
 //! every other check (rules, rate limits, validation), from the arguments
 //! exactly as they will be forwarded.
 //!
-//! Invariants: the digest is SHA-256 of the RFC 8785 canonical form of the
-//! arguments (the pins module's canonicalization), so two spellings of the
-//! same JSON object have one digest and any other change has another; a
-//! binding matches only when all four parts are equal. JCS writes numbers
-//! as IEEE-754 doubles, which would give `2^53 + 1` and `2^53` one digest:
-//! integers beyond 2^53 are therefore digested by their exact digits, with
-//! the places where they stand, so no two different argument values share
-//! a digest through rounding.
+//! Invariants: the digest is SHA-256 of exactly the argument bytes the
+//! gateway forwards ([`crate::util::canonical`]: compact, members in key
+//! order, numbers as parsed), so two spellings of the same JSON object have
+//! one digest, any other change has another (`1` and `1.0`, and integers
+//! beyond 2^53, keep their own digits), and the digest a person is shown is
+//! the digest of what the server receives; a binding matches only when all
+//! four parts are equal.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-/// SHA-256 of RFC 8785 canonical JSON.
+/// SHA-256 of the canonical argument bytes.
 pub type ArgumentDigest = [u8; 32];
 
-/// The digest of a call's arguments.
+/// The digest of a call's arguments: SHA-256 of the bytes forwarded.
 pub fn digest(arguments: &Value) -> ArgumentDigest {
-    let mut places = Vec::new();
-    let exact = exact_integers(arguments, String::new(), &mut places);
-    if places.is_empty() {
-        return crate::pins::digest(arguments);
-    }
-    let places = Value::Array(places.into_iter().map(Value::String).collect());
-    let marked = serde_json::json!({"exact-integers": places, "value": exact});
-    crate::pins::digest(&marked)
-}
-
-/// The largest integer every double holds exactly.
-const EXACT: u64 = 1 << 53;
-
-/// `value` with every integer beyond ±2^53 replaced by its digits as a
-/// string; the JSON pointer of each replaced place is pushed to `places`.
-fn exact_integers(value: &Value, at: String, places: &mut Vec<String>) -> Value {
-    match value {
-        Value::Number(n) => {
-            let big = n.as_u64().is_some_and(|u| u > EXACT)
-                || n.as_i64().is_some_and(|i| i.unsigned_abs() > EXACT);
-            if big {
-                places.push(at);
-                Value::String(n.to_string())
-            } else {
-                value.clone()
-            }
-        }
-        Value::Array(items) => Value::Array(
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, v)| exact_integers(v, format!("{at}/{i}"), places))
-                .collect(),
-        ),
-        Value::Object(members) => {
-            let mut out = Map::new();
-            for (k, v) in members {
-                let key = k.replace('~', "~0").replace('/', "~1");
-                out.insert(k.clone(), exact_integers(v, format!("{at}/{key}"), places));
-            }
-            Value::Object(out)
-        }
-        other => other.clone(),
-    }
+    crate::util::canonical::digest(arguments)
 }
 
 /// One call, as an approval names it.
@@ -103,12 +59,16 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn key_order_and_number_spelling_do_not_change_the_digest_any_value_does() {
-        let a = digest(&json!({"path": "/tmp/x", "force": true, "n": 1.0}));
-        let b = digest(&serde_json::from_str(r#"{"n":1,"force":true,"path":"/tmp/x"}"#).unwrap());
+    fn key_order_and_whitespace_do_not_change_the_digest_any_value_does() {
+        let a = digest(&json!({"path": "/tmp/x", "force": true, "n": 1}));
+        let b = digest(&serde_json::from_str(r#"{"n":1, "force":true,"path":"/tmp/x"}"#).unwrap());
         assert_eq!(a, b);
         assert_ne!(a, digest(&json!({"path": "/", "force": true, "n": 1})));
         assert_ne!(a, digest(&json!({"path": "/tmp/x", "force": true})));
+        assert_ne!(
+            a,
+            digest(&json!({"path": "/tmp/x", "force": true, "n": 1.0}))
+        );
     }
 
     #[test]

@@ -43,8 +43,9 @@ pub struct Call<'a> {
     pub can_elicit: bool,
     /// The handshake-era session.
     pub session: Option<&'a str>,
-    /// The arguments for display (sanitized by the caller).
-    pub shown: Value,
+    /// The arguments as every person who judges the call sees them
+    /// ([`super::render::arguments`] of the arguments forwarded).
+    pub shown: String,
     pub now_ms: i64,
 }
 
@@ -100,6 +101,9 @@ pub enum Refusal {
     /// What the call carries of an upstream's own input round is too large
     /// to carry across the gateway's question.
     TooLargeToCarry { limit: usize },
+    /// The question would be longer than `max_question_chars`: it is
+    /// refused rather than shown cut (nobody approves what they cannot see).
+    Unpresentable { chars: usize, limit: usize },
     /// Too many approvals open (queue, questions or used states).
     Busy { limit: usize, per_client: bool },
     /// The configuration was reloaded while the call waited: it is not run
@@ -154,6 +158,12 @@ impl Approvals {
                 return Gate::Refuse(Refusal::UnknownId);
             }
         }
+        let chars = self.message(call).chars().count();
+        let limit = self.settings.max_question_chars;
+        if chars > limit {
+            self.event(Outcome::Refused, "user", call, None);
+            return Gate::Refuse(Refusal::Unpresentable { chars, limit });
+        }
         let user = match call.requirement.by {
             Approver::User => true,
             Approver::Operator => false,
@@ -179,7 +189,7 @@ impl Approvals {
                 Ok(v) => v,
                 Err(why) => {
                     self.event(Outcome::Refused, "user", call, None);
-                    return Gate::Refuse(state_refusal(why, self.settings.max_used_states));
+                    return Gate::Refuse(state_refusal(why, self.used_limits()));
                 }
             };
             if verified.same_arguments {
@@ -189,7 +199,7 @@ impl Approvals {
                     .and_then(|r| r.get(INPUT_KEY));
                 if let Err(why) = self.signer.consume(&verified, call.now_ms) {
                     self.event(Outcome::Refused, "user", call, None);
-                    return Gate::Refuse(state_refusal(why, self.settings.max_used_states));
+                    return Gate::Refuse(state_refusal(why, self.used_limits()));
                 }
                 return match question::answer(answer) {
                     Answer::Approved => {
@@ -422,25 +432,38 @@ impl Approvals {
         }
     }
 
-    fn message(&self, call: &Call<'_>) -> String {
-        question::message(
-            &call.binding.tool,
-            &call.binding.server,
-            &call.shown,
-            call.requirement.reason.as_deref(),
-            self.settings.max_question_chars,
+    fn used_limits(&self) -> (usize, usize) {
+        (
+            self.settings.max_used_states,
+            self.settings.max_used_states_per_client,
         )
+    }
+
+    /// The question's text: [`super::render::question`], whole.
+    pub fn message(&self, call: &Call<'_>) -> String {
+        super::render::question(&super::render::Question {
+            tool: &call.binding.tool,
+            server: &call.binding.server,
+            reason: call.requirement.reason.as_deref(),
+            arguments: &call.shown,
+            digest: &call.binding.digest_hex(),
+        })
     }
 }
 
-fn state_refusal(why: StateRefusal, limit: usize) -> Refusal {
+/// `limits`: the used-nonce table's bound, overall and per client.
+fn state_refusal(why: StateRefusal, limits: (usize, usize)) -> Refusal {
     match why {
         StateRefusal::Invalid => Refusal::StateInvalid,
         StateRefusal::Expired => Refusal::StateExpired,
         StateRefusal::Used => Refusal::StateUsed,
         StateRefusal::Full => Refusal::Busy {
-            limit,
+            limit: limits.0,
             per_client: false,
+        },
+        StateRefusal::ClientFull => Refusal::Busy {
+            limit: limits.1,
+            per_client: true,
         },
     }
 }

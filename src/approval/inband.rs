@@ -136,23 +136,44 @@ impl std::fmt::Debug for Sessions {
 }
 
 impl Sessions {
-    /// Records what `client` declared when it opened `session`; the oldest
-    /// record goes past `max` (that session is then treated as one that
-    /// cannot be asked: the operator path, or the documented refusal).
-    pub fn remember(&self, client: &str, session: &str, elicits: bool, max: usize) {
+    /// Records what `client` declared when it opened `session`. Past
+    /// `max.1` sessions of this client its own oldest is forgotten; past
+    /// `max.0` in all, the oldest of the client that holds the most — never
+    /// another client's because one client opened many (a forgotten session
+    /// is treated as one that cannot be asked: the operator path, or the
+    /// documented refusal).
+    pub fn remember(&self, client: &str, session: &str, elicits: bool, max: (usize, usize)) {
+        let (max, per_client) = (max.0.max(1), max.1.max(1));
         let mut guard = self.known.lock().unwrap_or_else(|p| p.into_inner());
         let (map, order) = &mut *guard;
         let key = (client.to_owned(), session.to_owned());
         if map.insert(key.clone(), elicits).is_none() {
             order.push_back(key);
         }
-        while map.len() > max.max(1) {
-            match order.pop_front() {
-                Some(old) => {
-                    map.remove(&old);
+        let forget =
+            |order: &mut VecDeque<SessionKey>, map: &mut HashMap<SessionKey, bool>, whose: &str| {
+                if let Some(at) = order.iter().position(|(c, _)| c == whose) {
+                    if let Some(old) = order.remove(at) {
+                        map.remove(&old);
+                    }
                 }
-                None => break,
+            };
+        while order.iter().filter(|(c, _)| c == client).count() > per_client {
+            forget(order, map, client);
+        }
+        while map.len() > max {
+            let mut counts: HashMap<&str, usize> = HashMap::new();
+            for (c, _) in order.iter() {
+                *counts.entry(c.as_str()).or_default() += 1;
             }
+            let Some(most) = counts
+                .into_iter()
+                .max_by_key(|(_, n)| *n)
+                .map(|(c, _)| c.to_owned())
+            else {
+                break;
+            };
+            forget(order, map, &most);
         }
     }
 
@@ -202,6 +223,23 @@ mod tests {
     }
 
     #[test]
+    fn one_clients_sessions_never_push_out_another_clients() {
+        let s = Sessions::default();
+        s.remember("bob", "b1", true, (4, 3));
+        for n in 0..50 {
+            s.remember("alice", &format!("a{n}"), true, (4, 3));
+        }
+        assert!(s.elicits("bob", "b1"), "bob's session is kept");
+        assert!(s.elicits("alice", "a49") && s.elicits("alice", "a47"));
+        assert!(!s.elicits("alice", "a46"), "alice keeps her own bound");
+        // The whole table full: the client holding the most gives way.
+        s.remember("carol", "c1", true, (4, 3));
+        s.remember("dave", "d1", true, (4, 3));
+        assert!(s.elicits("bob", "b1") && s.elicits("carol", "c1") && s.elicits("dave", "d1"));
+        assert!(!s.elicits("alice", "a47"));
+    }
+
+    #[test]
     fn the_capability_is_read_from_what_the_client_declared() {
         assert!(declares_elicitation(Some(&json!({"elicitation": {}}))));
         assert!(declares_elicitation(Some(
@@ -213,10 +251,10 @@ mod tests {
         assert!(!declares_elicitation(Some(&json!({"sampling": {}}))));
         assert!(!declares_elicitation(None));
         let s = Sessions::default();
-        s.remember("alice", "s1", true, 1);
+        s.remember("alice", "s1", true, (1, 1));
         assert!(s.elicits("alice", "s1"));
         assert!(!s.elicits("bob", "s1"));
-        s.remember("alice", "s2", true, 1);
+        s.remember("alice", "s2", true, (1, 1));
         assert!(
             !s.elicits("alice", "s1"),
             "the oldest is forgotten past the bound"

@@ -37,8 +37,9 @@ pub struct Entry {
     /// The approval id (`apr_` and 32 hex digits).
     pub id: String,
     pub binding: Binding,
-    /// The arguments as an operator sees them (sanitized, long values shortened).
-    pub shown: Value,
+    /// The arguments as an operator sees them ([`super::render::arguments`]:
+    /// escaped, whole, secrets withheld).
+    pub shown: String,
     /// The rule's reason.
     pub reason: Option<String>,
     /// The rule, `rules[N]`.
@@ -61,9 +62,10 @@ impl Entry {
             "client": self.binding.client,
             "server": self.binding.server,
             "tool": self.binding.tool,
+            "tool_shown": super::render::line(&self.binding.tool),
             "digest": self.binding.digest_hex(),
             "arguments": self.shown,
-            "reason": self.reason,
+            "reason": self.reason.as_deref().map(super::render::line),
             "rule": format!("rules[{}]", self.rule),
             "created_ms": self.created_ms,
             "expires_ms": self.expires_ms,
@@ -160,7 +162,7 @@ impl Queue {
     pub fn lookup_or_add(
         &self,
         binding: &Binding,
-        shown: Value,
+        shown: String,
         reason: Option<String>,
         rule: usize,
         now_ms: i64,
@@ -299,7 +301,7 @@ mod tests {
     }
 
     fn add(q: &Queue, b: &Binding, now: i64) -> Result<Lookup, Full> {
-        q.lookup_or_add(b, json!({}), None, 0, now, now + 100)
+        q.lookup_or_add(b, "{}".into(), None, 0, now, now + 100)
     }
 
     #[test]

@@ -116,11 +116,16 @@ pub struct ApprovalSettings {
     /// Most used `requestState` nonces remembered (each until its expiry):
     /// when full of unexpired ones, new in-band approvals are refused.
     pub max_used_states: usize,
+    /// Most of them one client may hold: past it that client's in-band
+    /// approvals are refused, never another client's.
+    pub max_used_states_per_client: usize,
     /// Most handshake-era sessions whose elicitation capability is remembered.
     pub max_sessions: usize,
-    /// Longest a single argument value is shown in a question (characters).
-    pub max_value_chars: usize,
-    /// Most characters of the whole argument text shown in a question.
+    /// Most of them remembered for one client: past it that client's own
+    /// oldest is forgotten, never another client's.
+    pub max_sessions_per_client: usize,
+    /// Most characters of a question (the call rendered whole): a call whose
+    /// question is longer is refused (`approval_unpresentable`), never cut.
     pub max_question_chars: usize,
 }
 
@@ -131,9 +136,10 @@ impl Default for ApprovalSettings {
             max_pending: 1000,
             max_pending_per_client: 20,
             max_used_states: 100_000,
+            max_used_states_per_client: 1_000,
             max_sessions: 10_000,
-            max_value_chars: 200,
-            max_question_chars: 4000,
+            max_sessions_per_client: 100,
+            max_question_chars: 20_000,
         }
     }
 }
@@ -148,8 +154,12 @@ impl fmt::Debug for ApprovalSettings {
             .field("max_pending", &self.max_pending)
             .field("max_pending_per_client", &self.max_pending_per_client)
             .field("max_used_states", &self.max_used_states)
+            .field(
+                "max_used_states_per_client",
+                &self.max_used_states_per_client,
+            )
             .field("max_sessions", &self.max_sessions)
-            .field("max_value_chars", &self.max_value_chars)
+            .field("max_sessions_per_client", &self.max_sessions_per_client)
             .field("max_question_chars", &self.max_question_chars)
             .finish()
     }

@@ -16,7 +16,9 @@
 //! because the used nonces are only remembered here; a nonce is consumed at
 //! most once, and while the used-nonce table is full of unexpired nonces no
 //! new one can be consumed (the call is refused: fail closed, never forget a
-//! use early).
+//! use early); one client holds at most `max_used_per_client` of them, so a
+//! client that floods the table is refused itself and never fills it for
+//! another client.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -72,12 +74,15 @@ pub enum StateRefusal {
     Used,
     /// The used-nonce table is full of unexpired nonces.
     Full,
+    /// This client holds its bound of unexpired used nonces.
+    ClientFull,
 }
 
 /// A verified state for this call: its nonce can be consumed.
 #[derive(Debug)]
 pub struct Verified {
     nonce: String,
+    client: String,
     expires_ms: i64,
     /// The arguments are those that were approved.
     pub same_arguments: bool,
@@ -89,8 +94,10 @@ pub struct Verified {
 pub struct Signer {
     key: hmac::Key,
     instance: String,
-    used: Mutex<HashMap<String, i64>>,
+    /// Used nonces: whose, and until when they are remembered.
+    used: Mutex<HashMap<String, (String, i64)>>,
     max_used: usize,
+    max_used_per_client: usize,
 }
 
 impl std::fmt::Debug for Signer {
@@ -103,7 +110,7 @@ impl std::fmt::Debug for Signer {
 
 impl Signer {
     /// A signer with `key` (at least 32 bytes), or a random key.
-    pub fn new(key: Option<&[u8]>, max_used: usize) -> Self {
+    pub fn new(key: Option<&[u8]>, max_used: usize, max_used_per_client: usize) -> Self {
         let generated;
         let key = match key {
             Some(k) => k,
@@ -117,6 +124,7 @@ impl Signer {
             instance: hex::encode(rand::random::<[u8; 16]>()),
             used: Mutex::new(HashMap::new()),
             max_used,
+            max_used_per_client,
         }
     }
 
@@ -177,6 +185,7 @@ impl Signer {
             carried: claims.u,
             same_arguments: claims.d == binding.digest_hex(),
             nonce: claims.n,
+            client: claims.c,
             expires_ms: claims.e,
         })
     }
@@ -187,13 +196,24 @@ impl Signer {
         if used.contains_key(&verified.nonce) {
             return Err(StateRefusal::Used);
         }
-        if used.len() >= self.max_used {
-            used.retain(|_, expiry| *expiry > now_ms);
+        let mine = |used: &HashMap<String, (String, i64)>| {
+            used.values()
+                .filter(|(client, _)| *client == verified.client)
+                .count()
+        };
+        if used.len() >= self.max_used || mine(&used) >= self.max_used_per_client {
+            used.retain(|_, (_, expiry)| *expiry > now_ms);
             if used.len() >= self.max_used {
                 return Err(StateRefusal::Full);
             }
+            if mine(&used) >= self.max_used_per_client {
+                return Err(StateRefusal::ClientFull);
+            }
         }
-        used.insert(verified.nonce.clone(), verified.expires_ms);
+        used.insert(
+            verified.nonce.clone(),
+            (verified.client.clone(), verified.expires_ms),
+        );
         Ok(())
     }
 
@@ -208,7 +228,7 @@ impl Signer {
         serde_json::from_slice(&body).ok()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, i64)>> {
         self.used.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -224,7 +244,7 @@ mod tests {
 
     #[test]
     fn a_state_verifies_once_for_its_own_call_only() {
-        let signer = Signer::new(Some(&[7u8; 32]), 10);
+        let signer = Signer::new(Some(&[7u8; 32]), 10, 10);
         let alice = call("alice", json!({"path": "/tmp/x"}));
         let state = signer.issue(&alice, 1_000, None);
         let ok = signer.verify(&state, &alice, 10).expect("valid");
@@ -252,7 +272,7 @@ mod tests {
 
     #[test]
     fn a_changed_byte_another_key_or_another_process_is_invalid() {
-        let signer = Signer::new(Some(&[7u8; 32]), 10);
+        let signer = Signer::new(Some(&[7u8; 32]), 10, 10);
         let alice = call("alice", json!({}));
         let state = signer.issue(&alice, i64::MAX, None);
         let mut forged = state.clone().into_bytes();
@@ -264,12 +284,12 @@ mod tests {
             StateRefusal::Invalid
         );
         // Same key, another process (a restart): its nonces are not known here.
-        let restarted = Signer::new(Some(&[7u8; 32]), 10);
+        let restarted = Signer::new(Some(&[7u8; 32]), 10, 10);
         assert_eq!(
             restarted.verify(&state, &alice, 0).unwrap_err(),
             StateRefusal::Invalid
         );
-        let other_key = Signer::new(Some(&[8u8; 32]), 10);
+        let other_key = Signer::new(Some(&[8u8; 32]), 10, 10);
         assert_eq!(
             other_key.verify(&state, &alice, 0).unwrap_err(),
             StateRefusal::Invalid
@@ -284,7 +304,7 @@ mod tests {
 
     #[test]
     fn a_full_table_of_unexpired_nonces_refuses_new_uses() {
-        let signer = Signer::new(None, 1);
+        let signer = Signer::new(None, 1, 1);
         let a = call("alice", json!({"n": 1}));
         let first = signer.verify(&signer.issue(&a, 100, None), &a, 0).unwrap();
         signer.consume(&first, 0).unwrap();
@@ -292,6 +312,24 @@ mod tests {
         assert_eq!(signer.consume(&second, 50).unwrap_err(), StateRefusal::Full);
         // Once the first has expired its place is free.
         signer.consume(&second, 100).unwrap();
+    }
+
+    #[test]
+    fn one_clients_used_nonces_never_fill_the_table_for_another() {
+        let signer = Signer::new(None, 10, 2);
+        let a = call("alice", json!({"n": 1}));
+        let b = call("bob", json!({"n": 1}));
+        for _ in 0..2 {
+            let v = signer.verify(&signer.issue(&a, 100, None), &a, 0).unwrap();
+            signer.consume(&v, 0).unwrap();
+        }
+        let third = signer.verify(&signer.issue(&a, 100, None), &a, 0).unwrap();
+        assert_eq!(
+            signer.consume(&third, 0).unwrap_err(),
+            StateRefusal::ClientFull
+        );
+        let bobs = signer.verify(&signer.issue(&b, 100, None), &b, 0).unwrap();
+        signer.consume(&bobs, 0).unwrap();
     }
 
     mod properties {
@@ -327,7 +365,7 @@ mod tests {
                 client in "[a-c]{1,2}", other_client in "[a-c]{1,2}",
                 tool in "[x-z]{1,2}", other_tool in "[x-z]{1,2}",
             ) {
-                let signer = Signer::new(None, 10);
+                let signer = Signer::new(None, 10, 10);
                 let issued = Binding::new(&client, "s", &tool, &a);
                 let state = signer.issue(&issued, i64::MAX, None);
                 let presented = Binding::new(&other_client, "s", &other_tool, &b);
@@ -349,7 +387,7 @@ mod tests {
             /// Changing any one byte of a state makes it invalid.
             #[test]
             fn any_changed_byte_is_invalid(a in json(), at in any::<prop::sample::Index>(), to in 0x21u8..0x7f) {
-                let signer = Signer::new(None, 10);
+                let signer = Signer::new(None, 10, 10);
                 let b = Binding::new("alice", "s", "t", &a);
                 let state = signer.issue(&b, i64::MAX, None);
                 let mut bytes = state.clone().into_bytes();

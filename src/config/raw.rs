@@ -329,9 +329,14 @@ pub(crate) struct RawApprovals {
     #[schemars(with = "Option<i64>")]
     pub max_used_states: Option<Spanned<i64>>,
     #[schemars(with = "Option<i64>")]
+    pub max_used_states_per_client: Option<Spanned<i64>>,
+    #[schemars(with = "Option<i64>")]
     pub max_sessions: Option<Spanned<i64>>,
     #[schemars(with = "Option<i64>")]
-    pub max_value_chars: Option<Spanned<i64>>,
+    pub max_sessions_per_client: Option<Spanned<i64>>,
+    /// Removed (values are shown whole): read only to refuse it with a reason.
+    #[schemars(skip)]
+    pub max_value_chars: Option<Spanned<toml::Value>>,
     #[schemars(with = "Option<i64>")]
     pub max_question_chars: Option<Spanned<i64>>,
 }

@@ -1,5 +1,5 @@
 //! The refusals of calls a rule marks for approval: declined, denied,
-//! expired, unavailable, or waiting for an operator.
+//! expired, unavailable, too large to show, or waiting for an operator.
 //!
 //! Place: the approval step of the pipeline turns an
 //! [`crate::approval::Refusal`] into a [`Rejection`] here.
@@ -121,6 +121,20 @@ pub(crate) fn approval_refused(
                      (requestState and inputResponses) is larger than the {limit} bytes the gateway can carry across \
                      its question, so nothing was run. Answer the server with less, or ask the gateway's operator to \
                      let an operator approve this tool (`by = \"operator\"`)."
+                ),
+            )
+        }
+        R::Unpresentable { chars, limit } => {
+            detail.insert("chars".into(), (*chars as u64).into());
+            detail.insert("limit".into(), (*limit as u64).into());
+            (
+                "approval_unpresentable",
+                format!(
+                    "{call} needs a person's approval, and shown in full its question would be {chars} characters, \
+                     more than the {limit} the gateway shows (`[approvals] max_question_chars`). Nothing is ever \
+                     approved unseen or cut, so nothing was run and nobody was asked. Call it with smaller \
+                     arguments (split the work into several calls), or ask the gateway's operator to raise \
+                     `max_question_chars`."
                 ),
             )
         }

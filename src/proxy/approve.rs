@@ -21,10 +21,10 @@ use futures_util::{StreamExt, stream};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Map, Value, json};
 
-use super::exchange::{Exchange, rebuild};
+use super::exchange::{Exchange, canonical_body, rebuild};
 use super::forward::Forward;
 use super::state::AppState;
-use crate::approval::{Binding, Call, Gate, Refusal, Requirement, gate, inband, question};
+use crate::approval::{Binding, Call, Gate, Refusal, Requirement, gate, inband, render};
 use crate::auth::ClientId;
 use crate::config::Mode;
 use crate::error::{self, Rejection, RenderCtx};
@@ -32,7 +32,6 @@ use crate::identity::Caller;
 use crate::mcp::jsonrpc::Message;
 use crate::mcp::version::Era;
 use crate::proxy::respond::{self, Recipient};
-use crate::sanitize::{Report, Sanitizer, Skip};
 
 /// The `_meta` key of 2026-era client capabilities.
 const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -46,7 +45,6 @@ pub(super) async fn approve(
     client: &ClientId,
     headers: &HeaderMap,
     message: &Message,
-    body: Bytes,
     requirement: &Requirement,
     to: Recipient,
 ) -> Result<Response, Rejection> {
@@ -78,20 +76,21 @@ pub(super) async fn approve(
         modern,
         can_elicit,
         session: ex.client_session.as_deref(),
-        shown: shown(forward, &arguments, approvals.settings.max_value_chars),
+        shown: shown(forward, &arguments),
         now_ms: crate::util::time::now_ms(),
     };
     let shown_tool = format!("{}{tool}", ex.prefix);
     let note = |outcome: &str| {
         let value = json!({"by": requirement.by.as_str(), "outcome": outcome,
-            "digest": call.binding.digest_hex(), "rule": format!("rules[{}]", requirement.rule)});
+            "digest": call.binding.digest_hex(), "rule": format!("rules[{}]", requirement.rule),
+            "arguments_shown": call.shown});
         ex.trail.note(|e| e.approval = Some(value));
     };
     if ex.mode == Mode::Observe {
         approvals.observed(&call);
         note("would_ask");
         ex.would_refuse.get_or_insert("approval_required");
-        return forward.relay(headers, body, to).await;
+        return forward.relay(headers, canonical_body(message), to).await;
     }
     let refused = |r: &Refusal| error::approval_refused(&shown_tool, &server, r);
     match approvals.gate(&call) {
@@ -100,7 +99,7 @@ pub(super) async fn approve(
             let body = if strip {
                 stripped(message, restore.as_ref())
             } else {
-                body
+                canonical_body(message)
             };
             forward.relay(headers, body, to).await
         }
@@ -254,43 +253,29 @@ fn sse_event(message: &Value) -> String {
     format!("event: message\ndata: {message}\n\n")
 }
 
-/// The call as forwarded: without the gateway's own approval parameters.
-fn stripped(message: &Message, round: Option<&Value>) -> Bytes {
+/// The call as forwarded: without the gateway's own approval parameters
+/// (its `requestState`, the answer under its reserved key, the approval id),
+/// whether or not a rule asks for approval.
+pub(super) fn stripped(message: &Message, round: Option<&Value>) -> Bytes {
     let mut value = rebuild(message);
     if let Some(Value::Object(params)) = value.get_mut("params") {
         gate::strip(params, round);
     }
-    Bytes::from(serde_json::to_vec(&value).unwrap_or_default())
+    Bytes::from(crate::util::canonical::to_vec(&value))
 }
 
-/// The arguments as a person is shown them: every key and string through
-/// the output sanitizer (a secret is withheld whatever `secrets` says), long
-/// values shortened.
-fn shown(forward: &Forward<'_>, arguments: &Value, max_value: usize) -> Value {
-    let sanitizer = Sanitizer::new(&forward.live.sanitize, Skip::default());
-    fn walk(s: &Sanitizer<'_>, v: &Value) -> Value {
-        let clean = |text: &str| {
-            let mut report = Report::default();
-            let out = s.text(text, &mut report);
-            let kinds = report.secret_kinds();
-            if kinds.is_empty() {
-                out.unwrap_or_else(|| text.to_owned())
-            } else {
-                format!("[withheld: {}]", kinds.join(", "))
-            }
-        };
-        match v {
-            Value::String(text) => Value::String(clean(text)),
-            Value::Array(items) => Value::Array(items.iter().map(|i| walk(s, i)).collect()),
-            Value::Object(m) => Value::Object(
-                m.iter()
-                    .map(|(k, v)| (clean(k), walk(s, v)))
-                    .collect::<Map<_, _>>(),
-            ),
-            other => other.clone(),
-        }
-    }
-    question::shortened(&walk(&sanitizer, arguments), max_value)
+/// The arguments as every person who judges the call sees them: the one
+/// rendering ([`render::arguments`]) of exactly what is forwarded, each
+/// secret withheld whatever `[sanitize] secrets` says.
+fn shown(forward: &Forward<'_>, arguments: &Value) -> String {
+    let settings = &forward.live.sanitize;
+    let secrets = |text: &str| {
+        crate::sanitize::secrets_in(settings, text)
+            .into_iter()
+            .map(|(start, end, kind)| render::Secret { start, end, kind })
+            .collect()
+    };
+    render::arguments(arguments, &secrets)
 }
 
 /// HTTP 202 with no body: a client's answer the gateway took.

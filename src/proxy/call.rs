@@ -118,7 +118,6 @@ pub(super) async fn call_tool(
     client: &ClientId,
     headers: &HeaderMap,
     message: &Message,
-    body: Bytes,
 ) -> Result<Response, Rejection> {
     let name = param_str(message, "name")?.to_owned();
     ex.tool = Some(name.clone());
@@ -170,19 +169,13 @@ pub(super) async fn call_tool(
     let mut to = recipient(forward.live, ex, server, Some(name));
     to.call = facts;
     if let Some(requirement) = approval {
-        return approve::approve(
-            ex,
-            forward,
-            client,
-            headers,
-            message,
-            body,
-            &requirement,
-            to,
-        )
-        .await;
+        return approve::approve(ex, forward, client, headers, message, &requirement, to).await;
     }
-    forward.relay(headers, body, to).await
+    // Forwarded as the gateway serialises the parsed call, not as the client
+    // spelled it, and never with an answer under the gateway's reserved key.
+    forward
+        .relay(headers, approve::stripped(message, None), to)
+        .await
 }
 
 /// A `tools/call` as the checks see it: who calls which tool, with what,

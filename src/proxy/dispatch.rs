@@ -125,7 +125,7 @@ pub(super) async fn serve(
             .await;
     };
     match (called.method(), called.class()) {
-        (Some(Rpc::ToolsCall), _) => call_tool(ex, &forward, client, headers, &message, body).await,
+        (Some(Rpc::ToolsCall), _) => call_tool(ex, &forward, client, headers, &message).await,
         (_, Class::List(kind)) => list(config, ex, &forward, client, headers, &message, kind).await,
         (Some(Rpc::Initialize), _) => {
             forward

@@ -154,6 +154,14 @@ pub(super) fn rebuild(message: &Message) -> Value {
     v
 }
 
+/// The bytes a call is forwarded as: the parsed message serialised once,
+/// canonically ([`crate::util::canonical`]), never the client's own spelling,
+/// so the arguments the server receives are byte-for-byte those an approval
+/// binds and a person is shown.
+pub(super) fn canonical_body(message: &Message) -> bytes::Bytes {
+    bytes::Bytes::from(crate::util::canonical::to_vec(&rebuild(message)))
+}
+
 /// The session a legacy request presents must be this client's.
 pub(super) fn session(
     state: &AppState,

@@ -33,7 +33,10 @@ try {
   const row = page.locator("tr[data-tool='echo']");
   await row.waitFor();
   const args = await row.locator("pre.args").textContent();
-  if (!args.includes("drop the staging table")) fail("the queue shows other arguments: " + args);
+  if (!args.includes("drop the staging table\\u{1B}]0;rm -rf /\\u{7}")) fail("the queue shows other arguments: " + args);
+  if (/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/.test(args)) fail("the queue shows an invisible control character: " + JSON.stringify(args));
+  const shown = await row.evaluate((r) => r.querySelector("pre.args").innerText);
+  if (!shown.includes("\\u{1B}")) fail("the escape is not visible on the page: " + shown);
   const client = await row.locator("td").nth(1).textContent();
   if (client !== "alice") fail("the queue shows the wrong client: " + client);
   await shot("approvals-queue");

@@ -16,6 +16,7 @@ themselves: an admin's profile or item says "ADMIN SECRET", `file:///secret/…`
 --paged N serves tools/list N tools per page (`nextCursor` is the offset of the next page), and
 adds the request method `x/echo` outside the MCP specification, which answers its params back.
 --record FILE appends {"tool": name, "arguments": {...}} to FILE each time a tool body runs.
+--record-bodies FILE appends the hex of every POST body exactly as it arrived, one line each.
 --stdio serves the same tools on stdin/stdout (newline-delimited JSON-RPC) instead of HTTP, and
 says `py-peer stdio pid=<pid>` on stderr once.
 --fixtures adds the tools, resources, prompts and completions the official conformance suite's
@@ -429,10 +430,43 @@ def add_paging(mcp: MCPServer, size: int, record: str | None) -> None:
     server.add_request_handler("x/echo", EchoParams, echo)
 
 
+class RecordBodies:
+    """ASGI wrapper: the bytes of each POST body as they arrived, before any parsing, appended as hex."""
+
+    def __init__(self, app: Any, path: str) -> None:
+        self.app = app
+        self.path = path
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(body.hex() + "\n")
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--record")
+    ap.add_argument("--record-bodies")
     ap.add_argument("--stateless", action="store_true")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--stdio", action="store_true")
@@ -455,6 +489,8 @@ def main() -> None:
     app = mcp.streamable_http_app(
         stateless_http=opts.stateless, json_response=opts.json, event_store=store, retry_interval=500 if store else None
     )
+    if opts.record_bodies:
+        app = RecordBodies(app, opts.record_bodies)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", opts.port))

@@ -223,7 +223,8 @@ async fn a_rebinding_page_in_chromium_reads_nothing() {
 }
 
 /// The operator's approval queue in Chromium: a call held for approval
-/// appears with its client and arguments, Approve runs it (once, with the
+/// appears with its client and arguments (its terminal control string
+/// shown as visible escapes, not deleted), Approve runs it (once, with the
 /// tool's own result), and the approval's audit event opens on the trace
 /// page. Screenshots under `$CARGO_TARGET_TMPDIR/approvals` (the README's come
 /// from here: `docs/img/approvals-*.png`).
@@ -274,15 +275,16 @@ async fn the_approval_queue_in_chromium_approves_a_held_call() {
     expect("queue-open").await;
     let url = gateway.url("demo");
     let held = tokio::spawn(async move {
-        let args = json!({"text": "drop the staging table"});
+        // A terminal control string: the queue shows it escaped, never deleted.
+        let args = json!({"text": "drop the staging table\u{1b}]0;rm -rf /\u{7}"});
         tools_call(&url, ALICE, "echo", args, &[]).await.body
     });
     expect("approved").await;
     let answered = held.await.expect("the held call");
     assert_eq!(code(&answered), None, "{answered}");
     assert_eq!(
-        answered["result"]["content"][0]["text"],
-        "drop the staging table"
+        answered["result"]["content"][0]["text"], "drop the staging table\u{1b}]0;rm -rf /\u{7}",
+        "the server ran exactly what was shown"
     );
     let echoes = upstream
         .ran()

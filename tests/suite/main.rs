@@ -26,6 +26,8 @@
 mod support;
 
 mod approvals;
+mod approvals_bounds;
+mod approvals_render;
 mod audit;
 mod bad_input;
 mod battery;

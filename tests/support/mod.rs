@@ -346,6 +346,8 @@ pub struct PeerServer {
     /// `http://127.0.0.1:P/mcp`.
     pub url: String,
     record: Option<tempfile::NamedTempFile>,
+    /// Every POST body the Python peers received, as it arrived (hex lines).
+    bodies: Option<tempfile::NamedTempFile>,
 }
 
 /// Which peer server to start.
@@ -376,6 +378,16 @@ impl PeerServer {
         let peers = peers_dir();
         let record = tempfile::NamedTempFile::new().expect("temp file");
         let record_path = record.path().to_string_lossy().into_owned();
+        let bodies = tempfile::NamedTempFile::new().expect("temp file");
+        let bodies_path = bodies.path().to_string_lossy().into_owned();
+        let python = matches!(
+            peer,
+            Peer::Python
+                | Peer::PythonStateless
+                | Peer::PythonJson
+                | Peer::PythonFixtures
+                | Peer::PythonPaged
+        );
         let mut cmd = match peer {
             Peer::Python
             | Peer::PythonStateless
@@ -391,6 +403,8 @@ impl PeerServer {
                     "0",
                     "--record",
                     &record_path,
+                    "--record-bodies",
+                    &bodies_path,
                 ]);
                 if matches!(peer, Peer::PythonStateless | Peer::PythonJson) {
                     c.arg("--stateless");
@@ -476,7 +490,20 @@ impl PeerServer {
             child,
             url: format!("http://127.0.0.1:{port}/mcp"),
             record,
+            bodies: python.then_some(bodies),
         }
+    }
+
+    /// Every POST body a Python peer received, byte for byte, in order.
+    pub fn bodies(&self) -> Vec<Vec<u8>> {
+        let Some(bodies) = &self.bodies else {
+            return Vec::new();
+        };
+        std::fs::read_to_string(bodies.path())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| hex::decode(l).ok())
+            .collect()
     }
 
     /// Every tool call the server actually ran, as `{"tool", "arguments"}`.

@@ -101,6 +101,15 @@ impl Ctx<'_> {
                 Some(text.into_bytes())
             }
         };
+        if let Some(removed) = &raw.max_value_chars {
+            return Err(self.fail(
+                Some(removed.span()),
+                "approvals.max_value_chars",
+                "this key was removed: a question now shows every value whole, and a call too large to show \
+                 in full is refused (`approval_unpresentable`); bound the question with \
+                 `max_question_chars` instead",
+            ));
+        }
         let size = |v: &Option<Spanned<i64>>, name: &str, default: usize, max: usize| {
             self.size(v.as_ref(), &format!("approvals.{name}"), default, 1, max)
         };
@@ -111,28 +120,36 @@ impl Ctx<'_> {
             d.max_pending_per_client,
             max_pending,
         )?;
+        let max_used_states = size(
+            &raw.max_used_states,
+            "max_used_states",
+            d.max_used_states,
+            10_000_000,
+        )?;
+        let max_sessions = size(&raw.max_sessions, "max_sessions", d.max_sessions, 1_000_000)?;
         Ok(ApprovalSettings {
             key,
             max_pending,
             max_pending_per_client,
-            max_used_states: size(
-                &raw.max_used_states,
-                "max_used_states",
-                d.max_used_states,
-                10_000_000,
+            max_used_states,
+            max_used_states_per_client: size(
+                &raw.max_used_states_per_client,
+                "max_used_states_per_client",
+                d.max_used_states_per_client.min(max_used_states),
+                max_used_states,
             )?,
-            max_sessions: size(&raw.max_sessions, "max_sessions", d.max_sessions, 1_000_000)?,
-            max_value_chars: size(
-                &raw.max_value_chars,
-                "max_value_chars",
-                d.max_value_chars,
-                10_000,
+            max_sessions,
+            max_sessions_per_client: size(
+                &raw.max_sessions_per_client,
+                "max_sessions_per_client",
+                d.max_sessions_per_client.min(max_sessions),
+                max_sessions,
             )?,
             max_question_chars: size(
                 &raw.max_question_chars,
                 "max_question_chars",
                 d.max_question_chars,
-                100_000,
+                1_000_000,
             )?,
         })
     }

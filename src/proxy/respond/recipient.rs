@@ -193,10 +193,16 @@ impl Recipient {
             return true;
         };
         // An id of the gateway's own approval-question form is never relayed:
-        // a client's answer to it can only answer the gateway.
-        if message
-            .get("id")
-            .is_some_and(crate::approval::inband::is_question_id)
+        // a client's answer to it can only answer the gateway; nor is a
+        // server's question in the gateway's own words.
+        let posing = method.as_str() == Some("elicitation/create")
+            && message
+                .get("params")
+                .is_some_and(crate::approval::question::poses_as_gateway);
+        if posing
+            || message
+                .get("id")
+                .is_some_and(crate::approval::inband::is_question_id)
         {
             tracing::warn!(server = %self.server,
                 "dropped a server request whose id has the form of the gateway's approval questions");
@@ -384,6 +390,10 @@ impl Recipient {
                 .with_snippet(words);
             return Err(self.failure_with(e, report));
         }
+        if let Some(why) = posing(result) {
+            let e = UpstreamError::new(UpstreamKind::Protocol, why);
+            return Err(self.failure_with(e, report));
+        }
         // Every result type (complete, input_required, task) gets the same checks.
         let sanitizer = self.sanitizer();
         check_result(
@@ -424,4 +434,23 @@ impl Recipient {
         f.hints = self.call.hints;
         Rejection::Upstream(f)
     }
+}
+
+/// Why a server's `input_required` result could pass for the gateway's own
+/// approval question: it uses the gateway's reserved answer key, or asks in
+/// the gateway's words. Such a result is refused, never relayed.
+fn posing(result: &serde_json::Map<String, Value>) -> Option<&'static str> {
+    use crate::approval::question::{INPUT_KEY, poses_as_gateway};
+    let requests = result.get("inputRequests")?.as_object()?;
+    if requests.contains_key(INPUT_KEY) {
+        return Some(
+            "its input_required result uses the key `portcullis_approval`, reserved for the gateway's own approval question",
+        );
+    }
+    requests
+        .values()
+        .any(|r| r.get("params").is_some_and(poses_as_gateway))
+        .then_some(
+            "its input_required result asks in the words of the gateway's own approval question",
+        )
 }

@@ -1,0 +1,97 @@
+//! The one serialisation of a JSON value the gateway forwards and digests.
+//!
+//! Place: the bottom layer. The pipeline forwards every `tools/call` as
+//! [`to_vec`] of the parsed request, and an approval binds [`digest`] of the
+//! arguments: the bytes whose digest a person was shown are the bytes the
+//! server receives.
+//!
+//! Invariants: compact (no whitespace); object members in the byte order of
+//! their keys, at every depth, so two spellings of one object serialise
+//! alike; strings and numbers exactly as serde_json writes the parsed value
+//! (numbers as parsed: an integer keeps its digits, a float its shortest
+//! round-trip form); a value nested in another serialises to the same bytes
+//! as the value alone, so the arguments inside a forwarded body are
+//! byte-for-byte [`to_vec`] of the arguments.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// The canonical bytes of `value`.
+pub fn to_vec(value: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    write(value, &mut out);
+    out
+}
+
+/// SHA-256 of [`to_vec`].
+pub fn digest(value: &Value) -> [u8; 32] {
+    Sha256::digest(to_vec(value)).into()
+}
+
+fn write(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write(item, out);
+            }
+            out.push(b']');
+        }
+        Value::Object(members) => {
+            let mut sorted: Vec<(&String, &Value)> = members.iter().collect();
+            sorted.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push(b'{');
+            for (i, (key, item)) in sorted.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                scalar(&Value::String(key.clone()), out);
+                out.push(b':');
+                write(item, out);
+            }
+            out.push(b'}');
+        }
+        other => scalar(other, out),
+    }
+}
+
+fn scalar(value: &Value, out: &mut Vec<u8>) {
+    // Writing a string, number, bool or null into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn key_order_and_whitespace_do_not_matter_any_value_does() {
+        let a: Value =
+            serde_json::from_str(r#"{ "b" : [1, 2.5, "x"], "a": {"d": null, "c": true} }"#)
+                .expect("json");
+        assert_eq!(
+            to_vec(&a),
+            br#"{"a":{"c":true,"d":null},"b":[1,2.5,"x"]}"#.to_vec()
+        );
+        let big: Value = serde_json::from_str(r#"{"n":9007199254740993}"#).expect("json");
+        assert_eq!(to_vec(&big), br#"{"n":9007199254740993}"#.to_vec());
+        assert_ne!(digest(&json!({"n": 1})), digest(&json!({"n": 1.0})));
+        assert_ne!(digest(&json!({"t": "\u{1b}"})), digest(&json!({"t": ""})));
+    }
+
+    #[test]
+    fn a_nested_value_serialises_as_it_does_alone() {
+        let args = json!({"z": "\u{1b}]0;x\u{7}", "a": [{"y": 1, "b": 2}]});
+        let whole = to_vec(&json!({"params": {"arguments": args.clone(), "name": "t"}}));
+        let alone = to_vec(&args);
+        assert!(
+            whole.windows(alone.len()).any(|w| w == alone.as_slice()),
+            "{}",
+            String::from_utf8_lossy(&whole)
+        );
+    }
+}
