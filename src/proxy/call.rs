@@ -1,9 +1,10 @@
 //! The tools/call branch: catalog, authorize, pin, rule arguments, rate
 //! limit, validate; plus the session and task steps it relies on.
 //!
-//! Place: between dispatch and forward. Invariant: rate-limit tokens are
-//! taken only once the access rules let the call through, and nothing is
-//! sent upstream before validation passed.
+//! Place: between dispatch and forward. Invariants: the checks only peek at
+//! the rate limit; the token is taken once, right before the call is
+//! forwarded — a refusal, a question to a person and a declined call take
+//! none — and nothing is sent upstream before validation passed.
 
 use super::approve;
 use super::exchange::{Exchange, observe_or_enforce, param_str, recipient};
@@ -143,15 +144,15 @@ pub(super) async fn call_tool(
         name: &name,
         message,
     };
-    let approval = check_call(forward, ex, &call).await;
-    let (approval, observed) = match approval {
-        Ok(approval) => (approval, false),
+    let checked = match check_call(forward, ex, &call).await {
+        Ok(checked) => Some(checked),
         Err(rejection) => {
+            let rejection = approve::lapsed(forward, ex, client, message, rejection);
             observe_or_enforce::<()>(ex, Err(rejection))?;
-            (None, true)
+            None
         }
     };
-    if observed {
+    if checked.is_none() {
         // Observed: the transport's own check of `Mcp-Param-*` still holds.
         if let (Some(entry), Some(Value::Object(args))) = (
             tools.tools.get(&name),
@@ -167,22 +168,47 @@ pub(super) async fn call_tool(
         Some(entry) => CallFacts::of(entry, skip),
         None => CallFacts::default(),
     };
-    let mut to = recipient(forward.live, ex, server, Some(name));
+    let mut to = recipient(forward.live, ex, server, Some(name.clone()));
     to.call = facts;
-    if let Some(requirement) = approval {
-        return approve::approve(
-            ex,
-            forward,
-            client,
-            headers,
-            message,
-            body,
-            &requirement,
-            to,
-        )
-        .await;
+    match checked {
+        Some(Checked {
+            approval: Some(requirement),
+            decision,
+        }) => {
+            let checked = (&requirement, &decision);
+            approve::approve(ex, forward, client, headers, message, body, checked, to).await
+        }
+        Some(Checked {
+            approval: None,
+            decision,
+        }) => {
+            let subject = Subject::Tool(&name);
+            let taken = take(forward, client, subject, &decision).await;
+            observe_or_enforce(ex, taken)?;
+            forward.relay(headers, body, to).await
+        }
+        // Observe mode, a check refused: forwarded, nothing taken.
+        None => forward.relay(headers, body, to).await,
     }
-    forward.relay(headers, body, to).await
+}
+
+/// What the checks of a `tools/call` found: the access decision (its rules'
+/// rates are charged when the call runs) and the approval it needs.
+pub(super) struct Checked {
+    pub(super) approval: Option<crate::approval::Requirement>,
+    pub(super) decision: Decision,
+}
+
+/// Takes the tokens of `decision` for a call about to be forwarded, from the
+/// buckets `forward`'s configuration names.
+pub(super) async fn take(
+    forward: &Forward<'_>,
+    client: &ClientId,
+    subject: Subject<'_>,
+    decision: &Decision,
+) -> Result<(), Rejection> {
+    let (state, live, server) = (forward.state, forward.live, forward.server);
+    rate_limit(state, live, client, server, subject, decision, Spend::Take).await
 }
 
 /// A `tools/call` as the checks see it: who calls which tool, with what,
@@ -199,14 +225,15 @@ pub(super) struct Call<'a> {
 /// Every decision on a `tools/call`, in order: access rules, pin, the rules'
 /// `arguments`, rate limit, `Mcp-Param-*`, `inputSchema`, secrets in the
 /// arguments; when all pass, the approval a rule requires for it (put to a
-/// person last). Each step notes what it learns on the request's trail; the
-/// rate limit takes its tokens only once the rules and the pin let the call
-/// through.
+/// person last). Each step notes what it learns on the request's trail. The
+/// rate limit is only peeked at: a call past its rate is refused here, and
+/// its token is taken when it runs ([`take`]), so no refusal, question or
+/// declined call costs one.
 pub(super) async fn check_call(
     forward: &Forward<'_>,
     ex: &Exchange,
     call: &Call<'_>,
-) -> Result<Option<crate::approval::Requirement>, Rejection> {
+) -> Result<Checked, Rejection> {
     let (state, live, server) = (forward.state, forward.live, forward.server);
     let Call {
         client,
@@ -267,7 +294,8 @@ pub(super) async fn check_call(
         .check_arguments(&decision, &arguments)
         .map_err(|(rule, v)| argument_not_permitted(name, rule, &v))?;
     ex.trail.stage("rate_limit");
-    rate_limit(state, live, client, server, Subject::Tool(name), &decision).await?;
+    let subject = Subject::Tool(name);
+    rate_limit(state, live, client, server, subject, &decision, Spend::Peek).await?;
     ex.trail.stage("validate");
     let schema = entry.schema.as_ref().map_err(|e| quarantined(name, e))?;
     let input_schema = entry.definition.get("inputSchema").unwrap_or(&Value::Null);
@@ -291,11 +319,22 @@ pub(super) async fn check_call(
             return Err(error::secret_in_arguments(name, &found));
         }
     }
-    Ok(config.policy.approval(&decision).cloned())
+    let approval = config.policy.approval(&decision).cloned();
+    Ok(Checked { approval, decision })
 }
 
-/// Takes a token from every bucket the access decision names, or refuses the
-/// call and says when it may be made again. Nothing is taken when any bucket refuses.
+/// Whether a rate-limit decision takes its tokens or only looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Spend {
+    /// The call runs now: take a token from every bucket.
+    Take,
+    /// The call is not run yet: would it be admitted? Nothing is taken.
+    Peek,
+}
+
+/// Takes (or, with [`Spend::Peek`], looks for) a token in every bucket the
+/// access decision names, or refuses the call and says when it may be made
+/// again. Nothing is taken when any bucket refuses.
 pub(super) async fn rate_limit(
     state: &AppState,
     live: &Live,
@@ -303,6 +342,7 @@ pub(super) async fn rate_limit(
     server: &ServerState,
     subject: Subject<'_>,
     decision: &Decision,
+    spend: Spend,
 ) -> Result<(), Rejection> {
     let config = &*live.config;
     let server_name = server.upstream.settings.name.as_str();
@@ -312,7 +352,11 @@ pub(super) async fn rate_limit(
     if buckets.is_empty() {
         return Ok(());
     }
-    let (limit, retry_after) = match state.limiter.check(&buckets).await {
+    let verdict = match spend {
+        Spend::Take => state.limiter.check(&buckets).await,
+        Spend::Peek => state.limiter.peek(&buckets).await,
+    };
+    let (limit, retry_after) = match verdict {
         Verdict::Admitted => return Ok(()),
         Verdict::Limited {
             bucket,

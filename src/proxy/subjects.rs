@@ -5,7 +5,7 @@
 //! same policy decision serves lists and calls; a hidden subject gets the
 //! answer an unknown one gets.
 
-use super::call::rate_limit;
+use super::call::{Spend, rate_limit};
 use super::exchange::{Exchange, observe_or_enforce};
 use super::resource;
 
@@ -40,7 +40,8 @@ pub(super) async fn decide_subject(
         && takes_tokens
     {
         ex.trail.stage("rate_limit");
-        let limited = rate_limit(state, live, client, server, subject, &decision).await;
+        let limited =
+            rate_limit(state, live, client, server, subject, &decision, Spend::Take).await;
         observe_or_enforce(ex, limited)?;
     }
     Ok(())
