@@ -71,9 +71,15 @@ pub(super) async fn task(
 }
 
 /// The outgoing secret scan of everything a message carries towards the
-/// upstream (`sanitize.arguments = "block"`); `tools/call` arguments are
+/// upstream (`sanitize.arguments = "block"`); the arguments of a tool call
+/// (`tools/call`, or an operator's method of class tool: `tool_call`) are
 /// scanned in [`check_call`], under the tool's exemption.
-pub(super) fn scan_outgoing(live: &Live, message: &Message, body: &Bytes) -> Result<(), Rejection> {
+pub(super) fn scan_outgoing(
+    live: &Live,
+    message: &Message,
+    body: &Bytes,
+    tool_call: bool,
+) -> Result<(), Rejection> {
     if live.sanitize.arguments != ArgumentScan::Block {
         return Ok(());
     }
@@ -81,9 +87,10 @@ pub(super) fn scan_outgoing(live: &Live, message: &Message, body: &Bytes) -> Res
     let method = message.method().unwrap_or("(response)").to_owned();
     let found = match message {
         Message::Request { params, .. } | Message::Notification { params, .. } => {
-            let skip: &[&str] = match method.as_str() {
-                "tools/call" => &["/params/arguments"],
-                _ => &[],
+            let skip: &[&str] = if tool_call {
+                &["/params/arguments"]
+            } else {
+                &[]
             };
             params
                 .as_ref()
@@ -98,7 +105,7 @@ pub(super) fn scan_outgoing(live: &Live, message: &Message, body: &Bytes) -> Res
     if found.is_empty() {
         return Ok(());
     }
-    if let (Message::Request { .. }, "tools/call") = (message, method.as_str()) {
+    if let (Message::Request { .. }, true) = (message, tool_call) {
         let name = message
             .params()
             .and_then(|p| p.get("name"))
@@ -113,6 +120,8 @@ pub(super) fn scan_outgoing(live: &Live, message: &Message, body: &Bytes) -> Res
     }))
 }
 
+/// A tool call: `tools/call`, or an operator's method of class tool (same
+/// `params.name` and `params.arguments`, same steps, same refusals).
 pub(super) async fn call_tool(
     ex: &mut Exchange,
     forward: &Forward<'_>,
