@@ -333,7 +333,8 @@ async fn a_method_the_operator_names_is_forwarded_under_its_class_rules() {
 /// (`{name, arguments}`), named `"tool"` in `[methods]`, passes exactly the
 /// checks of `tools/call` — the rules, their `arguments`, `inputSchema`, the
 /// secret scan, approval and the rate (one bucket for both) — and each case
-/// gets the same answer through either method.
+/// gets the same answer through either method, on `/mcp/<server>` in both
+/// eras and on the merged view.
 #[tokio::test]
 async fn a_tool_method_passes_exactly_the_checks_of_tools_call() {
     let py = PeerServer::start(Peer::PythonPaged).await;
@@ -346,8 +347,6 @@ async fn a_tool_method_passes_exactly_the_checks_of_tools_call() {
          [methods]\n\"x/call\" = \"tool\"\n",
         clients()
     );
-    let gateway = TestGateway::start(&[("py", &py.url)], &config).await;
-    let url = gateway.url("py");
     let secret = "ghp_16C7e42F292c6912E7710c838347Ae178B4a";
     let cases = [
         (
@@ -388,38 +387,57 @@ async fn a_tool_method_passes_exactly_the_checks_of_tools_call() {
             "rate_limited",
         ),
     ];
-    for (case, tool, arguments, expected) in cases {
-        let mut seen = Vec::new();
-        for method in ["tools/call", "x/call"] {
-            let params = json!({"name": tool, "arguments": arguments});
-            let r = send(
-                &url,
-                Some(ALICE),
-                false,
-                &message(Some(1), method, params, false),
-            )
-            .await;
-            assert_eq!(r.status, 200, "{case} via {method}: {}", r.text);
-            let result = &r.body["result"];
-            let code = result["_meta"]["portcullis/error"]["code"]
-                .as_str()
-                .unwrap_or("ran");
-            assert_eq!(code, expected, "{case} via {method}: {}", r.text);
-            // The wait a rate refusal announces shrinks between the two calls.
-            let text = (code != "rate_limited").then(|| result["content"][0]["text"].clone());
-            seen.push((code.to_owned(), result["isError"].clone(), text));
+    let views = [
+        ("handshake era", false, false),
+        ("2026-07-28", true, false),
+        ("merged view", true, true),
+    ];
+    for (view, modern, merged) in views {
+        // A gateway of its own for each view: a full bucket each time.
+        let gateway = TestGateway::start(&[("py", &py.url), ("other", &py.url)], &config).await;
+        let url = if merged {
+            gateway.merged_url()
+        } else {
+            gateway.url("py")
+        };
+        for (case, tool, arguments, expected) in &cases {
+            let tool = if merged {
+                format!("py__{tool}")
+            } else {
+                (*tool).to_owned()
+            };
+            let mut seen = Vec::new();
+            for method in ["tools/call", "x/call"] {
+                let params = json!({"name": tool, "arguments": arguments});
+                let body = message(Some(1), method, params, modern);
+                let mut h = headers(Some(ALICE), modern.then_some(method));
+                if modern {
+                    h.push(("mcp-name", tool.clone()));
+                }
+                let r = raw_post(&url, &borrow(&h), body).await;
+                let what = format!("{view}, {case} via {method}");
+                assert_eq!(r.status, 200, "{what}: {}", r.text);
+                let result = &r.body["result"];
+                let code = result["_meta"]["portcullis/error"]["code"]
+                    .as_str()
+                    .unwrap_or("ran");
+                assert_eq!(code, *expected, "{what}: {}", r.text);
+                // The wait a rate refusal announces shrinks between the two calls.
+                let text = (code != "rate_limited").then(|| result["content"][0]["text"].clone());
+                seen.push((code.to_owned(), result["isError"].clone(), text));
+            }
+            assert_eq!(
+                seen[0], seen[1],
+                "{view}, {case}: tools/call and x/call answer alike"
+            );
         }
-        assert_eq!(
-            seen[0], seen[1],
-            "{case}: tools/call and x/call answer alike"
-        );
+        gateway.stop().await;
     }
     assert_eq!(
         py.ran(),
-        vec!["echo".to_owned(), "echo".to_owned()],
+        vec!["echo".to_owned(); 6],
         "only the allowed calls ran"
     );
-    gateway.stop().await;
     py.stop().await;
 }
 
