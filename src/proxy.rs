@@ -8,6 +8,7 @@
 mod approve;
 mod call;
 pub(crate) mod catalog;
+mod charge;
 mod dispatch;
 mod exchange;
 mod federate;

@@ -3,9 +3,13 @@
 //!
 //! Place in the path: for `tools/call` (and `resources/read`, `prompts/get`),
 //! after the access rules and the rules' `arguments`, before schema
-//! validation. A call refused by the rules takes no token; a call with
-//! invalid arguments does, so an agent looping on invalid calls is throttled.
-//! Nothing else (initialize, lists, notifications, discover) consumes.
+//! validation. The checks only [`peek`](RateLimiter::peek): a call that would
+//! be refused for its rate is refused before anything else is decided or
+//! anybody is asked, and nothing is written. The token is taken
+//! ([`check`](RateLimiter::check)) once, right before the call is forwarded:
+//! a refusal (rules, arguments, schema, secrets), a question to a person and
+//! a declined call take none. Nothing else (initialize, lists,
+//! notifications, discover) consumes.
 //!
 //! Semantics:
 //! - A rule's `rate = { burst, per_second, key }` is a bucket of `burst`
@@ -57,7 +61,8 @@ const REPORT_EVERY: Duration = Duration::from_secs(10);
 /// What a call gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// A token was taken from every bucket.
+    /// A token was taken from every bucket (a [`peek`](RateLimiter::peek):
+    /// one would be, and nothing was taken).
     Admitted,
     /// Refused; nothing was taken.
     Limited {
@@ -153,12 +158,31 @@ impl RateLimiter {
         Err(RateLimitError::RedisNotBuilt)
     }
 
-    /// Decides a call needing a token from each of `buckets` (see [`RatePlan::buckets`]).
+    /// Decides a call needing a token from each of `buckets` (see
+    /// [`RatePlan::buckets`]) and takes them when it is admitted.
     pub async fn check(&self, buckets: &[Bucket]) -> Verdict {
+        self.decide(buckets, None, Spend::Take).await
+    }
+
+    /// What [`check`](Self::check) would answer now, writing nothing: the
+    /// verdict of a call that is not run yet (it may still be refused, or
+    /// wait for a person), whose token is taken only when it runs.
+    pub async fn peek(&self, buckets: &[Bucket]) -> Verdict {
+        self.decide(buckets, None, Spend::Peek).await
+    }
+
+    /// [`peek`](Self::peek) at an explicit instant (see [`check_at`](Self::check_at)).
+    pub async fn peek_at(&self, buckets: &[Bucket], now: u64) -> Verdict {
+        self.decide(buckets, Some(now), Spend::Peek).await
+    }
+
+    async fn decide(&self, buckets: &[Bucket], now: Option<u64>, spend: Spend) -> Verdict {
         match &self.backend {
-            Backend::Memory { store, clock } => memory_verdict(store, buckets, clock.now()),
+            Backend::Memory { store, clock } => {
+                memory_verdict(store, buckets, now.unwrap_or_else(|| clock.now()), spend)
+            }
             #[cfg(feature = "redis-ratelimit")]
-            Backend::Redis(store) => self.redis_verdict(store, buckets, None).await,
+            Backend::Redis(store) => self.redis_verdict(store, buckets, now, spend).await,
         }
     }
 
@@ -166,11 +190,7 @@ impl RateLimiter {
     /// clock: nanoseconds of the memory clock, or since the Unix epoch for
     /// Redis. For tests and replays; the gateway uses `check`.
     pub async fn check_at(&self, buckets: &[Bucket], now: u64) -> Verdict {
-        match &self.backend {
-            Backend::Memory { store, .. } => memory_verdict(store, buckets, now),
-            #[cfg(feature = "redis-ratelimit")]
-            Backend::Redis(store) => self.redis_verdict(store, buckets, Some(now)).await,
-        }
+        self.decide(buckets, Some(now), Spend::Take).await
     }
 
     #[cfg(feature = "redis-ratelimit")]
@@ -179,11 +199,12 @@ impl RateLimiter {
         store: &redis::RedisStore,
         buckets: &[Bucket],
         now: Option<u64>,
+        spend: Spend,
     ) -> Verdict {
         if buckets.is_empty() {
             return Verdict::Admitted;
         }
-        match store.check(buckets, now).await {
+        match store.check(buckets, now, spend == Spend::Peek).await {
             Ok(decision) => {
                 self.health.recovered();
                 match decision {
@@ -262,14 +283,24 @@ impl RateLimiter {
     }
 }
 
-fn memory_verdict(store: &MemoryStore, buckets: &[Bucket], now: u64) -> Verdict {
-    let outcome = match buckets {
-        [] => Ok(()),
-        [one] => store.check(&[one.key.as_bytes()], &[one.quota], now),
-        many => {
+/// Whether a decision takes its tokens or only looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spend {
+    Take,
+    Peek,
+}
+
+fn memory_verdict(store: &MemoryStore, buckets: &[Bucket], now: u64, spend: Spend) -> Verdict {
+    let outcome = match (buckets, spend) {
+        ([], _) => Ok(()),
+        ([one], Spend::Take) => store.check(&[one.key.as_bytes()], &[one.quota], now),
+        (many, spend) => {
             let keys: Vec<&[u8]> = many.iter().map(|b| b.key.as_bytes()).collect();
             let quotas: Vec<Quota> = many.iter().map(|b| b.quota).collect();
-            store.check(&keys, &quotas, now)
+            match spend {
+                Spend::Take => store.check(&keys, &quotas, now),
+                Spend::Peek => store.peek(&keys, &quotas, now),
+            }
         }
     };
     match outcome {

@@ -100,8 +100,10 @@ pub(crate) fn approval_refused(
         R::Reloaded => (
             "approval_expired",
             format!(
-                "{call} was waiting for approval when the gateway's configuration was reloaded, so it was not run \
-                 (it was decided under the configuration before). Call again to be asked under the new one."
+                "{call} was waiting for approval when the gateway's configuration was reloaded, and the \
+                 configuration in force no longer lets it run as it was approved (the tool or these arguments are \
+                 no longer allowed to you, or another approver is required), so it was not run. Call again to be \
+                 asked under the configuration in force, if it allows the call."
             ),
         ),
         R::UnknownId => (

@@ -9,8 +9,13 @@
 //! gateway added for its own approval (`requestState`, its answer, the
 //! approval id) is taken out of the params before they are forwarded; in
 //! observe mode the call is forwarded and "would ask" is recorded; a 2025-era
-//! question and the call's result travel on the call's own SSE stream, and a
-//! configuration reloaded while the call waited ends it unrun.
+//! question and the call's result travel on the call's own SSE stream. A call
+//! that waited for a person is decided again against the configuration in
+//! force when it would run ([`Held`]): one that no longer lets it through
+//! (the tool denied, its `arguments` refused, the client or server removed,
+//! another approver required) ends unrun with `approval_expired`, as does a
+//! 2026-07-28 retry carrying the gateway's state for such a call ([`lapsed`]).
+//! Its rate-limit token is taken only then, right before it is forwarded.
 
 use std::sync::Arc;
 
@@ -21,16 +26,19 @@ use futures_util::{StreamExt, stream};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Map, Value, json};
 
-use super::exchange::{Exchange, canonical_body, rebuild};
+use super::charge::take;
+use super::exchange::{Exchange, canonical_body, observe_or_enforce, rebuild};
 use super::forward::Forward;
-use super::state::AppState;
-use crate::approval::{Binding, Call, Gate, Refusal, Requirement, gate, inband, render};
+use super::state::{AppState, Live, ServerState};
+use crate::approval::state::Signer;
+use crate::approval::{Approver, Binding, Call, Gate, Refusal, Requirement, gate, inband, render};
 use crate::auth::ClientId;
-use crate::config::Mode;
+use crate::config::{Config, Mode};
 use crate::error::{self, Rejection, RenderCtx};
 use crate::identity::Caller;
 use crate::mcp::jsonrpc::Message;
 use crate::mcp::version::Era;
+use crate::policy::{Decision, Subject};
 use crate::proxy::respond::{self, Recipient};
 
 /// The `_meta` key of 2026-era client capabilities.
@@ -45,7 +53,7 @@ pub(super) async fn approve(
     client: &ClientId,
     headers: &HeaderMap,
     message: &Message,
-    requirement: &Requirement,
+    (requirement, decision): (&Requirement, &Decision),
     to: Recipient,
 ) -> Result<Response, Rejection> {
     let approvals = forward.state.approvals.clone();
@@ -90,12 +98,16 @@ pub(super) async fn approve(
         approvals.observed(&call);
         note("would_ask");
         ex.would_refuse.get_or_insert("approval_required");
+        let taken = take(forward, client, Subject::Tool(tool), decision).await;
+        observe_or_enforce(ex, taken)?;
         return forward.relay(headers, canonical_body(message), to).await;
     }
     let refused = |r: &Refusal| error::approval_refused(&shown_tool, &server, r);
     match approvals.gate(&call) {
         Gate::Run { strip, restore } => {
+            // A retried call, decided under the configuration in force now.
             note("approved");
+            take(forward, client, Subject::Tool(tool), decision).await?;
             let body = if strip {
                 stripped(message, restore.as_ref())
             } else {
@@ -114,12 +126,17 @@ pub(super) async fn approve(
             note("refused");
             Err(refused(&refusal))
         }
-        Gate::Hold { entry, decision } => {
+        Gate::Hold {
+            entry,
+            decision: decided,
+        } => {
             note("asked");
-            match approvals.hold(&entry, decision, requirement.timeout).await {
+            let held = Held::new(forward, client, headers, message, &arguments);
+            let held = held.refused_as(shown_tool.clone());
+            match approvals.hold(&entry, decided, requirement.timeout).await {
                 Ok(()) => {
                     note("approved");
-                    forward.relay(headers, stripped(message, None), to).await
+                    held.run(Approver::Operator, to).await
                 }
                 Err(refusal) => {
                     note("refused");
@@ -135,16 +152,8 @@ pub(super) async fn approve(
         } => {
             note("asked");
             let binding = call.binding.clone();
-            let waited = OnStream {
-                state: forward.state.clone(),
-                generation: forward.live.generation,
-                session: forward.session.map(str::to_owned),
-                era: forward.ex_era,
-                headers: headers.clone(),
-                body: stripped(message, None),
-                refused_as: (shown_tool, server),
-                caller: forward.caller.clone(),
-            };
+            let waited =
+                Held::new(forward, client, headers, message, &arguments).refused_as(shown_tool);
             let rest = async move {
                 let got = approvals.await_answer(&binding, &id, answer, timeout).await;
                 waited.finish(got, to).await
@@ -165,58 +174,181 @@ pub(super) async fn approve(
     }
 }
 
-/// What a call held on its SSE stream needs to be forwarded later.
-struct OnStream {
+/// A call waiting for a person, and what it needs to be decided again and
+/// forwarded once the answer comes.
+struct Held {
     state: Arc<AppState>,
-    generation: u64,
+    /// The configuration it was decided and asked under.
+    asked_under: Arc<Config>,
+    client: ClientId,
+    server: String,
+    tool: String,
+    arguments: Value,
     session: Option<String>,
     era: Era,
     headers: HeaderMap,
+    /// The call as forwarded (the gateway's own parameters taken out).
     body: Bytes,
-    refused_as: (String, String),
+    /// The tool as the client named it (the merged view's prefix included).
+    shown_tool: String,
     /// Whom the call is forwarded for once approved.
     caller: Caller,
 }
 
 type Chunks = futures_util::stream::BoxStream<'static, Result<Bytes, std::io::Error>>;
 
-impl OnStream {
-    /// After the answer: the refusal, or the forwarded call's reply, as the
-    /// rest of the stream.
+impl Held {
+    fn new(
+        forward: &Forward<'_>,
+        client: &ClientId,
+        headers: &HeaderMap,
+        message: &Message,
+        arguments: &Value,
+    ) -> Self {
+        let tool = message
+            .params()
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        Self {
+            state: forward.state.clone(),
+            asked_under: forward.live.config.clone(),
+            client: client.clone(),
+            server: forward.name().to_owned(),
+            shown_tool: tool.clone(),
+            tool,
+            arguments: arguments.clone(),
+            session: forward.session.map(str::to_owned),
+            era: forward.ex_era,
+            headers: headers.clone(),
+            body: stripped(message, None),
+            caller: forward.caller.clone(),
+        }
+    }
+
+    fn refused_as(mut self, shown_tool: String) -> Self {
+        self.shown_tool = shown_tool;
+        self
+    }
+
+    /// The call decided again against `live`, the configuration in force
+    /// now: its server, and the access decision whose rates it is charged.
+    /// Anything that no longer lets it through as it was approved ends it.
+    fn redecide(
+        &self,
+        live: &Live,
+        answered_by: Approver,
+    ) -> Result<(Arc<ServerState>, Decision), Refusal> {
+        let config = &live.config;
+        let server = live.servers.get(&self.server).ok_or(Refusal::Reloaded)?;
+        if !config
+            .clients
+            .still_admits(&self.asked_under.clients, &self.client)
+        {
+            return Err(Refusal::Reloaded);
+        }
+        let decision = config
+            .policy
+            .decide(&self.client, &self.server, Subject::Tool(&self.tool));
+        if !decision.allowed {
+            return Err(Refusal::Reloaded);
+        }
+        config
+            .policy
+            .check_arguments(&decision, &self.arguments)
+            .map_err(|_| Refusal::Reloaded)?;
+        // The answer given must still be one the live rule accepts.
+        if let Some(now) = config.policy.approval(&decision) {
+            let accepted = match (now.by, answered_by) {
+                (Approver::Either, _) => true,
+                (wanted, by) => wanted == by,
+            };
+            if !accepted {
+                return Err(Refusal::Reloaded);
+            }
+        }
+        Ok((server.clone(), decision))
+    }
+
+    /// After a yes from `answered_by`: decided again, its token taken, forwarded.
+    async fn run(self, answered_by: Approver, to: Recipient) -> Result<Response, Rejection> {
+        let live = self.state.live.load_full();
+        let (server, decision) = self
+            .redecide(&live, answered_by)
+            .map_err(|r| error::approval_refused(&self.shown_tool, &self.server, &r))?;
+        let forward = Forward {
+            state: &self.state,
+            live: &live,
+            server: &server,
+            ex_era: self.era,
+            session: self.session.as_deref(),
+            trail: to.trail.clone(),
+            listen: false,
+            caller: self.caller.clone(),
+        };
+        take(&forward, &self.client, Subject::Tool(&self.tool), &decision).await?;
+        forward.relay(&self.headers, self.body.clone(), to).await
+    }
+
+    /// After the answer on the call's stream: the refusal, or the forwarded
+    /// call's reply, as the rest of the stream.
     async fn finish(self, got: Result<(), Refusal>, to: Recipient) -> Chunks {
         let id = to.id.clone();
         let cx = RenderCtx {
             id: id.as_ref(),
             era: self.era,
         };
-        let (tool, server) = &self.refused_as;
-        let refusal = got.err();
-        let live = self.state.live.load_full();
-        let refusal = refusal.or_else(|| {
-            (live.generation != self.generation || !live.servers.contains_key(server))
-                .then_some(Refusal::Reloaded)
-        });
-        if let Some(refusal) = refusal {
-            let message = error::approval_refused(tool, server, &refusal).tool_message(cx);
+        if let Err(refusal) = got {
+            let message =
+                error::approval_refused(&self.shown_tool, &self.server, &refusal).tool_message(cx);
             return one_event(message);
         }
-        let Some(server_state) = live.servers.get(server) else {
-            return one_event(None);
-        };
-        let forward = Forward {
-            state: &self.state,
-            live: &live,
-            server: server_state,
-            ex_era: self.era,
-            session: self.session.as_deref(),
-            trail: to.trail.clone(),
-            listen: false,
-            caller: self.caller,
-        };
-        match forward.relay(&self.headers, self.body.clone(), to).await {
+        match self.run(Approver::User, to).await {
             Err(rejection) => one_event(rejection.rpc_message(cx)),
             Ok(response) => as_events(response, cx).await,
         }
+    }
+}
+
+/// A 2026-07-28 retry carrying the gateway's own state for exactly this call,
+/// which the configuration in force no longer lets through (`unknown_tool`,
+/// `argument_not_permitted`): the approval lapsed with the configuration it
+/// was asked under, and the call ends with `approval_expired`. Any other
+/// refusal is returned as it is.
+pub(super) fn lapsed(
+    forward: &Forward<'_>,
+    ex: &Exchange,
+    client: &ClientId,
+    message: &Message,
+    rejection: Rejection,
+) -> Rejection {
+    let lapses = matches!(rejection.code(), "unknown_tool" | "argument_not_permitted");
+    let params = message.params();
+    let state = params
+        .and_then(|p| p.get("requestState"))
+        .and_then(Value::as_str)
+        .filter(|s| Signer::is_ours(s));
+    let (Some(params), Some(state), true, true) = (params, state, lapses, ex.era == Era::Modern)
+    else {
+        return rejection;
+    };
+    let tool = params
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let arguments = match params.get("arguments") {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(a) => a.clone(),
+    };
+    let binding = Binding::new(client.name(), forward.name(), tool, &arguments);
+    let now = crate::util::time::now_ms();
+    match forward.state.approvals.signer.verify(state, &binding, now) {
+        Ok(verified) if verified.same_arguments => {
+            let shown_tool = format!("{}{tool}", ex.prefix);
+            error::approval_refused(&shown_tool, forward.name(), &Refusal::Reloaded)
+        }
+        _ => rejection,
     }
 }
 

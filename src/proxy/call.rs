@@ -1,11 +1,13 @@
 //! The tools/call branch: catalog, authorize, pin, rule arguments, rate
 //! limit, validate; plus the session and task steps it relies on.
 //!
-//! Place: between dispatch and forward. Invariant: rate-limit tokens are
-//! taken only once the access rules let the call through, and nothing is
-//! sent upstream before validation passed.
+//! Place: between dispatch and forward. Invariants: the checks only peek at
+//! the rate limit; the token is taken once, right before the call is
+//! forwarded — a refusal, a question to a person and a declined call take
+//! none — and nothing is sent upstream before validation passed.
 
 use super::approve;
+use super::charge::{Spend, rate_limit, take};
 use super::exchange::{Exchange, observe_or_enforce, param_str, recipient};
 use super::forward::{Forward, upstream};
 use super::refusals::{
@@ -18,20 +20,19 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::{Map, Value};
 
-use super::state::{AppState, Live, ServerState};
+use super::state::{AppState, Live};
 use crate::proxy::catalog::CallFacts;
 use crate::proxy::catalog::ToolSet;
 
 use crate::audit;
 use crate::auth::ClientId;
 use crate::config::ArgumentScan;
-use crate::error::{self, Limit, Limited, RateLimited, Rejection};
+use crate::error::{self, Rejection};
 use crate::mcp::headers::{self};
 use crate::mcp::jsonrpc::Message;
 use crate::mcp::version::Era;
 use crate::pins::{self};
 use crate::policy::{Decision, Subject};
-use crate::ratelimit::Verdict;
 use crate::sanitize::{Sanitizer, Skip};
 use crate::validate::Violation;
 
@@ -70,9 +71,15 @@ pub(super) async fn task(
 }
 
 /// The outgoing secret scan of everything a message carries towards the
-/// upstream (`sanitize.arguments = "block"`); `tools/call` arguments are
+/// upstream (`sanitize.arguments = "block"`); the arguments of a tool call
+/// (`tools/call`, or an operator's method of class tool: `tool_call`) are
 /// scanned in [`check_call`], under the tool's exemption.
-pub(super) fn scan_outgoing(live: &Live, message: &Message, body: &Bytes) -> Result<(), Rejection> {
+pub(super) fn scan_outgoing(
+    live: &Live,
+    message: &Message,
+    body: &Bytes,
+    tool_call: bool,
+) -> Result<(), Rejection> {
     if live.sanitize.arguments != ArgumentScan::Block {
         return Ok(());
     }
@@ -80,9 +87,10 @@ pub(super) fn scan_outgoing(live: &Live, message: &Message, body: &Bytes) -> Res
     let method = message.method().unwrap_or("(response)").to_owned();
     let found = match message {
         Message::Request { params, .. } | Message::Notification { params, .. } => {
-            let skip: &[&str] = match method.as_str() {
-                "tools/call" => &["/params/arguments"],
-                _ => &[],
+            let skip: &[&str] = if tool_call {
+                &["/params/arguments"]
+            } else {
+                &[]
             };
             params
                 .as_ref()
@@ -97,7 +105,7 @@ pub(super) fn scan_outgoing(live: &Live, message: &Message, body: &Bytes) -> Res
     if found.is_empty() {
         return Ok(());
     }
-    if let (Message::Request { .. }, "tools/call") = (message, method.as_str()) {
+    if let (Message::Request { .. }, true) = (message, tool_call) {
         let name = message
             .params()
             .and_then(|p| p.get("name"))
@@ -112,6 +120,8 @@ pub(super) fn scan_outgoing(live: &Live, message: &Message, body: &Bytes) -> Res
     }))
 }
 
+/// A tool call: `tools/call`, or an operator's method of class tool (same
+/// `params.name` and `params.arguments`, same steps, same refusals).
 pub(super) async fn call_tool(
     ex: &mut Exchange,
     forward: &Forward<'_>,
@@ -142,15 +152,15 @@ pub(super) async fn call_tool(
         name: &name,
         message,
     };
-    let approval = check_call(forward, ex, &call).await;
-    let (approval, observed) = match approval {
-        Ok(approval) => (approval, false),
+    let checked = match check_call(forward, ex, &call).await {
+        Ok(checked) => Some(checked),
         Err(rejection) => {
+            let rejection = approve::lapsed(forward, ex, client, message, rejection);
             observe_or_enforce::<()>(ex, Err(rejection))?;
-            (None, true)
+            None
         }
     };
-    if observed {
+    if checked.is_none() {
         // Observed: the transport's own check of `Mcp-Param-*` still holds.
         if let (Some(entry), Some(Value::Object(args))) = (
             tools.tools.get(&name),
@@ -166,16 +176,42 @@ pub(super) async fn call_tool(
         Some(entry) => CallFacts::of(entry, skip),
         None => CallFacts::default(),
     };
-    let mut to = recipient(forward.live, ex, server, Some(name));
+    let mut to = recipient(forward.live, ex, server, Some(name.clone()));
     to.call = facts;
-    if let Some(requirement) = approval {
-        return approve::approve(ex, forward, client, headers, message, &requirement, to).await;
+    match checked {
+        Some(Checked {
+            approval: Some(requirement),
+            decision,
+        }) => {
+            let checked = (&requirement, &decision);
+            approve::approve(ex, forward, client, headers, message, checked, to).await
+        }
+        Some(Checked {
+            approval: None,
+            decision,
+        }) => {
+            let subject = Subject::Tool(&name);
+            let taken = take(forward, client, subject, &decision).await;
+            observe_or_enforce(ex, taken)?;
+            forward.relay(headers, forwarded(message), to).await
+        }
+        // Observe mode, a check refused: forwarded, nothing taken.
+        None => forward.relay(headers, forwarded(message), to).await,
     }
-    // Forwarded as the gateway serialises the parsed call, not as the client
-    // spelled it, and never with an answer under the gateway's reserved key.
-    forward
-        .relay(headers, approve::stripped(message, None), to)
-        .await
+}
+
+/// The call as forwarded: as the gateway serialises the parsed call, not as
+/// the client spelled it, and never with an answer under the gateway's
+/// reserved key.
+fn forwarded(message: &Message) -> Bytes {
+    approve::stripped(message, None)
+}
+
+/// What the checks of a `tools/call` found: the access decision (its rules'
+/// rates are charged when the call runs) and the approval it needs.
+pub(super) struct Checked {
+    pub(super) approval: Option<crate::approval::Requirement>,
+    pub(super) decision: Decision,
 }
 
 /// A `tools/call` as the checks see it: who calls which tool, with what,
@@ -192,14 +228,15 @@ pub(super) struct Call<'a> {
 /// Every decision on a `tools/call`, in order: access rules, pin, the rules'
 /// `arguments`, rate limit, `Mcp-Param-*`, `inputSchema`, secrets in the
 /// arguments; when all pass, the approval a rule requires for it (put to a
-/// person last). Each step notes what it learns on the request's trail; the
-/// rate limit takes its tokens only once the rules and the pin let the call
-/// through.
+/// person last). Each step notes what it learns on the request's trail. The
+/// rate limit is only peeked at: a call past its rate is refused here, and
+/// its token is taken when it runs ([`take`]), so no refusal, question or
+/// declined call costs one.
 pub(super) async fn check_call(
     forward: &Forward<'_>,
     ex: &Exchange,
     call: &Call<'_>,
-) -> Result<Option<crate::approval::Requirement>, Rejection> {
+) -> Result<Checked, Rejection> {
     let (state, live, server) = (forward.state, forward.live, forward.server);
     let Call {
         client,
@@ -260,7 +297,8 @@ pub(super) async fn check_call(
         .check_arguments(&decision, &arguments)
         .map_err(|(rule, v)| argument_not_permitted(name, rule, &v))?;
     ex.trail.stage("rate_limit");
-    rate_limit(state, live, client, server, Subject::Tool(name), &decision).await?;
+    let subject = Subject::Tool(name);
+    rate_limit(state, live, client, server, subject, &decision, Spend::Peek).await?;
     ex.trail.stage("validate");
     let schema = entry.schema.as_ref().map_err(|e| quarantined(name, e))?;
     let input_schema = entry.definition.get("inputSchema").unwrap_or(&Value::Null);
@@ -284,52 +322,6 @@ pub(super) async fn check_call(
             return Err(error::secret_in_arguments(name, &found));
         }
     }
-    Ok(config.policy.approval(&decision).cloned())
-}
-
-/// Takes a token from every bucket the access decision names, or refuses the
-/// call and says when it may be made again. Nothing is taken when any bucket refuses.
-pub(super) async fn rate_limit(
-    state: &AppState,
-    live: &Live,
-    client: &ClientId,
-    server: &ServerState,
-    subject: Subject<'_>,
-    decision: &Decision,
-) -> Result<(), Rejection> {
-    let config = &*live.config;
-    let server_name = server.upstream.settings.name.as_str();
-    let buckets = live
-        .rate_plan
-        .buckets(&config.policy, decision, client, server_name, subject);
-    if buckets.is_empty() {
-        return Ok(());
-    }
-    let (limit, retry_after) = match state.limiter.check(&buckets).await {
-        Verdict::Admitted => return Ok(()),
-        Verdict::Limited {
-            bucket,
-            retry_after,
-        } => {
-            let bucket = &buckets[bucket];
-            let limit = Limit {
-                rule: bucket.rule,
-                rate: bucket.rate,
-                shared_by: config.policy.rule_subjects(bucket.rule, subject),
-            };
-            (Some(limit), retry_after)
-        }
-        Verdict::Unavailable => (None, std::time::Duration::from_secs(1)),
-    };
-    let subject = match subject {
-        Subject::Tool(n) => Limited::Tool(n.to_owned()),
-        Subject::Resource(u) => Limited::Resource(u.to_owned()),
-        Subject::Prompt(n) => Limited::Prompt(n.to_owned()),
-    };
-    Err(Rejection::RateLimited(RateLimited {
-        subject,
-        client: client.name().to_owned(),
-        limit,
-        retry_after,
-    }))
+    let approval = config.policy.approval(&decision).cloned();
+    Ok(Checked { approval, decision })
 }

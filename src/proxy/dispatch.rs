@@ -58,7 +58,8 @@ pub(super) async fn post(
     }
     let called = resolve(config, &message, era)?;
     ex.trail.stage("scan_outgoing");
-    observe_or_enforce(ex, scan_outgoing(live, &message, &body))?;
+    let tool_call = called.as_ref().map(Called::class) == Some(Class::Tool);
+    observe_or_enforce(ex, scan_outgoing(live, &message, &body, tool_call))?;
     // The answer to one of the gateway's own approval questions stays here
     // (the merged view checks it the same way before it broadcasts).
     if called.is_none()
@@ -125,7 +126,10 @@ pub(super) async fn serve(
             .await;
     };
     match (called.method(), called.class()) {
-        (Some(Rpc::ToolsCall), _) => call_tool(ex, &forward, client, headers, &message).await,
+        // An operator's method of class tool is a tool call: the same steps.
+        (Some(Rpc::ToolsCall), _) | (_, Class::Tool) => {
+            call_tool(ex, &forward, client, headers, &message).await
+        }
         (_, Class::List(kind)) => list(config, ex, &forward, client, headers, &message, kind).await,
         (Some(Rpc::Initialize), _) => {
             forward
@@ -176,19 +180,6 @@ pub(super) async fn serve(
             let subject = Subject::Prompt(name);
             decide_subject(state, live, ex, client, server, subject, true, || {
                 format!("Unknown prompt: {name}")
-            })
-            .await?;
-            forward
-                .relay(headers, body, recipient(live, ex, server, None))
-                .await
-        }
-        // An operator's method of class tool (`tools/call` is served above).
-        (_, Class::Tool) => {
-            let name = param_str(&message, "name")?;
-            ex.tool = Some(name.to_owned());
-            let subject = Subject::Tool(name);
-            decide_subject(state, live, ex, client, server, subject, true, || {
-                format!("Unknown tool: {name}")
             })
             .await?;
             forward

@@ -80,7 +80,9 @@ pub(super) async fn post_merged(
     let members = members(state, client, headers, era)?;
     let called = super::dispatch::resolve(&live.config, &message, era)?;
     ex.trail.stage("scan_outgoing");
-    super::exchange::observe_or_enforce(ex, super::call::scan_outgoing(live, &message, &body))?;
+    let tool_call = called.as_ref().map(|c| c.class()) == Some(Class::Tool);
+    let scanned = super::call::scan_outgoing(live, &message, &body, tool_call);
+    super::exchange::observe_or_enforce(ex, scanned)?;
     if members.is_some() {
         // The merged session (checked just now): what its initialize declared counts.
         ex.client_session = headers::single(headers, MCP_SESSION_ID)
@@ -115,9 +117,11 @@ pub(super) async fn post_merged(
             Ok(answer(ex, json!({}), HeaderMap::new()))
         }
         (_, Class::List(kind)) => merged_list(&view, ex, &message, kind).await,
-        (Some(Rpc::ToolsCall), _) => named(&view, ex, &message, ListKind::Tools, true).await,
-        // An operator's method of class tool names its tool like tools/call.
-        (_, Class::Tool) => named(&view, ex, &message, ListKind::Tools, false).await,
+        // An operator's method of class tool is a tool call: routed, and
+        // refused when unknown, as tools/call is.
+        (Some(Rpc::ToolsCall), _) | (_, Class::Tool) => {
+            named(&view, ex, &message, ListKind::Tools, true).await
+        }
         (_, Class::Prompt) => named(&view, ex, &message, ListKind::Prompts, false).await,
         (_, Class::Resource) => {
             let uri = param_str(&message, "uri")?.to_owned();

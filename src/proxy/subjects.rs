@@ -1,11 +1,11 @@
-//! Access decisions for resources, prompts and operator-named methods,
-//! completions and subscriptions.
+//! Access decisions for resources, prompts, completions and subscriptions
+//! (an operator's method of class tool is a tool call: [`super::call`]).
 //!
 //! Place: the authorize step of every method but tools/call. Invariant: the
 //! same policy decision serves lists and calls; a hidden subject gets the
 //! answer an unknown one gets.
 
-use super::call::rate_limit;
+use super::charge::{Spend, rate_limit};
 use super::exchange::{Exchange, observe_or_enforce};
 use super::resource;
 
@@ -19,8 +19,8 @@ use crate::error::Rejection;
 use crate::mcp::jsonrpc::Message;
 use crate::policy::{Decision, Subject};
 
-/// The access rules for a subject a request names (a resource, a prompt, an
-/// operator's tool method), then, when it `takes_tokens`, its rate limits: one
+/// The access rules for a subject a request names (a resource, a prompt),
+/// then, when it `takes_tokens`, its rate limits: one
 /// decision for the list and the use. A hidden subject gets `hidden()`, the
 /// answer an unknown one gets.
 #[allow(clippy::too_many_arguments)]
@@ -40,7 +40,8 @@ pub(super) async fn decide_subject(
         && takes_tokens
     {
         ex.trail.stage("rate_limit");
-        let limited = rate_limit(state, live, client, server, subject, &decision).await;
+        let limited =
+            rate_limit(state, live, client, server, subject, &decision, Spend::Take).await;
         observe_or_enforce(ex, limited)?;
     }
     Ok(())

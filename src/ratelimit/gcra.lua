@@ -13,6 +13,8 @@
 --   server's own clock (TIME), which every replica shares.
 -- ARGV[3 + 4(i-1) ...]: for KEYS[i]: interval seconds, interval nanoseconds,
 --   capacity seconds, capacity nanoseconds.
+-- ARGV[3 + 4 * #KEYS]: "take" to take the tokens when admitted, "peek" to
+--   decide the same way and write nothing (a call not run yet).
 -- Returns {1} when admitted (every TAT advanced), or {0, i, s, n}: KEYS[i] is
 -- the bucket that admits last, and the call passes after s seconds n nanoseconds.
 
@@ -74,6 +76,9 @@ end
 
 if worst > 0 then
   return {0, worst, worst_s, worst_n}
+end
+if ARGV[3 + 4 * #KEYS] == "peek" then
+  return {1}
 end
 
 for i = 1, #KEYS do

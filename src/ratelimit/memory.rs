@@ -100,6 +100,23 @@ impl MemoryStore {
         }
     }
 
+    /// What [`check`](Self::check) would decide at `now`, writing nothing
+    /// (a key not in the store is a full bucket; nothing is inserted). A cell
+    /// another call holds locked is read as it was before that call.
+    pub(crate) fn peek(&self, keys: &[&[u8]], quotas: &[Quota], now: u64) -> Result<(), Refusal> {
+        let mut tats: Vec<u64> = keys
+            .iter()
+            .map(|key| {
+                let id = self.id(key);
+                read(&self.shards[shard_index(id)])
+                    .find(id.0, |c| c.id == id)
+                    .map_or(0, |c| c.tat.load(Ordering::Acquire) & !LOCKED)
+            })
+            .collect();
+        // The same key twice reads the same TAT twice: one bucket's verdict.
+        gcra::admit_all(&mut tats, now, quotas)
+    }
+
     fn check_one(&self, key: &[u8], quota: Quota, now: u64) -> Result<(), Refusal> {
         let id = self.id(key);
         let shard = &self.shards[shard_index(id)];

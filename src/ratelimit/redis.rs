@@ -6,12 +6,14 @@
 //! One call is one script run (`gcra.lua`, EVALSHA, loaded again by itself
 //! after a Redis restart): the script reads every bucket of the call, decides
 //! with the arithmetic of [`super::gcra`] on Redis's own clock (`TIME`, so
-//! the replicas' clocks do not matter), and writes all of them or none.
+//! the replicas' clocks do not matter), and writes all of them or none (a
+//! peek, the same script with its last argument `peek`, writes none).
 //! Redis runs a script atomically, so concurrent calls from any replica see
 //! one order. Keys expire when their bucket is full again (Redis's own
 //! janitor).
 //!
-//! Invariants: one round trip per call; a call never waits longer than
+//! Invariants: one round trip per decision (a call makes two: a peek while
+//! it is checked, a take when it runs); a call never waits longer than
 //! [`CALL_TIMEOUT`] for Redis; the connection is re-established by itself
 //! after Redis goes away (the first call after an outage reconnects).
 //! Redis Cluster is not supported (a call's keys may live in different slots).
@@ -66,11 +68,13 @@ impl RedisStore {
     }
 
     /// Decides a call needing a token from every bucket; `now` (nanoseconds
-    /// since the Unix epoch) replaces Redis's clock when given.
+    /// since the Unix epoch) replaces Redis's clock when given; with `peek`
+    /// the script decides the same way and writes nothing.
     pub(crate) async fn check(
         &self,
         buckets: &[Bucket],
         now: Option<u64>,
+        peek: bool,
     ) -> Result<Decision, RedisError> {
         let mut invocation = self.script.prepare_invoke();
         match now {
@@ -86,6 +90,7 @@ impl RedisStore {
                 .arg(capacity / NANOS_PER_SEC)
                 .arg(capacity % NANOS_PER_SEC);
         }
+        invocation.arg(if peek { "peek" } else { "take" });
         let mut connection = self.connection.clone();
         let run = invocation.invoke_async::<Vec<u64>>(&mut connection);
         let reply = match tokio::time::timeout(CALL_TIMEOUT, run).await {

@@ -136,6 +136,39 @@ fn a_refused_call_takes_nothing_from_any_bucket() {
     });
 }
 
+proptest::proptest! {
+    /// A peek answers what a take at the same instant answers, and writes
+    /// nothing: a limiter that is also peeked at admits exactly the calls
+    /// one that is never peeked at admits.
+    #[test]
+    fn a_peek_predicts_the_take_and_changes_nothing(
+        ops in proptest::collection::vec((0u64..3 * SEC, 1u8..8), 1..60),
+    ) {
+        run(async {
+            let (peeked, _) = limiter();
+            let (plain, _) = limiter();
+            let all = [bucket("a", 2, SEC), bucket("b", 3, 2 * SEC), bucket("c", 1, 3 * SEC)];
+            let mut now = 1_000;
+            for (dt, mask) in &ops {
+                now += dt;
+                let buckets: Vec<Bucket> = all
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| mask & (1 << i) != 0)
+                    .map(|(_, b)| b.clone())
+                    .collect();
+                for _ in 0..3 {
+                    let predicted = peeked.peek_at(&buckets, now).await;
+                    assert_eq!(peeked.peek_at(&buckets, now).await, predicted, "a peek writes nothing");
+                    let taken = peeked.check_at(&buckets, now).await;
+                    assert_eq!(taken, predicted, "{buckets:?} at {now}");
+                    assert_eq!(plain.check_at(&buckets, now).await, taken, "the peeks took nothing");
+                }
+            }
+        });
+    }
+}
+
 #[test]
 fn the_binding_bucket_is_the_one_that_admits_last() {
     run(async {

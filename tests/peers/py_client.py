@@ -16,12 +16,15 @@
 Sampling requests are answered with the text "ok" and elicitations accepted with {"name":"bob"}.
 --elicit approve|decline|off changes that: accept with {"approve": true} (a gateway approval
 question's yes), decline every elicitation, or declare no elicitation capability at all.
+--elicit wait:PATH answers yes as `approve` does, but only once the file PATH exists, after
+creating PATH.asked: a test holds the question open and acts meanwhile (a reload, say).
 An error on one op gives {"error":message,"code":code|null} and the next op runs.
 Prints one JSON line (the array of results); exits 1 only when connecting fails.
 """
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -59,6 +62,13 @@ ELICIT = "default"
 async def on_elicitation(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
     ASKED.append({"kind": "elicitation", "params": params.model_dump(mode="json", by_alias=True, exclude_none=True)})
     if ELICIT == "approve":
+        return types.ElicitResult(action="accept", content={"approve": True})
+    if ELICIT.startswith("wait:"):
+        path = ELICIT[len("wait:") :]
+        with open(path + ".asked", "w") as marker:
+            marker.write("asked\n")
+        while not os.path.exists(path):
+            await anyio.sleep(0.05)
         return types.ElicitResult(action="accept", content={"approve": True})
     if ELICIT == "decline":
         return types.ElicitResult(action="decline")
@@ -117,8 +127,10 @@ async def main() -> int:
     ap.add_argument("--mode", default="legacy", choices=["legacy", "2026-07-28"])
     ap.add_argument("--key")
     ap.add_argument("--ops", default='[{"op":"list"}]')
-    ap.add_argument("--elicit", default="default", choices=["default", "approve", "decline", "off"])
+    ap.add_argument("--elicit", default="default")
     opts = ap.parse_args()
+    if opts.elicit not in ("default", "approve", "decline", "off") and not opts.elicit.startswith("wait:"):
+        ap.error(f"--elicit: {opts.elicit!r} is not default, approve, decline, off or wait:PATH")
     global ELICIT
     ELICIT = opts.elicit
     ops = json.loads(opts.ops)

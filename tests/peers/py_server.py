@@ -14,7 +14,8 @@ themselves: an admin's profile or item says "ADMIN SECRET", `file:///secret/…`
     $PEERS/venv/bin/python py_server.py --stdio [--record FILE]
 
 --paged N serves tools/list N tools per page (`nextCursor` is the offset of the next page), and
-adds the request method `x/echo` outside the MCP specification, which answers its params back.
+adds the request methods `x/echo`, which answers its params back, and `x/call`, which calls the
+tool `params.name` with `params.arguments` as tools/call does; neither is in the MCP specification.
 --record FILE appends {"tool": name, "arguments": {...}} to FILE each time a tool body runs.
 --record-bodies FILE appends the hex of every POST body exactly as it arrived, one line each.
 --stdio serves the same tools on stdin/stdout (newline-delimited JSON-RPC) instead of HTTP, and
@@ -403,8 +404,8 @@ def add_fixtures(mcp: MCPServer) -> None:
 
 
 def add_paging(mcp: MCPServer, size: int, record: str | None) -> None:
-    """tools/list in pages of `size`; the request method x/echo (not in the specification)."""
-    from mcp_types import ListToolsResult, PaginatedRequestParams, RequestParams, Result
+    """tools/list in pages of `size`; the request methods x/echo and x/call (not in the specification)."""
+    from mcp_types import CallToolResult, ListToolsResult, PaginatedRequestParams, RequestParams, Result
 
     async def list_page(ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
         tools = await mcp.list_tools()
@@ -425,9 +426,20 @@ def add_paging(mcp: MCPServer, size: int, record: str | None) -> None:
                 f.write(json.dumps({"tool": "x/echo", "arguments": extra}, separators=(",", ":")) + "\n")
         return EchoResult(echoed=extra)
 
+    class CallParams(RequestParams):
+        name: str
+        arguments: dict[str, Any] | None = None
+
+    async def vendor_call(ctx: Any, params: CallParams) -> CallToolResult:
+        # A vendor's own way to call a tool: the tool runs (and records) as under tools/call.
+        result = await mcp.call_tool(params.name, params.arguments or {})
+        assert isinstance(result, CallToolResult)
+        return result
+
     server = mcp._lowlevel_server
     server.add_request_handler("tools/list", PaginatedRequestParams, list_page)
     server.add_request_handler("x/echo", EchoParams, echo)
+    server.add_request_handler("x/call", CallParams, vendor_call)
 
 
 class RecordBodies:

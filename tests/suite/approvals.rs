@@ -992,6 +992,7 @@ action = "deny""#,
             asked(),
             call("echo", json!({"text": "first"})),
             call("echo", json!({"text": "second"})),
+            call("echo", json!({"text": "third"})),
             asked()
         ]),
     )
@@ -1005,14 +1006,15 @@ action = "deny""#,
     assert_eq!(
         out[1]["asked"],
         json!([]),
-        "an invalid call asks nobody (it takes a token: rate limits run before validation)"
+        "an invalid call asks nobody (and takes no token)"
     );
     assert_eq!(out[2]["text"], "first", "{}", out[2]);
-    assert_eq!(gateway_code(&out[3]), Some("rate_limited"), "{}", out[3]);
+    assert_eq!(out[3]["text"], "second", "{}", out[3]);
+    assert_eq!(gateway_code(&out[4]), Some("rate_limited"), "{}", out[4]);
     assert_eq!(
-        out[4]["asked"].as_array().map(Vec::len),
-        Some(1),
-        "only the forwarded call asked"
+        out[5]["asked"].as_array().map(Vec::len),
+        Some(2),
+        "only the forwarded calls asked: one past its rate is refused before asking"
     );
     let bobs = python(
         Mode::Modern,
@@ -1024,7 +1026,7 @@ action = "deny""#,
     .await;
     assert_eq!(gateway_code(&bobs[0]), Some("unknown_tool"), "{}", bobs[0]);
     assert_eq!(bobs[1]["asked"], json!([]));
-    assert_eq!(echoes(&upstream).len(), 1);
+    assert_eq!(echoes(&upstream).len(), 2);
     gw.stop().await;
     upstream.stop().await;
 }

@@ -43,6 +43,7 @@ mod deploy;
 mod edges;
 mod federation;
 mod fuzz;
+mod held_calls;
 mod hostile_schemas;
 mod identity;
 mod jwt;

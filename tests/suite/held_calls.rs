@@ -1,0 +1,395 @@
+//! Calls held for a person meet the live configuration, and asking costs
+//! nothing: through the official Python SDK client in both protocol eras and
+//! a real Python SDK server that records every call it runs.
+//!
+//! A call waiting for an answer is decided again when the answer comes: a
+//! reload that denies the tool or removes the client ends it with
+//! `approval_expired` and the server never runs it. A rate-limit token is
+//! taken once, when a call runs: never by a question, a refusal or a
+//! declined call — with buckets in memory and in a real redis-server.
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use portcullis::Gateway;
+use serde_json::{Value, json};
+use support::redis::RedisServer;
+use support::{ALICE, BOB, Config, Mode, Peer, PeerServer, TestGateway, call, gateway_code};
+use tokio::process::Command;
+
+const ADMIN_TOKEN: &str = "held-admin-token";
+const BY_USER: &str = r#"{ by = "user", timeout = "1m" }"#;
+const BY_EITHER: &str = r#"{ by = "either", timeout = "1m" }"#;
+
+/// Server `files` in front of `upstream` and the harness's clients; everyone
+/// may call `echo` with `approval`, at most once per client per 1000 s when
+/// `rate`, and `progress` freely; `deny_echo` adds a rule denying `echo` to
+/// everyone.
+fn config(upstream: &str, approval: &str, rate: bool, deny_echo: bool) -> Config {
+    let mut config = Config::new()
+        .admin_token(ADMIN_TOKEN)
+        .server("files", upstream)
+        .set("timeout", "20s")
+        .set("pinning", "off")
+        .clients()
+        .allow(&["echo"])
+        .set_raw("approval", approval);
+    if rate {
+        config = config.rate(1, 0.001, "client");
+    }
+    config = config.allow(&["progress"]);
+    if deny_echo {
+        config = config.deny(&["echo"]);
+    }
+    config
+}
+
+/// The Python SDK client answering elicitations as `elicit` says
+/// (`approve`, `decline`, `off`, `wait:PATH`).
+async fn python(mode: Mode, url: &str, key: &str, elicit: &str, ops: Value) -> Vec<Value> {
+    let peers = support::peers_dir();
+    let mode = match mode {
+        Mode::Legacy => "legacy",
+        Mode::Modern => "2026-07-28",
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new(peers.join("venv/bin/python"))
+        .arg(root.join("tests/peers/py_client.py"))
+        .arg(url)
+        .args(["--mode", mode, "--key", key, "--elicit", elicit])
+        .args(["--ops", &ops.to_string()])
+        .env("PORTCULLIS_PEERS", &peers)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(120), output)
+        .await
+        .expect("client finishes in time")
+        .expect("client runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('['))
+        .unwrap_or_else(|| {
+            panic!(
+                "no result; stderr: {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+    serde_json::from_str::<Value>(line)
+        .expect("JSON")
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The calls of `echo` the server ran.
+fn echoes(upstream: &PeerServer) -> usize {
+    upstream
+        .calls()
+        .iter()
+        .filter(|c| c["tool"] == "echo")
+        .count()
+}
+
+fn echo(text: &str) -> Value {
+    call("echo", json!({"text": text}))
+}
+
+/// Polls (bounded) until `check` holds.
+async fn until(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    for _ in 0..400 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+// === Asking costs nothing ===
+
+/// With one token per client, each era's client is asked, answers yes, and
+/// its call runs: the question took no token. The next call is refused for
+/// its rate: the run took exactly one.
+async fn one_token_is_taken_by_the_run_not_the_question(backend: Option<&str>) {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let mut config = config(&upstream.url, BY_USER, true, false);
+    if let Some(url) = backend {
+        config = config
+            .section("rate_limit")
+            .set("backend", "redis")
+            .set("redis_url", url);
+    }
+    let gw = TestGateway::start_config(&config).await;
+    let url = gw.url("files");
+    for (mode, key) in [(Mode::Modern, ALICE), (Mode::Legacy, BOB)] {
+        let out = python(
+            mode,
+            &url,
+            key,
+            "approve",
+            json!([echo("asked, then run"), echo("again")]),
+        )
+        .await;
+        assert_eq!(out[0]["isError"], false, "{mode:?} {backend:?}: {}", out[0]);
+        assert_eq!(out[0]["text"], "asked, then run");
+        assert_eq!(
+            gateway_code(&out[1]),
+            Some("rate_limited"),
+            "{mode:?} {backend:?}: {}",
+            out[1]
+        );
+    }
+    assert_eq!(echoes(&upstream), 2, "each client's approved call ran once");
+    gw.stop().await;
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn a_question_takes_no_token_in_memory() {
+    one_token_is_taken_by_the_run_not_the_question(None).await;
+}
+
+#[tokio::test]
+async fn a_question_takes_no_token_in_redis() {
+    let redis = RedisServer::start();
+    one_token_is_taken_by_the_run_not_the_question(Some(&redis.url())).await;
+}
+
+/// A secret in the arguments, invalid arguments, a declined call and an
+/// unanswerable client are refused without taking the one token: the
+/// approved call after them runs, and only the one after it is refused for
+/// its rate.
+#[tokio::test]
+async fn refusals_and_declined_calls_take_no_token() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = TestGateway::start_config(&config(&upstream.url, BY_USER, true, false)).await;
+    let url = gw.url("files");
+    for mode in [Mode::Modern, Mode::Legacy] {
+        let key = if mode == Mode::Modern { ALICE } else { BOB };
+        let secret = "ghp_16C7e42F292c6912E7710c838347Ae178B4a";
+        let refused = python(
+            mode,
+            &url,
+            key,
+            "decline",
+            json!([
+                echo(&format!("token {secret}")),
+                call("echo", json!({"text": 5})),
+                echo("declined"),
+            ]),
+        )
+        .await;
+        let codes: Vec<Option<&str>> = refused.iter().map(gateway_code).collect();
+        assert_eq!(
+            codes,
+            [
+                Some("argument_not_permitted"),
+                Some("invalid_arguments"),
+                Some("approval_declined")
+            ],
+            "{mode:?}: {refused:?}"
+        );
+        let off = python(mode, &url, key, "off", json!([echo("cannot ask")])).await;
+        assert_eq!(gateway_code(&off[0]), Some("approval_unavailable"));
+        let out = python(mode, &url, key, "approve", json!([echo("ran"), echo("no")])).await;
+        assert_eq!(out[0]["text"], "ran", "{mode:?}: {}", out[0]);
+        assert_eq!(gateway_code(&out[1]), Some("rate_limited"), "{}", out[1]);
+    }
+    assert_eq!(echoes(&upstream), 2);
+    gw.stop().await;
+    upstream.stop().await;
+}
+
+// === Held calls meet the live configuration ===
+
+/// A gateway started from a configuration file, reloaded when it changes.
+struct Reloadable {
+    gw: TestGateway,
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Reloadable {
+    async fn start(config: &Config) -> Self {
+        support::init();
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("portcullis.toml");
+        std::fs::write(&path, config.render()).expect("write");
+        let handle = Gateway::start_file(&path).await.expect("gateway starts");
+        Self {
+            gw: TestGateway::from_handle(handle),
+            path,
+            _dir: dir,
+        }
+    }
+
+    /// Replaces the file (write aside, rename over) and waits until the
+    /// reload is in force: `applied` holds.
+    async fn reload(&self, config: &Config, applied: impl AsyncFnMut() -> bool) {
+        let aside = self.path.with_extension("toml.tmp");
+        std::fs::write(&aside, config.render()).expect("write");
+        std::fs::rename(&aside, &self.path).expect("rename");
+        until("the reload is in force", applied).await;
+    }
+}
+
+/// Whether `huge` (which no rule needs approval for) runs for `key` now:
+/// `Ok(())`, or the refusal (`unauthenticated` for an unknown client).
+async fn huge(url: &str, key: &str) -> Result<(), String> {
+    let raw = support::tools_call(url, key, "huge", json!({"size": 1}), &[]).await;
+    if raw.status == 401 {
+        return Err("unauthenticated".into());
+    }
+    raw.refusal().map_or(Ok(()), Err)
+}
+
+/// Each era's client is asked; while the question is open a reload denies
+/// `echo`; the yes that follows ends the call with `approval_expired`.
+#[tokio::test]
+async fn a_reload_denying_the_tool_ends_a_call_waiting_for_the_user() {
+    for mode in [Mode::Modern, Mode::Legacy] {
+        let upstream = PeerServer::start(Peer::Python).await;
+        let gw = Reloadable::start(&config(&upstream.url, BY_USER, false, false)).await;
+        let url = gw.gw.url("files");
+        let dir = tempfile::tempdir().expect("dir");
+        let answer = dir.path().join("answer");
+        let elicit = format!("wait:{}", answer.display());
+        let client = {
+            let url = url.clone();
+            tokio::spawn(
+                async move { python(mode, &url, ALICE, &elicit, json!([echo("held")])).await },
+            )
+        };
+        let asked = answer.with_extension("asked");
+        until("the user is asked", async || asked.exists()).await;
+        let denied = config(&upstream.url, BY_USER, false, true).allow(&["huge"]);
+        gw.reload(&denied, async || huge(&url, BOB).await.is_ok())
+            .await;
+        std::fs::write(&answer, "yes").expect("answer");
+        let out = client.await.expect("client");
+        assert_eq!(
+            gateway_code(&out[0]),
+            Some("approval_expired"),
+            "{mode:?}: {}",
+            out[0]
+        );
+        assert_eq!(echoes(&upstream), 0, "{mode:?}: the server never ran it");
+        gw.gw.stop().await;
+        upstream.stop().await;
+    }
+}
+
+/// A reload that leaves the tool allowed does not end the call: it runs
+/// under the configuration in force when the answer comes.
+#[tokio::test]
+async fn a_reload_that_still_allows_the_call_lets_it_run() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = Reloadable::start(&config(&upstream.url, BY_USER, false, false)).await;
+    let url = gw.gw.url("files");
+    let dir = tempfile::tempdir().expect("dir");
+    let answer = dir.path().join("answer");
+    let elicit = format!("wait:{}", answer.display());
+    let client = {
+        let url = url.clone();
+        tokio::spawn(async move {
+            python(Mode::Legacy, &url, ALICE, &elicit, json!([echo("kept")])).await
+        })
+    };
+    let asked = answer.with_extension("asked");
+    until("the user is asked", async || asked.exists()).await;
+    // The new file only adds a rule for another tool.
+    let more = config(&upstream.url, BY_USER, false, false).allow(&["huge"]);
+    gw.reload(&more, async || huge(&url, BOB).await.is_ok())
+        .await;
+    std::fs::write(&answer, "yes").expect("answer");
+    let out = client.await.expect("client");
+    assert_eq!(out[0]["text"], "kept", "{}", out[0]);
+    assert_eq!(echoes(&upstream), 1);
+    gw.gw.stop().await;
+    upstream.stop().await;
+}
+
+async fn first_pending(gw: &TestGateway) -> String {
+    let http = support::http();
+    for _ in 0..300 {
+        let body: Value = http
+            .get(format!("{}/api/approvals", gw.admin_url()))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .expect("list")
+            .text()
+            .await
+            .map(|t| serde_json::from_str(&t).unwrap_or(Value::Null))
+            .unwrap_or(Value::Null);
+        if let Some(id) = body["approvals"][0]["id"].as_str() {
+            return id.to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no approval was queued");
+}
+
+async fn approve(gw: &TestGateway, id: &str) -> u16 {
+    support::http()
+        .post(format!("{}/api/approvals/{id}/approve", gw.admin_url()))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("approve")
+        .status()
+        .as_u16()
+}
+
+/// An operator's call held open (the client cannot be asked: `either` falls
+/// to an operator); a reload denies the tool, or removes the client; the
+/// operator's yes that follows ends the call with `approval_expired`.
+#[tokio::test]
+async fn a_reload_denying_the_tool_or_removing_the_client_ends_a_call_held_for_an_operator() {
+    for change in ["deny the tool", "remove the client"] {
+        let upstream = PeerServer::start(Peer::Python).await;
+        let gw = Reloadable::start(&config(&upstream.url, BY_EITHER, false, false)).await;
+        let url = gw.gw.url("files");
+        let client = {
+            let url = url.clone();
+            tokio::spawn(async move {
+                python(Mode::Legacy, &url, ALICE, "off", json!([echo("held")])).await
+            })
+        };
+        let id = first_pending(&gw.gw).await;
+        let (changed, prober, now) = match change {
+            "deny the tool" => (config(&upstream.url, BY_EITHER, false, true), BOB, Ok(())),
+            _ => (
+                Config::new()
+                    .admin_token(ADMIN_TOKEN)
+                    .server("files", &upstream.url)
+                    .set("timeout", "20s")
+                    .set("pinning", "off")
+                    .client("bob", BOB)
+                    .allow(&["echo"])
+                    .set_raw("approval", BY_EITHER),
+                ALICE,
+                Err("unauthenticated".to_owned()),
+            ),
+        };
+        let changed = changed.allow(&["huge"]);
+        gw.reload(&changed, async || huge(&url, prober).await == now)
+            .await;
+        assert_eq!(approve(&gw.gw, &id).await, 200);
+        let out = client.await.expect("client");
+        assert_eq!(
+            gateway_code(&out[0]),
+            Some("approval_expired"),
+            "{change}: {}",
+            out[0]
+        );
+        assert_eq!(echoes(&upstream), 0, "{change}: the server never ran it");
+        gw.gw.stop().await;
+        upstream.stop().await;
+    }
+}
