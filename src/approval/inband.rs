@@ -152,10 +152,10 @@ impl Sessions {
         }
         let forget =
             |order: &mut VecDeque<SessionKey>, map: &mut HashMap<SessionKey, bool>, whose: &str| {
-                if let Some(at) = order.iter().position(|(c, _)| c == whose) {
-                    if let Some(old) = order.remove(at) {
-                        map.remove(&old);
-                    }
+                if let Some(at) = order.iter().position(|(c, _)| c == whose)
+                    && let Some(old) = order.remove(at)
+                {
+                    map.remove(&old);
                 }
             };
         while order.iter().filter(|(c, _)| c == client).count() > per_client {

@@ -282,16 +282,22 @@ async fn the_approval_queue_in_chromium_approves_a_held_call() {
     expect("approved").await;
     let answered = held.await.expect("the held call");
     assert_eq!(code(&answered), None, "{answered}");
+    // The reply comes back through the output sanitizer (the control string removed) ...
     assert_eq!(
-        answered["result"]["content"][0]["text"], "drop the staging table\u{1b}]0;rm -rf /\u{7}",
-        "the server ran exactly what was shown"
+        answered["result"]["content"][0]["text"],
+        "drop the staging table"
     );
-    let echoes = upstream
+    // ... while the server ran exactly what the operator was shown, once.
+    let echoes: Vec<_> = upstream
         .ran()
         .into_iter()
         .filter(|(t, _)| t == "echo")
-        .count();
-    assert_eq!(echoes, 1, "the approved call ran once");
+        .collect();
+    assert_eq!(echoes.len(), 1, "the approved call ran once");
+    assert_eq!(
+        echoes[0].1["text"], "drop the staging table\u{1b}]0;rm -rf /\u{7}",
+        "the server ran exactly what was shown"
+    );
     stdin.write_all(b"checked\n").await.expect("write");
     expect("ok").await;
     drop(stdin);
