@@ -4,8 +4,8 @@
 //! the client sees a byte ([`crate::proxy`]'s `respond` and the list
 //! collection), and on the way out for the secret scan of `tools/call`
 //! arguments. [`message`] walks every string and key of a whole MCP message
-//! (all of them are text, except the identifiers of the one table in
-//! [`exempt`]); this module knows what to do with one string.
+//! (all of them are text, except the identifiers [`exempt`] names at their
+//! protocol positions); this module knows what to do with one string.
 //!
 //! One string goes through, in order:
 //! 1. one character pass that drops terminal control sequences (whole CSI,

@@ -13,12 +13,17 @@
 //! `inputRequests`), schemas, task status messages, error `message` and
 //! `data`, extra fields no schema names.
 //!
-//! What is exempt: the identifiers of the one table in [`super::exempt`]
-//! (JSON-RPC `jsonrpc`/`id`/`method`, cursors, URIs, names, `mimeType`,
-//! progress tokens, task and tool-use ids, base64 `blob` and image/audio
-//! `data`, `requestState`, `resultType`, `type`, `protocolVersion`). Each is
-//! checked for its form instead; one that fails is an upstream protocol error
-//! or is sanitized as text, as the table says.
+//! What is exempt: the identifiers the protocol puts at known positions
+//! ([`super::exempt`]: JSON-RPC `jsonrpc`/`id`/`method` of the envelope, a
+//! list result's `nextCursor`, a tool's or resource's `name`, `uri` and
+//! `mimeType`, a content block's `type`, base64 `data` and `mimeType`,
+//! progress tokens in `_meta`, task and tool-use ids, `requestState`,
+//! `resultType`, `protocolVersion`). The walk knows which request a response
+//! answers (`answering`) and carries the position of every object it enters,
+//! so the same key inside a tool's data (`structuredContent`, a schema, a
+//! block's `input`, an error's `data`) is text. Each identifier is checked for
+//! its form instead; one that fails is an upstream protocol error or is
+//! sanitized as text, as the table says.
 //!
 //! Also here: the message's shape ([`shape`]: a request, a notification, a
 //! result or an error, never two at once), the bound on what one message
@@ -35,7 +40,7 @@ use std::collections::HashSet;
 
 use serde_json::{Map, Value, json};
 
-use super::exempt::{self, Form, OnBad};
+use super::exempt::{self, Answer, Around, Form, OnBad, Pos};
 use super::{Report, Sanitizer, TRUNCATED, secrets};
 
 /// Strings this short are never cut by the bound (enum-like values such as
@@ -137,12 +142,19 @@ impl Texts {
 }
 
 impl Sanitizer<'_> {
-    /// A whole JSON-RPC message from the upstream: its shape checked, every
-    /// string and key sanitized, its texts bounded by `max_output_bytes`.
-    pub fn message(&self, message: &mut Value, report: &mut Report) -> Result<Shape, Malformed> {
+    /// A whole JSON-RPC message from the upstream, `answering` a request of
+    /// that method when it is a response: its shape checked, every string and
+    /// key sanitized but the identifiers at their protocol positions, its
+    /// texts bounded by `max_output_bytes`.
+    pub fn message(
+        &self,
+        message: &mut Value,
+        answering: Option<&str>,
+        report: &mut Report,
+    ) -> Result<Shape, Malformed> {
         let shape = shape(message)?;
-        let texts = self.sanitize_message(message, report)?;
-        self.bound(message, texts, report);
+        let texts = self.sanitize_message(message, answering, report)?;
+        self.bound(message, answering, texts, report);
         Ok(shape)
     }
 
@@ -151,28 +163,32 @@ impl Sanitizer<'_> {
     pub(crate) fn sanitize_message(
         &self,
         message: &mut Value,
+        answering: Option<&str>,
         report: &mut Report,
     ) -> Result<Texts, Malformed> {
         let mut texts = Texts::default();
-        self.walk(message, true, &mut texts, report)?;
+        let at = Pos::Envelope(Answer::of(answering));
+        self.walk(message, at, &mut texts, report)?;
         Ok(texts)
     }
 
-    /// A list item (a tool, prompt, resource or template), sanitized whole.
-    /// `Err` when one of its identifiers is unusable: the item is left out.
+    /// A part of a message at a known position (a list item, the rest of a
+    /// list result, a member's capabilities), sanitized whole. `Err` when one
+    /// of its identifiers is unusable: the item is left out.
     pub(crate) fn definition(
         &self,
         item: &mut Value,
+        at: Pos,
         report: &mut Report,
     ) -> Result<(), Malformed> {
-        self.walk(item, false, &mut Texts::default(), report)
+        self.walk(item, at, &mut Texts::default(), report)
             .map(|_| ())
     }
 
     fn walk(
         &self,
         value: &mut Value,
-        envelope: bool,
+        at: Pos,
         texts: &mut Texts,
         report: &mut Report,
     ) -> Result<(), Malformed> {
@@ -183,10 +199,10 @@ impl Sanitizer<'_> {
             }
             Value::Array(items) => {
                 for item in items {
-                    self.walk(item, false, texts, report)?;
+                    self.walk(item, at, texts, report)?;
                 }
             }
-            Value::Object(map) => self.object(map, envelope, texts, report)?,
+            Value::Object(map) => self.object(map, at, texts, report)?,
             _ => {}
         }
         Ok(())
@@ -195,20 +211,21 @@ impl Sanitizer<'_> {
     fn object(
         &self,
         map: &mut Map<String, Value>,
-        envelope: bool,
+        at: Pos,
         texts: &mut Texts,
         report: &mut Report,
     ) -> Result<(), Malformed> {
         self.keys(map, report);
-        let ty = exempt::block_type(map);
         let mirrors = mirror_blocks(map);
         let before = (!mirrors.is_empty()).then(|| report.clone());
+        // Positions are judged on the keys as cleaned.
+        let around = Around::of(at, map);
         for (k, v) in map.iter_mut() {
             let Value::String(s) = v else {
-                self.walk(v, false, texts, report)?;
+                self.walk(v, exempt::child(at, k, around), texts, report)?;
                 continue;
             };
-            if let Some(e) = exempt::lookup(k, ty, envelope) {
+            if let Some(e) = exempt::exempt(at, k, around) {
                 if self.fits(e.form, s) {
                     continue;
                 }
@@ -288,7 +305,13 @@ impl Sanitizer<'_> {
     /// emptied; a `structuredContent` is kept or replaced whole by a notice.
     /// Strings of at most [`SMALL`] bytes are never cut. True when a
     /// `structuredContent` was replaced.
-    pub(crate) fn bound(&self, message: &mut Value, texts: Texts, report: &mut Report) -> bool {
+    pub(crate) fn bound(
+        &self,
+        message: &mut Value,
+        answering: Option<&str>,
+        texts: Texts,
+        report: &mut Report,
+    ) -> bool {
         let Some(max) = self.max_output_bytes() else {
             return false;
         };
@@ -305,14 +328,15 @@ impl Sanitizer<'_> {
             dry: true,
         };
         // A first walk counts what will be omitted, for the notice to say.
+        let at = Pos::Envelope(Answer::of(answering));
         let mut dry = start;
-        dry.value(message, true, &mut Report::default());
+        dry.value(message, at, &mut Report::default());
         let mut cut = Cut {
             omitted: dry.omitted,
             dry: false,
             ..start
         };
-        cut.value(message, true, report);
+        cut.value(message, at, report);
         cut.replaced
     }
 }
@@ -331,16 +355,16 @@ struct Cut {
 }
 
 impl Cut {
-    fn value(&mut self, value: &mut Value, envelope: bool, report: &mut Report) {
+    fn value(&mut self, value: &mut Value, at: Pos, report: &mut Report) {
         match value {
             Value::String(s) => self.string(s, report),
             Value::Array(items) => {
                 for item in items {
-                    self.value(item, false, report);
+                    self.value(item, at, report);
                 }
             }
             Value::Object(map) => {
-                let ty = exempt::block_type(map);
+                let around = Around::of(at, map);
                 for (k, v) in map.iter_mut() {
                     if k == "structuredContent" {
                         self.structured(v, report);
@@ -348,13 +372,13 @@ impl Cut {
                     }
                     match v {
                         Value::String(s) => {
-                            let exempt = exempt::lookup(k, ty, envelope)
+                            let exempt = exempt::exempt(at, k, around)
                                 .is_some_and(|e| exempt::fits(e.form, s));
                             if !exempt {
                                 self.string(s, report);
                             }
                         }
-                        _ => self.value(v, false, report),
+                        _ => self.value(v, exempt::child(at, k, around), report),
                     }
                 }
             }
@@ -416,33 +440,19 @@ impl Cut {
     }
 }
 
-/// The bytes of the text strings longer than [`SMALL`] in `value` (keys and
-/// exempt identifiers aside).
+/// The bytes of the text strings longer than [`SMALL`] in `value` (keys
+/// aside). A `structuredContent` is the tool's data: no string in it is an
+/// identifier.
 fn long_texts(value: &Value) -> usize {
-    fn walk(value: &Value, ty: Option<&str>, key: Option<&str>, sum: &mut usize) {
-        match value {
-            Value::String(s) => {
-                let exempt = key
-                    .and_then(|k| exempt::lookup(k, ty, false))
-                    .is_some_and(|e| exempt::fits(e.form, s));
-                let n = counted(s);
-                if !exempt && n > SMALL {
-                    *sum += n;
-                }
-            }
-            Value::Array(items) => items.iter().for_each(|i| walk(i, None, None, sum)),
-            Value::Object(map) => {
-                let ty = exempt::block_type(map);
-                for (k, v) in map {
-                    walk(v, ty, Some(k), sum);
-                }
-            }
-            _ => {}
+    match value {
+        Value::String(s) => {
+            let n = counted(s);
+            if n > SMALL { n } else { 0 }
         }
+        Value::Array(items) => items.iter().map(long_texts).sum(),
+        Value::Object(map) => map.values().map(long_texts).sum(),
+        _ => 0,
     }
-    let mut sum = 0;
-    walk(value, None, None, &mut sum);
-    sum
 }
 
 /// The bytes of `s` that count against the bound: all but a gateway notice

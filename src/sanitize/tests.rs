@@ -405,7 +405,7 @@ fn messages_are_sanitized_whole() {
         "description": "Adds.\u{E0049}\u{E0067}\u{E006E}",
         "inputSchema": {"type": "object", "properties": {"a": {"type": "string", "description": "\x1b[8mhidden\x1b[0m", "pattern": "^\\x1b$"}}}
     }, {"name": "get_weather", "description": "ok"}]}});
-    s.message(&mut list, &mut Report::default())
+    s.message(&mut list, Some("tools/list"), &mut Report::default())
         .expect("well-formed");
     let tool = &list["result"]["tools"][0];
     assert_eq!(
@@ -424,7 +424,7 @@ fn messages_are_sanitized_whole() {
         {"uri": "file:///a", "text": "x\x1b[2Jy", "_meta": {"note": "\u{202e}evil"}},
         {"uri": "file:///b", "blob": "AAAA"}
     ]}});
-    s.message(&mut read, &mut Report::default())
+    s.message(&mut read, Some("resources/read"), &mut Report::default())
         .expect("well-formed");
     assert_eq!(read["result"]["contents"][0]["text"], "xy");
     assert_eq!(read["result"]["contents"][0]["_meta"]["note"], "evil");
@@ -434,12 +434,16 @@ fn messages_are_sanitized_whole() {
         {"uri": "file:///b", "blob": "AAAA\u{200B}"}
     ]}});
     let e = s
-        .message(&mut bad_blob, &mut Report::default())
+        .message(
+            &mut bad_blob,
+            Some("resources/read"),
+            &mut Report::default(),
+        )
         .expect_err("a blob that is not base64 is a protocol error");
     assert!(e.0.contains("`blob`"), "{}", e.0);
 
     let mut error = json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32603, "message": "boom \x1b[31mpassword=hunter2", "data": {"trace": "ad\u{200B}min"}}});
-    s.message(&mut error, &mut Report::default())
+    s.message(&mut error, None, &mut Report::default())
         .expect("well-formed");
     assert_eq!(
         error["error"]["message"],
@@ -448,7 +452,7 @@ fn messages_are_sanitized_whole() {
     assert_eq!(error["error"]["data"]["trace"], "admin");
 
     let mut log = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "logger": "db\x1b[2J", "data": "\x1b]8;;http://x\x07y"}});
-    s.message(&mut log, &mut Report::default())
+    s.message(&mut log, None, &mut Report::default())
         .expect("well-formed");
     assert_eq!(log["params"]["data"], "y");
     assert_eq!(log["params"]["logger"], "db");
@@ -481,7 +485,7 @@ fn malformed_messages_are_protocol_errors() {
     ] {
         let mut m = m;
         let e = s
-            .message(&mut m, &mut Report::default())
+            .message(&mut m, None, &mut Report::default())
             .expect_err("malformed");
         assert!(e.0.contains(why), "{} / {why}", e.0);
     }
@@ -495,7 +499,7 @@ fn keys_are_sanitized_and_collisions_renamed_in_order() {
         "a\u{200b}b": 1, "ab": 2, "\x1b[31mab": 3, "AKIAZ7QWERTYUIOPCANA": 4
     }}});
     let mut report = Report::default();
-    s.message(&mut m, &mut report).expect("well-formed");
+    s.message(&mut m, None, &mut report).expect("well-formed");
     let keys: Vec<&String> = m["result"]["_meta"]
         .as_object()
         .expect("object")
@@ -503,7 +507,7 @@ fn keys_are_sanitized_and_collisions_renamed_in_order() {
         .collect();
     assert_eq!(keys, ["ab#2", "ab", "ab#3", "[REDACTED:aws-access-key-id]"]);
     let again = m.clone();
-    s.message(&mut m, &mut Report::default())
+    s.message(&mut m, None, &mut Report::default())
         .expect("well-formed");
     assert_eq!(m, again, "idempotent");
 }
@@ -521,7 +525,8 @@ fn the_bound_is_on_the_whole_message() {
     let mut m = json!({"jsonrpc": "2.0", "id": 1, "result": {"content": blocks,
         "structuredContent": {"rows": "b".repeat(5000)}}});
     let mut report = Report::default();
-    s.message(&mut m, &mut report).expect("well-formed");
+    s.message(&mut m, Some("tools/call"), &mut report)
+        .expect("well-formed");
     let texts: usize = m["result"]["content"]
         .as_array()
         .expect("array")
@@ -538,7 +543,7 @@ fn the_bound_is_on_the_whole_message() {
     assert_eq!(m["result"]["content"][59]["text"], "");
     assert!(m["result"]["structuredContent"]["portcullis/omitted"].is_string());
     let again = m.clone();
-    s.message(&mut m, &mut Report::default())
+    s.message(&mut m, Some("tools/call"), &mut Report::default())
         .expect("well-formed");
     assert_eq!(m, again, "idempotent");
 }
@@ -557,7 +562,8 @@ fn text_content_is_cut_but_images_are_not_touched() {
         {"type": "image", "data": image, "mimeType": "image/png"}
     ]}});
     let mut report = Report::default();
-    s.message(&mut result, &mut report).expect("well-formed");
+    s.message(&mut result, Some("tools/call"), &mut report)
+        .expect("well-formed");
     let text = result["result"]["content"][0]["text"]
         .as_str()
         .expect("text");

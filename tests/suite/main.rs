@@ -60,6 +60,7 @@ mod resources;
 mod rewrite;
 mod sanitize;
 mod sanitize_messages;
+mod sanitize_positions;
 mod sanitize_props;
 mod sdk;
 mod shutdown;

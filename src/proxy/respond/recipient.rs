@@ -116,6 +116,18 @@ impl Recipient {
         changed
     }
 
+    /// The method whose result this reply carries, for the positions of its
+    /// identifiers: a tool's answer (to `tools/call`, to an operator-named
+    /// method of class `tool`, or a task's result judged as its tool's) is a
+    /// `tools/call` result.
+    fn answering(&self) -> &str {
+        if self.tool.is_some() {
+            "tools/call"
+        } else {
+            &self.method
+        }
+    }
+
     fn sanitizer(&self) -> Sanitizer<'_> {
         Sanitizer::new(&self.sanitize, self.call.skip)
     }
@@ -239,7 +251,14 @@ impl Recipient {
         let sanitizer = self.sanitizer();
         let outcome = match shape(&message) {
             Err(m) => Err(Fault::Malformed(m)),
-            Ok(Shape::Result) => check_result(&sanitizer, None, &mut message, raw_len, &mut report),
+            Ok(Shape::Result) => check_result(
+                &sanitizer,
+                None,
+                &mut message,
+                Some(self.answering()),
+                raw_len,
+                &mut report,
+            ),
             Ok(_) => check_message(&sanitizer, &mut message, raw_len, &mut report),
         };
         self.log(&report);
@@ -390,6 +409,7 @@ impl Recipient {
             &sanitizer,
             self.call.output_schema.as_ref(),
             message,
+            Some(self.answering()),
             raw_len,
             report,
         )
