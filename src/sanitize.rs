@@ -12,7 +12,7 @@
 //!    OSC, DCS, SOS, PM and APC sequences, 8-bit C1 forms, lone `ESC`, C0
 //!    controls except `\t \n \r`, DEL; a bare `\r` becomes `\n`) and invisible
 //!    Unicode (tag characters, bidi embeddings, overrides and isolates,
-//!    zero-width characters, non-initial BOMs, variation-selector runs), while
+//!    zero-width characters, BOMs (a leading one too), variation-selector runs), while
 //!    keeping ZWJ inside emoji and Indic words, ZWNJ, LRM/RLM/ALM, one
 //!    variation selector after a base character and RGI subdivision flags;
 //! 2. the secret detectors ([`secrets`]), each finding replaced by
