@@ -81,6 +81,26 @@ const HOSTILE: &[(&str, &str, &str)] = &[
     ),
     ("bom inside text", "ab\u{FEFF}c", "abc"),
     ("leading bom", "\u{FEFF}first line", "first line"),
+    (
+        "aws key glued to letters",
+        "xREDAKIAZ7QWERTYUIOPCANAyz",
+        "xRED[REDACTED:aws-access-key-id]yz",
+    ),
+    (
+        "github token glued to letters",
+        "tokenghp_C4n4ryT0k3nXq9Wv2Lm8Rt5Yp1Zs7Kd3Hf6Jend",
+        "token[REDACTED:github-token]end",
+    ),
+    (
+        "stripe key glued to capitals",
+        "REDsk_live_51HxYz2KlMnOpQrStUvWx",
+        "RED[REDACTED:stripe-key]",
+    ),
+    (
+        "jwt glued to letters",
+        "xxeyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSIsImFkbWluIjp0cnVlfQ.dGhpc2lzYXNpZ25hdHVyZQ",
+        "xx[REDACTED:jwt]",
+    ),
     ("zwj between ascii", "ad\u{200D}min", "admin"),
     ("zwnj between ascii", "ad\u{200C}min", "admin"),
     ("joiner runs", "👨\u{200D}\u{200D}👩", "👨\u{200D}👩"),
@@ -253,6 +273,10 @@ const BENIGN: &[(&str, &str)] = &[
         "café naïve Zürich © ® ™ → ✓ – — “quotes”",
     ),
     ("windows line ends", "line one\r\nline two\r\n"),
+    (
+        "words holding a key prefix",
+        "task_live_status0123456789 risk-admin-dashboard-configuration-settings-page-v2 honeyjars_are_really_nice.eyeglasses_are_sharp_too.",
+    ),
     (
         "json",
         "{\"id\": 7, \"ok\": true, \"items\": [1, 2, 3], \"token_type\": \"bearer\"}",
