@@ -59,6 +59,7 @@ mod reload;
 mod resources;
 mod rewrite;
 mod sanitize;
+mod sanitize_framing;
 mod sanitize_messages;
 mod sanitize_positions;
 mod sanitize_props;
