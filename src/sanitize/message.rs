@@ -123,12 +123,20 @@ pub fn shape(message: &Value) -> Result<Shape, Malformed> {
     }
 }
 
+/// What each JSON value of a message (an object member, an array item)
+/// counts against the bound besides its text: its share of the structure, so
+/// that a flood of empty blocks is as large as it is.
+const PER_VALUE: usize = 4;
+
 /// What a walk measured: the bytes of text (not counting the gateway's own
-/// notices), and of those the bytes in strings of at most [`SMALL`] bytes.
+/// notices), of those the bytes in strings of at most [`SMALL`] bytes, the
+/// bytes of the object keys, and the number of values.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Texts {
     pub total: usize,
     pub small: usize,
+    pub keys: usize,
+    pub values: usize,
 }
 
 impl Texts {
@@ -139,13 +147,34 @@ impl Texts {
             self.small += n;
         }
     }
+
+    /// What the bound cannot cut: keys, short strings and structure.
+    pub fn fixed(&self) -> usize {
+        self.small + self.keys + self.values * PER_VALUE
+    }
+
+    /// The size of the message as the bound measures it.
+    pub fn measured(&self) -> usize {
+        self.total + self.keys + self.values * PER_VALUE
+    }
+}
+
+/// A message whose keys, short strings and structure alone exceed
+/// `max_output_bytes`: no cut of its texts brings it under the bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverBound {
+    /// The message's size as the bound measures it.
+    pub bytes: usize,
+    /// `max_output_bytes`.
+    pub limit: usize,
 }
 
 impl Sanitizer<'_> {
     /// A whole JSON-RPC message from the upstream, `answering` a request of
     /// that method when it is a response: its shape checked, every string and
     /// key sanitized but the identifiers at their protocol positions, its
-    /// texts bounded by `max_output_bytes`.
+    /// texts bounded by `max_output_bytes` (a message whose keys, short
+    /// values and blocks alone exceed it is refused as malformed).
     pub fn message(
         &self,
         message: &mut Value,
@@ -154,7 +183,13 @@ impl Sanitizer<'_> {
     ) -> Result<Shape, Malformed> {
         let shape = shape(message)?;
         let texts = self.sanitize_message(message, answering, report)?;
-        self.bound(message, answering, texts, report);
+        self.bound(message, answering, texts, report)
+            .map_err(|o| {
+                Malformed(format!(
+                    "its message carries {} bytes of keys, short values and blocks, over the limit of {} bytes on one message",
+                    o.bytes, o.limit
+                ))
+            })?;
         Ok(shape)
     }
 
@@ -198,6 +233,7 @@ impl Sanitizer<'_> {
                 texts.count(s);
             }
             Value::Array(items) => {
+                texts.values += items.len();
                 for item in items {
                     self.walk(item, at, texts, report)?;
                 }
@@ -218,6 +254,8 @@ impl Sanitizer<'_> {
         self.keys(map, report);
         let mirrors = mirror_blocks(map);
         let before = (!mirrors.is_empty()).then(|| report.clone());
+        texts.values += map.len();
+        texts.keys += map.keys().map(String::len).sum::<usize>();
         // Positions are judged on the keys as cleaned.
         let around = Around::of(at, map);
         for (k, v) in map.iter_mut() {
@@ -299,28 +337,37 @@ impl Sanitizer<'_> {
         }
     }
 
-    /// Keeps the texts of `message` within `max_output_bytes` in all: strings
+    /// Keeps `message` within `max_output_bytes` in all, as [`Texts`]
+    /// measures it (texts, keys, and [`PER_VALUE`] bytes per value): strings
     /// are kept whole in document order while they fit; the first that does
     /// not is cut with a notice of what the message lost, the later ones are
     /// emptied; a `structuredContent` is kept or replaced whole by a notice.
-    /// Strings of at most [`SMALL`] bytes are never cut. True when a
-    /// `structuredContent` was replaced.
+    /// Strings of at most [`SMALL`] bytes, keys and structure are never cut:
+    /// when they alone exceed the bound, the message is [`OverBound`]. True
+    /// when a `structuredContent` was replaced.
     pub(crate) fn bound(
         &self,
         message: &mut Value,
         answering: Option<&str>,
         texts: Texts,
         report: &mut Report,
-    ) -> bool {
+    ) -> Result<bool, OverBound> {
         let Some(max) = self.max_output_bytes() else {
-            return false;
+            return Ok(false);
         };
-        if texts.total <= max {
-            return false;
+        if texts.measured() <= max {
+            return Ok(false);
+        }
+        if texts.fixed() + super::NOTICE_ROOM > max {
+            report.add(TRUNCATED, 1);
+            return Err(OverBound {
+                bytes: texts.measured(),
+                limit: max,
+            });
         }
         let start = Cut {
             // Room is kept for the notice, so that the texts and it fit in `max`.
-            remaining: max.saturating_sub(texts.small + super::NOTICE_ROOM),
+            remaining: max - texts.fixed() - super::NOTICE_ROOM,
             max,
             omitted: 0,
             noticed: false,
@@ -337,7 +384,7 @@ impl Sanitizer<'_> {
             ..start
         };
         cut.value(message, at, report);
-        cut.replaced
+        Ok(cut.replaced)
     }
 }
 

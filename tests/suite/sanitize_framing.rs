@@ -1,9 +1,10 @@
 //! What surrounds a message on its way back is upstream text too: SSE
 //! comments are relayed empty, an event `id` that is not plain visible text
 //! is removed, an event whose name is not a plain token is left out; the
-//! gateway's own `_meta` flags on a result quote nothing of the upstream's.
-//! SSE framing no SDK server writes on demand, so a hand-written upstream
-//! sends it.
+//! gateway's own `_meta` flags on a result quote nothing of the upstream's;
+//! `max_output_bytes` counts keys, short strings and blocks, not only the
+//! texts it can cut. SSE framing and such shapes no SDK server writes on
+//! demand, so a hand-written upstream sends them.
 
 use crate::support;
 use support::Config;
@@ -127,5 +128,52 @@ async fn the_gateways_own_flags_quote_nothing_raw() {
     );
     assert_no_framing_leak(&flags.to_string());
     assert_no_framing_leak(&r[0].to_string());
+    gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_output_bytes_bounds_keys_short_strings_and_blocks_too() {
+    let up = Misbehaving::start().await;
+    let config = Config::new()
+        .server("s", &up.url)
+        .set("timeout", "20s")
+        .clients()
+        .allow_all()
+        .raw("[sanitize]\nmax_output_bytes = 4096\n")
+        .render();
+    let gateway = support::TestGateway::start_raw(&config).await;
+    // No string is long enough to cut: 5,000 short blocks, and keys.
+    let blocks: Vec<serde_json::Value> = (0..5000)
+        .map(|i| json!({"type": "text", "text": format!("b{i}")}))
+        .collect();
+    let keys: serde_json::Map<String, serde_json::Value> =
+        (0..500).map(|i| (format!("{i:0>60}"), json!(1))).collect();
+    up.script(
+        "blocks",
+        Scripted::Json(json!({"jsonrpc": "2.0", "id": "$id", "result": {"content": blocks}})),
+    );
+    up.script(
+        "keys",
+        Scripted::Json(json!({"jsonrpc": "2.0", "id": "$id", "result": {
+            "content": [{"type": "text", "text": "ok"}], "structuredContent": keys}})),
+    );
+    for key in ["blocks", "keys"] {
+        let r = scripted_call(&gateway, key).await;
+        let result = &r.body["result"];
+        assert_eq!(result["isError"], true, "{key}: {}", r.text);
+        let error = &result["_meta"]["portcullis/error"];
+        assert_eq!(error["code"], "output_too_large", "{key}: {}", r.text);
+        assert_eq!(error["limit"], 4096, "{key}: {}", r.text);
+    }
+    // A message of short strings within the bound passes whole.
+    let few: Vec<serde_json::Value> = (0..20)
+        .map(|i| json!({"type": "text", "text": format!("b{i}")}))
+        .collect();
+    up.script(
+        "few",
+        Scripted::Json(json!({"jsonrpc": "2.0", "id": "$id", "result": {"content": few}})),
+    );
+    let r = scripted_call(&gateway, "few").await;
+    assert_eq!(r.body["result"]["content"][19]["text"], "b19", "{}", r.text);
     gateway.stop().await;
 }

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::error::{OutputKind, Rejection, ToolFailure, UpstreamKind};
 use crate::proxy::reply::UpstreamError;
-use crate::sanitize::message::Malformed;
+use crate::sanitize::message::{Malformed, OverBound};
 use crate::sanitize::{Report, Sanitizer, TRUNCATED};
 use crate::validate::CompiledSchema;
 
@@ -105,7 +105,9 @@ pub(crate) fn check_result(
             limit: MAX_CLIENT_MESSAGE,
         })
     };
-    let replaced = sanitizer.bound(message, answering, texts, report);
+    let replaced = sanitizer
+        .bound(message, answering, texts, report)
+        .map_err(over_bound)?;
     if replaced && schema.is_some() {
         // The client checks structuredContent against the schema: a notice in
         // its place would fail there.
@@ -144,7 +146,9 @@ pub(super) fn check_message(
     let texts = sanitizer
         .sanitize_message(message, None, report)
         .map_err(Fault::Malformed)?;
-    sanitizer.bound(message, None, texts, report);
+    sanitizer
+        .bound(message, None, texts, report)
+        .map_err(over_bound)?;
     let size = if report.is_empty() {
         raw_len
     } else {
@@ -157,6 +161,14 @@ pub(super) fn check_message(
         }));
     }
     Ok(())
+}
+
+/// A message the bound cannot cut down: withheld as too large.
+fn over_bound(o: OverBound) -> Fault {
+    Fault::Output(OutputKind::OverBound {
+        bytes: o.bytes,
+        limit: o.limit,
+    })
 }
 
 /// A sanitized text quoted inside a gateway text: no byte order mark (the
