@@ -57,6 +57,7 @@ mod ratelimit;
 mod refusals;
 mod reload;
 mod resources;
+mod resources_references;
 mod rewrite;
 mod sanitize;
 mod sanitize_framing;
