@@ -68,10 +68,32 @@ pub(super) fn listed(item: &Value) -> Option<String> {
 /// form; a spelling that cannot be canonicalized is refused as a read of it
 /// would be.
 pub(super) fn subscribed(message: &Message) -> Result<Vec<CanonicalUri>, Rejection> {
-    super::subjects::subscribed_uris(message)?
+    subscribed_uris(message)?
         .into_iter()
         .map(canonical)
         .collect()
+}
+
+/// The URIs a `subscriptions/listen` subscribes to (none when it names none).
+fn subscribed_uris(message: &Message) -> Result<Vec<&str>, Rejection> {
+    let subscribed = message
+        .params()
+        .and_then(|p| p.get("notifications"))
+        .and_then(|n| n.get("resourceSubscriptions"));
+    let invalid = || {
+        Rejection::InvalidParams(
+            "subscriptions/listen needs params.notifications.resourceSubscriptions to be a list of URI strings"
+                .into(),
+        )
+    };
+    match subscribed {
+        None => Ok(Vec::new()),
+        Some(Value::Array(uris)) => uris
+            .iter()
+            .map(|u| u.as_str().ok_or_else(invalid))
+            .collect(),
+        Some(_) => Err(invalid()),
+    }
 }
 
 /// A `subscriptions/listen` as the upstream must see it: the subscribed URIs

@@ -112,25 +112,3 @@ pub(super) fn authorize_subscriptions(
     }
     Ok(())
 }
-
-/// The URIs a `subscriptions/listen` subscribes to (none when it names none).
-pub(super) fn subscribed_uris(message: &Message) -> Result<Vec<&str>, Rejection> {
-    let subscribed = message
-        .params()
-        .and_then(|p| p.get("notifications"))
-        .and_then(|n| n.get("resourceSubscriptions"));
-    let invalid = || {
-        Rejection::InvalidParams(
-            "subscriptions/listen needs params.notifications.resourceSubscriptions to be a list of URI strings"
-                .into(),
-        )
-    };
-    match subscribed {
-        None => Ok(Vec::new()),
-        Some(Value::Array(uris)) => uris
-            .iter()
-            .map(|u| u.as_str().ok_or_else(invalid))
-            .collect(),
-        Some(_) => Err(invalid()),
-    }
-}
