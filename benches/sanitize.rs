@@ -74,7 +74,7 @@ fn bench(c: &mut Criterion) {
             || list.clone(),
             |mut message| {
                 let mut report = Report::default();
-                let _ = sanitizer.message(&mut message, &mut report);
+                let _ = sanitizer.message(&mut message, Some("tools/list"), &mut report);
                 std::hint::black_box(message)
             },
             criterion::BatchSize::SmallInput,

@@ -4,15 +4,15 @@
 //! the client sees a byte ([`crate::proxy`]'s `respond` and the list
 //! collection), and on the way out for the secret scan of `tools/call`
 //! arguments. [`message`] walks every string and key of a whole MCP message
-//! (all of them are text, except the identifiers of the one table in
-//! [`exempt`]); this module knows what to do with one string.
+//! (all of them are text, except the identifiers [`exempt`] names at their
+//! protocol positions); this module knows what to do with one string.
 //!
 //! One string goes through, in order:
 //! 1. one character pass that drops terminal control sequences (whole CSI,
 //!    OSC, DCS, SOS, PM and APC sequences, 8-bit C1 forms, lone `ESC`, C0
 //!    controls except `\t \n \r`, DEL; a bare `\r` becomes `\n`) and invisible
 //!    Unicode (tag characters, bidi embeddings, overrides and isolates,
-//!    zero-width characters, non-initial BOMs, variation-selector runs), while
+//!    zero-width characters, BOMs (a leading one too), variation-selector runs), while
 //!    keeping ZWJ inside emoji and Indic words, ZWNJ, LRM/RLM/ALM, one
 //!    variation selector after a base character and RGI subdivision flags;
 //! 2. the secret detectors ([`secrets`]), each finding replaced by

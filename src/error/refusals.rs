@@ -224,7 +224,7 @@ impl OutputKind {
         match self {
             OutputKind::Withheld(_) => "output_withheld",
             OutputKind::SchemaViolation { .. } => "output_schema_violation",
-            OutputKind::TooLarge { .. } => "output_too_large",
+            OutputKind::TooLarge { .. } | OutputKind::OverBound { .. } => "output_too_large",
         }
     }
 }
@@ -244,7 +244,7 @@ impl OutputRefusal {
             OutputKind::SchemaViolation { violations, .. } => {
                 detail.insert("violations".into(), json!(violations));
             }
-            OutputKind::TooLarge { bytes, limit } => {
+            OutputKind::TooLarge { bytes, limit } | OutputKind::OverBound { bytes, limit } => {
                 detail.insert("bytes".into(), json!(bytes));
                 detail.insert("limit".into(), json!(limit));
             }
@@ -269,6 +269,12 @@ impl OutputRefusal {
                  and MCP clients accept at most {limit} bytes in one message (the gateway already cut its texts \
                  and could not leave out enough). {ran} Retrying will return the same; ask for less (a narrower \
                  query, fewer items, a page of the data), or ask an operator."
+            ),
+            OutputKind::OverBound { bytes, limit } => format!(
+                "The result of {tool} on server `{server}` was withheld: its keys, short values and blocks alone \
+                 come to {bytes} bytes, over the {limit} bytes this gateway lets one message carry (long texts \
+                 are cut, these cannot be). {ran} Retrying will return the same; ask for less (fewer items, a \
+                 page of the data), or ask an operator."
             ),
             OutputKind::Withheld(kinds) => {
                 let what = if kinds.len() == 1 {

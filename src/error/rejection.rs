@@ -291,6 +291,10 @@ pub(crate) enum OutputKind {
     /// `structuredContent` had to be left out and the tool has an
     /// `outputSchema`): the size it would have had and the limit.
     TooLarge { bytes: usize, limit: usize },
+    /// Its keys, short values and blocks alone exceed `max_output_bytes`
+    /// (no cut of its texts brings it under): its size as the bound measures
+    /// it, and the limit.
+    OverBound { bytes: usize, limit: usize },
 }
 
 /// Longest upstream snippet quoted in a gateway text, in characters.

@@ -188,16 +188,26 @@ pub(super) async fn serve(
         }
         (_, Class::Completion) => {
             ex.trail.stage("authorize");
+            let uri = resource::completion_uri(&message)?;
             let decided = authorize_completion(config, client, server, &message);
             observe_or_enforce(ex, decided)?;
+            // The server completes on the URI that was decided.
+            let body = match &uri {
+                Some(uri) => resource::with_completion_uri(&message, body, uri),
+                None => body,
+            };
             forward
                 .relay(headers, body, recipient(live, ex, server, None))
                 .await
         }
         (_, Class::Subscription) => {
             ex.trail.stage("authorize");
-            let decided = authorize_subscriptions(config, client, server, &message);
+            let uris = resource::subscribed(&message)?;
+            let decided = authorize_subscriptions(config, client, server, &uris);
             observe_or_enforce(ex, decided)?;
+            // The server subscribes to the URIs that were decided.
+            let sent: Vec<&str> = uris.iter().map(|u| u.as_str()).collect();
+            let body = resource::with_subscriptions(&message, body, &sent);
             forward
                 .relay(headers, body, recipient(live, ex, server, None))
                 .await

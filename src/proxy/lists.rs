@@ -26,6 +26,7 @@ use crate::mcp::jsonrpc::Message;
 use crate::mcp::methods::ListKind;
 use crate::mcp::version::Era;
 use crate::policy::Subject;
+use crate::sanitize::exempt::{Answer, Pos};
 use crate::sanitize::{Report, Sanitizer, Skip};
 
 /// What a list item is, for the rules: the lists the gateway filters per
@@ -121,7 +122,7 @@ pub(super) async fn list_items(
         Pages::Unchanged(set, result) => (Vec::new(), result, Some(set)),
         // The upstream refused the list: its error goes back, sanitized.
         Pages::Refused(mut error, reply_headers) => {
-            if let Err(m) = sanitizer.message(&mut error, &mut report) {
+            if let Err(m) = sanitizer.message(&mut error, None, &mut report) {
                 let e = UpstreamError::new(crate::error::UpstreamKind::Protocol, m.0);
                 return Err(upstream(sanitize, name, None, e));
             }
@@ -132,7 +133,8 @@ pub(super) async fn list_items(
     // The rest of the list result (`_meta`, fields no schema names) is upstream
     // text like the items.
     let mut rest = Value::Object(result);
-    if let Err(m) = sanitizer.definition(&mut rest, &mut report) {
+    let answer = Answer::of(Some(kind.method().name()));
+    if let Err(m) = sanitizer.definition(&mut rest, Pos::Result(answer), &mut report) {
         let e = UpstreamError::new(crate::error::UpstreamKind::Protocol, m.0);
         return Err(upstream(sanitize, name, None, e));
     }
@@ -165,7 +167,7 @@ pub(super) async fn list_items(
             definitions
                 .into_iter()
                 .filter_map(|mut item| {
-                    keep_item(&sanitizer, name, &mut item, &mut report).then_some(item)
+                    keep_item(&sanitizer, name, kind, &mut item, &mut report).then_some(item)
                 })
                 .collect()
         });
@@ -184,7 +186,7 @@ pub(super) async fn list_items(
             .into_iter()
             .filter(|i| permitted(i))
             .filter_map(|mut item| {
-                keep_item(&sanitizer, name, &mut item, &mut report).then_some(item)
+                keep_item(&sanitizer, name, kind, &mut item, &mut report).then_some(item)
             })
             .collect()
     };
@@ -207,10 +209,11 @@ pub(super) async fn list_items(
 pub(super) fn keep_item(
     sanitizer: &Sanitizer<'_>,
     server: &str,
+    kind: ListKind,
     item: &mut Value,
     report: &mut Report,
 ) -> bool {
-    match sanitizer.definition(item, report) {
+    match sanitizer.definition(item, Pos::item(kind), report) {
         Ok(()) => true,
         Err(m) => {
             tracing::warn!(server, reason = %m.0, "a list item was left out: it is not usable as sent");

@@ -96,40 +96,20 @@ pub(super) fn authorize_completion(
 }
 
 /// `subscriptions/listen` (2026-07-28): every URI in
-/// `params.notifications.resourceSubscriptions` must be a resource this client
-/// may read; a hidden one gets the answer a missing one gets.
+/// `params.notifications.resourceSubscriptions`, in its canonical form
+/// ([`resource::subscribed`]), must be a resource this client may read; a
+/// hidden one gets the answer a missing one gets.
 pub(super) fn authorize_subscriptions(
     config: &Config,
     client: &ClientId,
     server: &ServerState,
-    message: &Message,
+    uris: &[crate::policy::uri::CanonicalUri],
 ) -> Result<(), Rejection> {
-    for uri in subscribed_uris(message)? {
-        authorize_or_hide(config, client, server, Subject::Resource(uri), || {
-            format!("Resource not found: {uri}")
+    for uri in uris {
+        let subject = Subject::Resource(uri.identity());
+        authorize_or_hide(config, client, server, subject, || {
+            format!("Resource not found: {}", uri.as_str())
         })?;
     }
     Ok(())
-}
-
-/// The URIs a `subscriptions/listen` subscribes to (none when it names none).
-pub(super) fn subscribed_uris(message: &Message) -> Result<Vec<&str>, Rejection> {
-    let subscribed = message
-        .params()
-        .and_then(|p| p.get("notifications"))
-        .and_then(|n| n.get("resourceSubscriptions"));
-    let invalid = || {
-        Rejection::InvalidParams(
-            "subscriptions/listen needs params.notifications.resourceSubscriptions to be a list of URI strings"
-                .into(),
-        )
-    };
-    match subscribed {
-        None => Ok(Vec::new()),
-        Some(Value::Array(uris)) => uris
-            .iter()
-            .map(|u| u.as_str().ok_or_else(invalid))
-            .collect(),
-        Some(_) => Err(invalid()),
-    }
 }

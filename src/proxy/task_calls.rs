@@ -118,7 +118,10 @@ async fn list(
     };
     // The gateway built this response itself from the upstream's pages: its
     // shape is known, and every string in it is sanitized like any message.
-    if sanitizer.message(&mut response, &mut report).is_err() {
+    if sanitizer
+        .message(&mut response, Some("tasks/list"), &mut report)
+        .is_err()
+    {
         let e = UpstreamError::new(UpstreamKind::Protocol, "its task list could not be read");
         return Err(to.failure(e));
     }

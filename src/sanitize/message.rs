@@ -13,12 +13,17 @@
 //! `inputRequests`), schemas, task status messages, error `message` and
 //! `data`, extra fields no schema names.
 //!
-//! What is exempt: the identifiers of the one table in [`super::exempt`]
-//! (JSON-RPC `jsonrpc`/`id`/`method`, cursors, URIs, names, `mimeType`,
-//! progress tokens, task and tool-use ids, base64 `blob` and image/audio
-//! `data`, `requestState`, `resultType`, `type`, `protocolVersion`). Each is
-//! checked for its form instead; one that fails is an upstream protocol error
-//! or is sanitized as text, as the table says.
+//! What is exempt: the identifiers the protocol puts at known positions
+//! ([`super::exempt`]: JSON-RPC `jsonrpc`/`id`/`method` of the envelope, a
+//! list result's `nextCursor`, a tool's or resource's `name`, `uri` and
+//! `mimeType`, a content block's `type`, base64 `data` and `mimeType`,
+//! progress tokens in `_meta`, task and tool-use ids, `requestState`,
+//! `resultType`, `protocolVersion`). The walk knows which request a response
+//! answers (`answering`) and carries the position of every object it enters,
+//! so the same key inside a tool's data (`structuredContent`, a schema, a
+//! block's `input`, an error's `data`) is text. Each identifier is checked for
+//! its form instead; one that fails is an upstream protocol error or is
+//! sanitized as text, as the table says.
 //!
 //! Also here: the message's shape ([`shape`]: a request, a notification, a
 //! result or an error, never two at once), the bound on what one message
@@ -35,7 +40,7 @@ use std::collections::HashSet;
 
 use serde_json::{Map, Value, json};
 
-use super::exempt::{self, Form, OnBad};
+use super::exempt::{self, Answer, Around, Form, OnBad, Pos};
 use super::{Report, Sanitizer, TRUNCATED, secrets};
 
 /// Strings this short are never cut by the bound (enum-like values such as
@@ -118,12 +123,20 @@ pub fn shape(message: &Value) -> Result<Shape, Malformed> {
     }
 }
 
+/// What each JSON value of a message (an object member, an array item)
+/// counts against the bound besides its text: its share of the structure, so
+/// that a flood of empty blocks is as large as it is.
+const PER_VALUE: usize = 4;
+
 /// What a walk measured: the bytes of text (not counting the gateway's own
-/// notices), and of those the bytes in strings of at most [`SMALL`] bytes.
+/// notices), of those the bytes in strings of at most [`SMALL`] bytes, the
+/// bytes of the object keys, and the number of values.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Texts {
     pub total: usize,
     pub small: usize,
+    pub keys: usize,
+    pub values: usize,
 }
 
 impl Texts {
@@ -134,15 +147,49 @@ impl Texts {
             self.small += n;
         }
     }
+
+    /// What the bound cannot cut: keys, short strings and structure.
+    pub fn fixed(&self) -> usize {
+        self.small + self.keys + self.values * PER_VALUE
+    }
+
+    /// The size of the message as the bound measures it.
+    pub fn measured(&self) -> usize {
+        self.total + self.keys + self.values * PER_VALUE
+    }
+}
+
+/// A message whose keys, short strings and structure alone exceed
+/// `max_output_bytes`: no cut of its texts brings it under the bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverBound {
+    /// The message's size as the bound measures it.
+    pub bytes: usize,
+    /// `max_output_bytes`.
+    pub limit: usize,
 }
 
 impl Sanitizer<'_> {
-    /// A whole JSON-RPC message from the upstream: its shape checked, every
-    /// string and key sanitized, its texts bounded by `max_output_bytes`.
-    pub fn message(&self, message: &mut Value, report: &mut Report) -> Result<Shape, Malformed> {
+    /// A whole JSON-RPC message from the upstream, `answering` a request of
+    /// that method when it is a response: its shape checked, every string and
+    /// key sanitized but the identifiers at their protocol positions, its
+    /// texts bounded by `max_output_bytes` (a message whose keys, short
+    /// values and blocks alone exceed it is refused as malformed).
+    pub fn message(
+        &self,
+        message: &mut Value,
+        answering: Option<&str>,
+        report: &mut Report,
+    ) -> Result<Shape, Malformed> {
         let shape = shape(message)?;
-        let texts = self.sanitize_message(message, report)?;
-        self.bound(message, texts, report);
+        let texts = self.sanitize_message(message, answering, report)?;
+        self.bound(message, answering, texts, report)
+            .map_err(|o| {
+                Malformed(format!(
+                    "its message carries {} bytes of keys, short values and blocks, over the limit of {} bytes on one message",
+                    o.bytes, o.limit
+                ))
+            })?;
         Ok(shape)
     }
 
@@ -151,28 +198,32 @@ impl Sanitizer<'_> {
     pub(crate) fn sanitize_message(
         &self,
         message: &mut Value,
+        answering: Option<&str>,
         report: &mut Report,
     ) -> Result<Texts, Malformed> {
         let mut texts = Texts::default();
-        self.walk(message, true, &mut texts, report)?;
+        let at = Pos::Envelope(Answer::of(answering));
+        self.walk(message, at, &mut texts, report)?;
         Ok(texts)
     }
 
-    /// A list item (a tool, prompt, resource or template), sanitized whole.
-    /// `Err` when one of its identifiers is unusable: the item is left out.
+    /// A part of a message at a known position (a list item, the rest of a
+    /// list result, a member's capabilities), sanitized whole. `Err` when one
+    /// of its identifiers is unusable: the item is left out.
     pub(crate) fn definition(
         &self,
         item: &mut Value,
+        at: Pos,
         report: &mut Report,
     ) -> Result<(), Malformed> {
-        self.walk(item, false, &mut Texts::default(), report)
+        self.walk(item, at, &mut Texts::default(), report)
             .map(|_| ())
     }
 
     fn walk(
         &self,
         value: &mut Value,
-        envelope: bool,
+        at: Pos,
         texts: &mut Texts,
         report: &mut Report,
     ) -> Result<(), Malformed> {
@@ -182,11 +233,12 @@ impl Sanitizer<'_> {
                 texts.count(s);
             }
             Value::Array(items) => {
+                texts.values += items.len();
                 for item in items {
-                    self.walk(item, false, texts, report)?;
+                    self.walk(item, at, texts, report)?;
                 }
             }
-            Value::Object(map) => self.object(map, envelope, texts, report)?,
+            Value::Object(map) => self.object(map, at, texts, report)?,
             _ => {}
         }
         Ok(())
@@ -195,20 +247,23 @@ impl Sanitizer<'_> {
     fn object(
         &self,
         map: &mut Map<String, Value>,
-        envelope: bool,
+        at: Pos,
         texts: &mut Texts,
         report: &mut Report,
     ) -> Result<(), Malformed> {
         self.keys(map, report);
-        let ty = exempt::block_type(map);
         let mirrors = mirror_blocks(map);
         let before = (!mirrors.is_empty()).then(|| report.clone());
+        texts.values += map.len();
+        texts.keys += map.keys().map(String::len).sum::<usize>();
+        // Positions are judged on the keys as cleaned.
+        let around = Around::of(at, map);
         for (k, v) in map.iter_mut() {
             let Value::String(s) = v else {
-                self.walk(v, false, texts, report)?;
+                self.walk(v, exempt::child(at, k, around), texts, report)?;
                 continue;
             };
-            if let Some(e) = exempt::lookup(k, ty, envelope) {
+            if let Some(e) = exempt::exempt(at, k, around) {
                 if self.fits(e.form, s) {
                     continue;
                 }
@@ -282,22 +337,37 @@ impl Sanitizer<'_> {
         }
     }
 
-    /// Keeps the texts of `message` within `max_output_bytes` in all: strings
+    /// Keeps `message` within `max_output_bytes` in all, as [`Texts`]
+    /// measures it (texts, keys, and [`PER_VALUE`] bytes per value): strings
     /// are kept whole in document order while they fit; the first that does
     /// not is cut with a notice of what the message lost, the later ones are
     /// emptied; a `structuredContent` is kept or replaced whole by a notice.
-    /// Strings of at most [`SMALL`] bytes are never cut. True when a
-    /// `structuredContent` was replaced.
-    pub(crate) fn bound(&self, message: &mut Value, texts: Texts, report: &mut Report) -> bool {
+    /// Strings of at most [`SMALL`] bytes, keys and structure are never cut:
+    /// when they alone exceed the bound, the message is [`OverBound`]. True
+    /// when a `structuredContent` was replaced.
+    pub(crate) fn bound(
+        &self,
+        message: &mut Value,
+        answering: Option<&str>,
+        texts: Texts,
+        report: &mut Report,
+    ) -> Result<bool, OverBound> {
         let Some(max) = self.max_output_bytes() else {
-            return false;
+            return Ok(false);
         };
-        if texts.total <= max {
-            return false;
+        if texts.measured() <= max {
+            return Ok(false);
+        }
+        if texts.fixed() + super::NOTICE_ROOM > max {
+            report.add(TRUNCATED, 1);
+            return Err(OverBound {
+                bytes: texts.measured(),
+                limit: max,
+            });
         }
         let start = Cut {
             // Room is kept for the notice, so that the texts and it fit in `max`.
-            remaining: max.saturating_sub(texts.small + super::NOTICE_ROOM),
+            remaining: max - texts.fixed() - super::NOTICE_ROOM,
             max,
             omitted: 0,
             noticed: false,
@@ -305,15 +375,16 @@ impl Sanitizer<'_> {
             dry: true,
         };
         // A first walk counts what will be omitted, for the notice to say.
+        let at = Pos::Envelope(Answer::of(answering));
         let mut dry = start;
-        dry.value(message, true, &mut Report::default());
+        dry.value(message, at, &mut Report::default());
         let mut cut = Cut {
             omitted: dry.omitted,
             dry: false,
             ..start
         };
-        cut.value(message, true, report);
-        cut.replaced
+        cut.value(message, at, report);
+        Ok(cut.replaced)
     }
 }
 
@@ -331,16 +402,16 @@ struct Cut {
 }
 
 impl Cut {
-    fn value(&mut self, value: &mut Value, envelope: bool, report: &mut Report) {
+    fn value(&mut self, value: &mut Value, at: Pos, report: &mut Report) {
         match value {
             Value::String(s) => self.string(s, report),
             Value::Array(items) => {
                 for item in items {
-                    self.value(item, false, report);
+                    self.value(item, at, report);
                 }
             }
             Value::Object(map) => {
-                let ty = exempt::block_type(map);
+                let around = Around::of(at, map);
                 for (k, v) in map.iter_mut() {
                     if k == "structuredContent" {
                         self.structured(v, report);
@@ -348,13 +419,13 @@ impl Cut {
                     }
                     match v {
                         Value::String(s) => {
-                            let exempt = exempt::lookup(k, ty, envelope)
+                            let exempt = exempt::exempt(at, k, around)
                                 .is_some_and(|e| exempt::fits(e.form, s));
                             if !exempt {
                                 self.string(s, report);
                             }
                         }
-                        _ => self.value(v, false, report),
+                        _ => self.value(v, exempt::child(at, k, around), report),
                     }
                 }
             }
@@ -416,33 +487,19 @@ impl Cut {
     }
 }
 
-/// The bytes of the text strings longer than [`SMALL`] in `value` (keys and
-/// exempt identifiers aside).
+/// The bytes of the text strings longer than [`SMALL`] in `value` (keys
+/// aside). A `structuredContent` is the tool's data: no string in it is an
+/// identifier.
 fn long_texts(value: &Value) -> usize {
-    fn walk(value: &Value, ty: Option<&str>, key: Option<&str>, sum: &mut usize) {
-        match value {
-            Value::String(s) => {
-                let exempt = key
-                    .and_then(|k| exempt::lookup(k, ty, false))
-                    .is_some_and(|e| exempt::fits(e.form, s));
-                let n = counted(s);
-                if !exempt && n > SMALL {
-                    *sum += n;
-                }
-            }
-            Value::Array(items) => items.iter().for_each(|i| walk(i, None, None, sum)),
-            Value::Object(map) => {
-                let ty = exempt::block_type(map);
-                for (k, v) in map {
-                    walk(v, ty, Some(k), sum);
-                }
-            }
-            _ => {}
+    match value {
+        Value::String(s) => {
+            let n = counted(s);
+            if n > SMALL { n } else { 0 }
         }
+        Value::Array(items) => items.iter().map(long_texts).sum(),
+        Value::Object(map) => map.values().map(long_texts).sum(),
+        _ => 0,
     }
-    let mut sum = 0;
-    walk(value, None, None, &mut sum);
-    sum
 }
 
 /// The bytes of `s` that count against the bound: all but a gateway notice

@@ -102,8 +102,7 @@ impl Sanitizer<'_> {
             // `requestState`, …) holds an opaque token the client chose, not an
             // assignment: the `…token = value` reading would refuse every random
             // one. Its value is still searched for known secret formats below.
-            let identifier = exempt::lookup(k, None, false)
-                .is_some_and(|e| !exempt::scanned_for_secrets(e.form));
+            let identifier = exempt::identifier_key(k);
             match v {
                 Value::String(s)
                     if self.settings.secrets != SecretsAction::Off

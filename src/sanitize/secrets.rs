@@ -7,9 +7,12 @@
 //!
 //! How: one Aho-Corasick pass finds the keywords every detector needs
 //! (`AKIA`, `ghp_`, `-----BEGIN`, `password`, …); only the detectors whose
-//! keywords occur run their (linear-time) regex. A generic assignment is read
-//! by hand from the keyword on: the identifier must end with the keyword, then
-//! `:` or `=`, then the value.
+//! keywords occur run their (linear-time) regex. A format is found wherever
+//! its prefix is, even glued to other letters (`xREDAKIA…`): a word boundary
+//! before it is not asked for, since hiding a key inside a longer word would
+//! otherwise be enough to pass it. A generic assignment is read by hand from
+//! the keyword on: the identifier must end with the keyword, then `:` or `=`,
+//! then the value.
 //!
 //! Invariants: a finding never covers a `[REDACTED:…]` placeholder, so
 //! redacting twice is redacting once; documentation examples (anything with
@@ -73,28 +76,28 @@ const DETECTORS: &[Detector] = &[
     Detector {
         kind: "aws-access-key-id",
         keywords: &["akia", "asia", "abia", "acca", "a3t"],
-        pattern: r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}\b",
+        pattern: r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}",
         group: 0,
         min_entropy: 3.0,
     },
     Detector {
         kind: "github-token",
         keywords: &["ghp_", "gho_", "ghu_", "ghs_", "ghr_"],
-        pattern: r"\bgh[pousr]_[0-9A-Za-z]{36}\b",
+        pattern: r"gh[pousr]_[0-9A-Za-z]{36}",
         group: 0,
         min_entropy: 3.0,
     },
     Detector {
         kind: "github-fine-grained-pat",
         keywords: &["github_pat_"],
-        pattern: r"\bgithub_pat_[0-9A-Za-z_]{82}\b",
+        pattern: r"github_pat_[0-9A-Za-z_]{82}",
         group: 0,
         min_entropy: 3.0,
     },
     Detector {
         kind: "gitlab-token",
         keywords: &["glpat-", "glptt-", "gldt-", "glrt-", "glsoat-"],
-        pattern: r"\bgl(?:pat|ptt|dt|rt|soat)-[0-9A-Za-z_\-]{20,}",
+        pattern: r"gl(?:pat|ptt|dt|rt|soat)-[0-9A-Za-z_\-]{20,}",
         group: 0,
         min_entropy: 3.0,
     },
@@ -103,14 +106,14 @@ const DETECTORS: &[Detector] = &[
         keywords: &[
             "xoxa-", "xoxb-", "xoxe-", "xoxo-", "xoxp-", "xoxr-", "xoxs-",
         ],
-        pattern: r"\bxox[abeoprs]-[0-9A-Za-z\-]{10,}",
+        pattern: r"xox[abeoprs]-[0-9A-Za-z\-]{10,}",
         group: 0,
         min_entropy: 3.0,
     },
     Detector {
         kind: "slack-app-token",
         keywords: &["xapp-"],
-        pattern: r"(?i)\bxapp-\d-[A-Z0-9]+-\d+-[a-z0-9]+",
+        pattern: r"(?i)xapp-\d-[A-Z0-9]+-\d+-[a-z0-9]+",
         group: 0,
         min_entropy: 3.0,
     },
@@ -126,35 +129,37 @@ const DETECTORS: &[Detector] = &[
         keywords: &[
             "sk_test_", "sk_live_", "sk_prod_", "rk_test_", "rk_live_", "rk_prod_",
         ],
-        pattern: r"\b(?:sk|rk)_(?:test|live|prod)_[0-9A-Za-z]{10,99}\b",
-        group: 0,
+        // Glued to capitals or digits (`REDsk_live_…`), not to a lowercase
+        // word (`task_live_…`, `risk_test_…` are words, not keys).
+        pattern: r"(?:\b|[A-Z0-9])((?:sk|rk)_(?:test|live|prod)_[0-9A-Za-z]{10,99})",
+        group: 1,
         min_entropy: 3.0,
     },
     Detector {
         kind: "anthropic-api-key",
         keywords: &["sk-ant-"],
-        pattern: r"\bsk-ant-(?:api|admin|oat|sid)\d{2}-[A-Za-z0-9_\-]{20,}",
+        pattern: r"sk-ant-(?:api|admin|oat|sid)\d{2}-[A-Za-z0-9_\-]{20,}",
         group: 0,
         min_entropy: 3.0,
     },
     Detector {
         kind: "openai-api-key",
         keywords: &["t3blbkfj"],
-        pattern: r"\bsk-(?:(?:proj|svcacct|admin)-)?[A-Za-z0-9_\-]{20,}T3BlbkFJ[A-Za-z0-9_\-]{20,}",
+        pattern: r"sk-(?:(?:proj|svcacct|admin)-)?[A-Za-z0-9_\-]{20,}T3BlbkFJ[A-Za-z0-9_\-]{20,}",
         group: 0,
         min_entropy: 3.0,
     },
     Detector {
         kind: "openai-api-key",
         keywords: &["sk-proj-", "sk-svcacct-", "sk-admin-"],
-        pattern: r"\bsk-(?:proj|svcacct|admin)-[A-Za-z0-9_\-]{40,}",
-        group: 0,
+        pattern: r"(?:\b|[A-Z0-9])(sk-(?:proj|svcacct|admin)-[A-Za-z0-9_\-]{40,})",
+        group: 1,
         min_entropy: 3.0,
     },
     Detector {
         kind: "google-api-key",
         keywords: &["aiza"],
-        pattern: r"\bAIza[0-9A-Za-z_\-]{35}",
+        pattern: r"AIza[0-9A-Za-z_\-]{35}",
         group: 0,
         min_entropy: 3.0,
     },
@@ -168,7 +173,8 @@ const DETECTORS: &[Detector] = &[
     Detector {
         kind: "jwt",
         keywords: &["eyj"],
-        pattern: r"\bey[A-Za-z0-9_\-]{17,}\.ey[A-Za-z0-9_\-]{17,}\.(?:[A-Za-z0-9_\-]{10,}={0,2})?",
+        // A JWT header is `{"…` in base64url: `eyJ`, which no word has.
+        pattern: r"(?:\bey[A-Za-z0-9_\-]|eyJ)[A-Za-z0-9_\-]{16,}\.ey[A-Za-z0-9_\-]{17,}\.(?:[A-Za-z0-9_\-]{10,}={0,2})?",
         group: 0,
         min_entropy: 3.0,
     },

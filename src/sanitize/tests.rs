@@ -80,6 +80,27 @@ const HOSTILE: &[(&str, &str, &str)] = &[
         "abc",
     ),
     ("bom inside text", "ab\u{FEFF}c", "abc"),
+    ("leading bom", "\u{FEFF}first line", "first line"),
+    (
+        "aws key glued to letters",
+        "xREDAKIAZ7QWERTYUIOPCANAyz",
+        "xRED[REDACTED:aws-access-key-id]yz",
+    ),
+    (
+        "github token glued to letters",
+        "tokenghp_C4n4ryT0k3nXq9Wv2Lm8Rt5Yp1Zs7Kd3Hf6Jend",
+        "token[REDACTED:github-token]end",
+    ),
+    (
+        "stripe key glued to capitals",
+        "REDsk_live_51HxYz2KlMnOpQrStUvWx",
+        "RED[REDACTED:stripe-key]",
+    ),
+    (
+        "jwt glued to letters",
+        "xxeyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSIsImFkbWluIjp0cnVlfQ.dGhpc2lzYXNpZ25hdHVyZQ",
+        "xx[REDACTED:jwt]",
+    ),
     ("zwj between ascii", "ad\u{200D}min", "admin"),
     ("zwnj between ascii", "ad\u{200C}min", "admin"),
     ("joiner runs", "👨\u{200D}\u{200D}👩", "👨\u{200D}👩"),
@@ -247,12 +268,15 @@ const BENIGN: &[(&str, &str)] = &[
         "مرحبا \u{200F}بالعالم\u{200E} abc \u{061C}",
     ),
     ("cjk with ideographic variation", "葛\u{E0100}城市 東京"),
-    ("leading bom", "\u{FEFF}first line"),
     (
         "accents and symbols",
         "café naïve Zürich © ® ™ → ✓ – — “quotes”",
     ),
     ("windows line ends", "line one\r\nline two\r\n"),
+    (
+        "words holding a key prefix",
+        "task_live_status0123456789 risk-admin-dashboard-configuration-settings-page-v2 honeyjars_are_really_nice.eyeglasses_are_sharp_too.",
+    ),
     (
         "json",
         "{\"id\": 7, \"ok\": true, \"items\": [1, 2, 3], \"token_type\": \"bearer\"}",
@@ -405,7 +429,7 @@ fn messages_are_sanitized_whole() {
         "description": "Adds.\u{E0049}\u{E0067}\u{E006E}",
         "inputSchema": {"type": "object", "properties": {"a": {"type": "string", "description": "\x1b[8mhidden\x1b[0m", "pattern": "^\\x1b$"}}}
     }, {"name": "get_weather", "description": "ok"}]}});
-    s.message(&mut list, &mut Report::default())
+    s.message(&mut list, Some("tools/list"), &mut Report::default())
         .expect("well-formed");
     let tool = &list["result"]["tools"][0];
     assert_eq!(
@@ -424,7 +448,7 @@ fn messages_are_sanitized_whole() {
         {"uri": "file:///a", "text": "x\x1b[2Jy", "_meta": {"note": "\u{202e}evil"}},
         {"uri": "file:///b", "blob": "AAAA"}
     ]}});
-    s.message(&mut read, &mut Report::default())
+    s.message(&mut read, Some("resources/read"), &mut Report::default())
         .expect("well-formed");
     assert_eq!(read["result"]["contents"][0]["text"], "xy");
     assert_eq!(read["result"]["contents"][0]["_meta"]["note"], "evil");
@@ -434,12 +458,16 @@ fn messages_are_sanitized_whole() {
         {"uri": "file:///b", "blob": "AAAA\u{200B}"}
     ]}});
     let e = s
-        .message(&mut bad_blob, &mut Report::default())
+        .message(
+            &mut bad_blob,
+            Some("resources/read"),
+            &mut Report::default(),
+        )
         .expect_err("a blob that is not base64 is a protocol error");
     assert!(e.0.contains("`blob`"), "{}", e.0);
 
     let mut error = json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32603, "message": "boom \x1b[31mpassword=hunter2", "data": {"trace": "ad\u{200B}min"}}});
-    s.message(&mut error, &mut Report::default())
+    s.message(&mut error, None, &mut Report::default())
         .expect("well-formed");
     assert_eq!(
         error["error"]["message"],
@@ -448,7 +476,7 @@ fn messages_are_sanitized_whole() {
     assert_eq!(error["error"]["data"]["trace"], "admin");
 
     let mut log = json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "logger": "db\x1b[2J", "data": "\x1b]8;;http://x\x07y"}});
-    s.message(&mut log, &mut Report::default())
+    s.message(&mut log, None, &mut Report::default())
         .expect("well-formed");
     assert_eq!(log["params"]["data"], "y");
     assert_eq!(log["params"]["logger"], "db");
@@ -481,7 +509,7 @@ fn malformed_messages_are_protocol_errors() {
     ] {
         let mut m = m;
         let e = s
-            .message(&mut m, &mut Report::default())
+            .message(&mut m, None, &mut Report::default())
             .expect_err("malformed");
         assert!(e.0.contains(why), "{} / {why}", e.0);
     }
@@ -495,7 +523,7 @@ fn keys_are_sanitized_and_collisions_renamed_in_order() {
         "a\u{200b}b": 1, "ab": 2, "\x1b[31mab": 3, "AKIAZ7QWERTYUIOPCANA": 4
     }}});
     let mut report = Report::default();
-    s.message(&mut m, &mut report).expect("well-formed");
+    s.message(&mut m, None, &mut report).expect("well-formed");
     let keys: Vec<&String> = m["result"]["_meta"]
         .as_object()
         .expect("object")
@@ -503,7 +531,7 @@ fn keys_are_sanitized_and_collisions_renamed_in_order() {
         .collect();
     assert_eq!(keys, ["ab#2", "ab", "ab#3", "[REDACTED:aws-access-key-id]"]);
     let again = m.clone();
-    s.message(&mut m, &mut Report::default())
+    s.message(&mut m, None, &mut Report::default())
         .expect("well-formed");
     assert_eq!(m, again, "idempotent");
 }
@@ -521,7 +549,8 @@ fn the_bound_is_on_the_whole_message() {
     let mut m = json!({"jsonrpc": "2.0", "id": 1, "result": {"content": blocks,
         "structuredContent": {"rows": "b".repeat(5000)}}});
     let mut report = Report::default();
-    s.message(&mut m, &mut report).expect("well-formed");
+    s.message(&mut m, Some("tools/call"), &mut report)
+        .expect("well-formed");
     let texts: usize = m["result"]["content"]
         .as_array()
         .expect("array")
@@ -538,7 +567,7 @@ fn the_bound_is_on_the_whole_message() {
     assert_eq!(m["result"]["content"][59]["text"], "");
     assert!(m["result"]["structuredContent"]["portcullis/omitted"].is_string());
     let again = m.clone();
-    s.message(&mut m, &mut Report::default())
+    s.message(&mut m, Some("tools/call"), &mut Report::default())
         .expect("well-formed");
     assert_eq!(m, again, "idempotent");
 }
@@ -557,7 +586,8 @@ fn text_content_is_cut_but_images_are_not_touched() {
         {"type": "image", "data": image, "mimeType": "image/png"}
     ]}});
     let mut report = Report::default();
-    s.message(&mut result, &mut report).expect("well-formed");
+    s.message(&mut result, Some("tools/call"), &mut report)
+        .expect("well-formed");
     let text = result["result"]["content"][0]["text"]
         .as_str()
         .expect("text");

@@ -8,8 +8,10 @@
 //! already kept and the next character of the input, so the pass is
 //! idempotent; the characters kept in context are exactly those real text
 //! needs: ZWJ inside emoji and Indic words, ZWNJ in Persian and Indic words,
-//! one variation selector after a base character, RGI subdivision flags, a
-//! leading BOM. Bidi marks (LRM, RLM, ALM) are never touched.
+//! one variation selector after a base character, RGI subdivision flags. A
+//! BOM is removed wherever it is, at the start of a text too: the start of a
+//! value is not the start of a file, and quoted into another text it would be
+//! invisible there. Bidi marks (LRM, RLM, ALM) are never touched.
 
 /// Black flag, the base of subdivision-flag tag sequences.
 pub(super) const BLACK_FLAG: char = '\u{1F3F4}';
@@ -79,7 +81,7 @@ pub(super) fn keep(class: Class, prev: Option<char>, next: Option<char>) -> bool
     match class {
         Class::Visible => true,
         Class::Strip | Class::Tag => false,
-        Class::Bom => prev.is_none(),
+        Class::Bom => false,
         Class::Zwj => match (prev, next) {
             (Some(p), Some(n)) => {
                 (emoji_before_joiner(p) && is_emoji(n)) || (is_script(p) && is_script(n))

@@ -43,6 +43,7 @@ from mcp.server.mcpserver.resources.templates import ResourceSecurity
 from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
 from mcp.types import (
     AudioContent,
+    CallToolResult,
     CreateMessageRequest,
     CreateMessageRequestParams,
     ElicitRequest,
@@ -194,6 +195,14 @@ def build(record: str | None) -> MCPServer:
                 resource=TextResourceContents(uri="file:///var/log/app.log", mimeType="text/plain", text=LEAKY),
             ),
         ]
+
+    @mcp.tool(description="Return `data` as it came, as structuredContent (the text says only that).",
+              structured_output=False)
+    def mirror(data: dict[str, Any]) -> CallToolResult:
+        ran("mirror", {"data": data})
+        return CallToolResult.model_validate(
+            {"content": [{"type": "text", "text": "mirrored"}], "structuredContent": data}
+        )
 
     @mcp.tool(description="Return a structured record with hidden channels and canary secrets.")
     def leaky_structured() -> dict[str, Any]:

@@ -131,6 +131,7 @@ async fn each_client_sees_and_calls_what_its_rules_allow() {
                 "leaky_ask",
                 "leaky_structured",
                 "leaky_text",
+                "mirror",
                 "progress"
             ]
         );

@@ -160,6 +160,9 @@ pub enum Scripted {
     Json(Value),
     /// Messages as the events of one SSE stream.
     Sse(Vec<Value>),
+    /// An SSE body written as it is (comments, `id:` and `event:` lines no
+    /// server sends on demand); `"$id"` in it becomes the request's id.
+    RawSse(String),
 }
 
 /// What reached the server.
@@ -418,6 +421,11 @@ async fn send_scripted(stream: &mut TcpStream, reply: Scripted, id: &Value) {
                 m.to_string().as_bytes(),
             )
             .await;
+        }
+        Scripted::RawSse(body) => {
+            sse_head(stream).await;
+            let body = body.replace("\"$id\"", &id.to_string());
+            let _ = stream.write_all(body.as_bytes()).await;
         }
         Scripted::Sse(messages) => {
             sse_head(stream).await;

@@ -6,8 +6,8 @@
 //! owns and every server must hear.
 //!
 //! Invariants: each member is asked only for the subscribed resources this
-//! client may read there; a URI no member lets it read gets the answer a
-//! missing resource gets.
+//! client may read there, each in its canonical form (the one decided); a URI
+//! no member lets it read gets the answer a missing resource gets.
 
 use axum::response::Response;
 use bytes::Bytes;
@@ -19,6 +19,7 @@ use crate::error::Rejection;
 use crate::mcp::jsonrpc::Message;
 use crate::mcp::sse::SseItem;
 use crate::policy::Subject;
+use crate::policy::uri::CanonicalUri;
 use crate::proxy::exchange::{Exchange, rebuild, recipient};
 use crate::proxy::forward::upstream;
 use crate::proxy::reply::{Framing, Reply};
@@ -37,25 +38,33 @@ pub(super) async fn listen(
     message: &Message,
 ) -> Result<Response, Rejection> {
     let config = &*view.live.config;
-    let uris = crate::proxy::subjects::subscribed_uris(message)?;
-    let readable = |part: &Part<'_>, uri: &str| {
+    // Decided and forwarded in their canonical form, as every URI is.
+    let uris = crate::proxy::resource::subscribed(message)?;
+    let readable = |part: &Part<'_>, uri: &CanonicalUri| {
         config
             .policy
-            .decide(view.client, part.name(), Subject::Resource(uri))
+            .decide(view.client, part.name(), Subject::Resource(uri.identity()))
             .allowed
     };
     if let Some(hidden) = uris
         .iter()
         .find(|uri| !view.parts.iter().any(|p| readable(p, uri)))
     {
-        return Err(Rejection::NotFound(format!("Resource not found: {hidden}")));
+        return Err(Rejection::NotFound(format!(
+            "Resource not found: {}",
+            hidden.as_str()
+        )));
     }
     let mut streams = Vec::new();
     let mut first_failure = None;
     for part in &view.parts {
         let mut own = rebuild(message);
         if !uris.is_empty() {
-            let mine: Vec<&str> = uris.iter().copied().filter(|u| readable(part, u)).collect();
+            let mine: Vec<&str> = uris
+                .iter()
+                .filter(|u| readable(part, u))
+                .map(|u| u.as_str())
+                .collect();
             own["params"]["notifications"]["resourceSubscriptions"] = json!(mine);
         }
         let body = Bytes::from(serde_json::to_vec(&own).unwrap_or_default());

@@ -182,7 +182,12 @@ fn merge_results(view: &View<'_>, answers: &[Answer]) -> Map<String, Value> {
             // Members' capabilities are upstream text like any other: keys and
             // values sanitized; one that is not usable as sent is left out.
             let mut c = c.clone();
-            if sanitizer.definition(&mut c, &mut Report::default()).is_ok() {
+            // Capabilities hold no identifier: every string is text.
+            let data = crate::sanitize::exempt::Pos::Data;
+            if sanitizer
+                .definition(&mut c, data, &mut Report::default())
+                .is_ok()
+            {
                 merge_capabilities(&mut capabilities, &c);
             }
         }

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::error::{OutputKind, Rejection, ToolFailure, UpstreamKind};
 use crate::proxy::reply::UpstreamError;
-use crate::sanitize::message::Malformed;
+use crate::sanitize::message::{Malformed, OverBound};
 use crate::sanitize::{Report, Sanitizer, TRUNCATED};
 use crate::validate::CompiledSchema;
 
@@ -57,18 +57,20 @@ pub(crate) enum Fault {
 /// [`MAX_CLIENT_MESSAGE`] (a `structuredContent` is left out, with a notice,
 /// before the result is refused as too large). `raw_len` is the size of the
 /// message as the upstream sent it. The caller has already checked the shape
-/// and handled `error` and `isError`.
+/// and handled `error` and `isError`. `answering` is the method of the
+/// request it answers: it says where the protocol's identifiers are.
 pub(crate) fn check_result(
     sanitizer: &Sanitizer<'_>,
     schema: Option<&CompiledSchema>,
     message: &mut Value,
+    answering: Option<&str>,
     raw_len: usize,
     report: &mut Report,
 ) -> Result<(), Fault> {
     let before = schema.and_then(|_| message.pointer("/result/structuredContent").cloned());
     let mut local = Report::default();
     let texts = sanitizer
-        .sanitize_message(message, &mut local)
+        .sanitize_message(message, answering, &mut local)
         .map_err(Fault::Malformed)?;
     report.merge(&local);
     let kinds = local.secret_kinds();
@@ -103,7 +105,9 @@ pub(crate) fn check_result(
             limit: MAX_CLIENT_MESSAGE,
         })
     };
-    let replaced = sanitizer.bound(message, texts, report);
+    let replaced = sanitizer
+        .bound(message, answering, texts, report)
+        .map_err(over_bound)?;
     if replaced && schema.is_some() {
         // The client checks structuredContent against the schema: a notice in
         // its place would fail there.
@@ -140,9 +144,11 @@ pub(super) fn check_message(
     report: &mut Report,
 ) -> Result<(), Fault> {
     let texts = sanitizer
-        .sanitize_message(message, report)
+        .sanitize_message(message, None, report)
         .map_err(Fault::Malformed)?;
-    sanitizer.bound(message, texts, report);
+    sanitizer
+        .bound(message, None, texts, report)
+        .map_err(over_bound)?;
     let size = if report.is_empty() {
         raw_len
     } else {
@@ -155,6 +161,14 @@ pub(super) fn check_message(
         }));
     }
     Ok(())
+}
+
+/// A message the bound cannot cut down: withheld as too large.
+fn over_bound(o: OverBound) -> Fault {
+    Fault::Output(OutputKind::OverBound {
+        bytes: o.bytes,
+        limit: o.limit,
+    })
 }
 
 /// A sanitized text quoted inside a gateway text: no byte order mark (the
@@ -275,7 +289,7 @@ pub(crate) fn relayed_error(
     // Walked as the error message it is, so the one table of exempt fields applies.
     let mut wrapped = serde_json::json!({"jsonrpc": "2.0", "id": 0, "error": error.take()});
     let mut local = Report::default();
-    sanitizer.message(&mut wrapped, &mut local).ok()?;
+    sanitizer.message(&mut wrapped, None, &mut local).ok()?;
     report.merge(&local);
     let withheld = sanitizer.blocks_secrets() && !local.secret_kinds().is_empty();
     (!withheld).then(|| wrapped["error"].take())

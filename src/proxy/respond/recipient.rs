@@ -20,6 +20,7 @@ use crate::error::{
     self, OutputRefusal, Rejection, RenderCtx, RpcError, UpstreamFailure, UpstreamKind,
 };
 use crate::mcp::methods::{self, Kind};
+use crate::mcp::sse::SseEvent;
 use crate::mcp::version::Era;
 use crate::pins::scan;
 use crate::proxy::catalog::CallFacts;
@@ -34,6 +35,9 @@ use super::check::{
     Fault, META_POISONING, Verdict, check_message, check_result, content_text, error_text,
     json_len, misshapen_field, read_failure, relayed_error,
 };
+
+/// Longest path a poisoning flag quotes (the keys of a deep `structuredContent`).
+const MAX_FLAG_PATH: usize = 256;
 
 /// Who the reply is for, and what the gateway must guarantee about it.
 #[derive(Debug, Clone)]
@@ -116,7 +120,19 @@ impl Recipient {
         changed
     }
 
-    fn sanitizer(&self) -> Sanitizer<'_> {
+    /// The method whose result this reply carries, for the positions of its
+    /// identifiers: a tool's answer (to `tools/call`, to an operator-named
+    /// method of class `tool`, or a task's result judged as its tool's) is a
+    /// `tools/call` result.
+    fn answering(&self) -> &str {
+        if self.tool.is_some() {
+            "tools/call"
+        } else {
+            &self.method
+        }
+    }
+
+    pub(super) fn sanitizer(&self) -> Sanitizer<'_> {
         Sanitizer::new(&self.sanitize, self.call.skip)
     }
 
@@ -173,6 +189,41 @@ impl Recipient {
                 "sanitized"
             );
         }
+    }
+
+    /// The framing of an upstream SSE event made safe to relay (its `data` is
+    /// judged apart, as a message): an `id` is kept only when it is 1–256
+    /// bytes of visible ASCII the sanitizer leaves as it is (no control, no
+    /// secret), and is removed otherwise; an `event` name that is not such a
+    /// plain token (`message`) leaves the whole event out. False: leave it out.
+    pub(super) fn framing(&self, event: &mut SseEvent) -> bool {
+        let sanitizer = self.sanitizer();
+        let plain = |value: &str, max: usize, token: bool| {
+            (1..=max).contains(&value.len())
+                && value.bytes().all(|b| {
+                    if token {
+                        b.is_ascii_alphanumeric() || b"_.-/".contains(&b)
+                    } else {
+                        b.is_ascii_graphic()
+                    }
+                })
+                && sanitizer.text(value, &mut Report::default()).is_none()
+        };
+        if event.id.as_deref().is_some_and(|id| !plain(id, 256, false)) {
+            tracing::warn!(server = %self.server, method = %self.method,
+                "an upstream SSE event id was removed: it is not plain visible text");
+            event.id = None;
+        }
+        if event
+            .event
+            .as_deref()
+            .is_some_and(|name| !plain(name, 64, true))
+        {
+            tracing::warn!(server = %self.server, method = %self.method,
+                "an upstream SSE event was left out: its event name is not a plain token");
+            return false;
+        }
+        true
     }
 
     /// The upstream's message, or `None` when it is not JSON.
@@ -245,7 +296,14 @@ impl Recipient {
         let sanitizer = self.sanitizer();
         let outcome = match shape(&message) {
             Err(m) => Err(Fault::Malformed(m)),
-            Ok(Shape::Result) => check_result(&sanitizer, None, &mut message, raw_len, &mut report),
+            Ok(Shape::Result) => check_result(
+                &sanitizer,
+                None,
+                &mut message,
+                Some(self.answering()),
+                raw_len,
+                &mut report,
+            ),
             Ok(_) => check_message(&sanitizer, &mut message, raw_len, &mut report),
         };
         self.log(&report);
@@ -331,9 +389,24 @@ impl Recipient {
         self.trail.sanitized(&report);
         tracing::warn!(server = %self.server, tool = self.tool.as_deref(), flags = %report.summary(),
             "tool output looks like an injection");
+        // A path is made of the upstream's keys: sanitized as the keys of the
+        // result are, and capped, so that the gateway's own flag quotes
+        // nothing of the upstream's raw.
+        let sanitizer = self.sanitizer();
+        let path = |raw: &str| {
+            let mut p = sanitizer
+                .text(raw, &mut Report::default())
+                .unwrap_or_else(|| raw.to_owned());
+            let mut end = p.len().min(MAX_FLAG_PATH);
+            while !p.is_char_boundary(end) {
+                end -= 1;
+            }
+            p.truncate(end);
+            p
+        };
         let flags = findings
             .iter()
-            .map(|f| serde_json::json!({"kind": f.kind.as_str(), "severity": f.severity, "path": f.path}))
+            .map(|f| serde_json::json!({"kind": f.kind.as_str(), "severity": f.severity, "path": path(&f.path)}))
             .collect();
         Some(Value::Array(flags))
     }
@@ -400,6 +473,7 @@ impl Recipient {
             &sanitizer,
             self.call.output_schema.as_ref(),
             message,
+            Some(self.answering()),
             raw_len,
             report,
         )

@@ -6,7 +6,10 @@
 //!
 //! Invariants: progress notifications are never held back; a `tools/call`
 //! stream ends with exactly one answer to its id, made by the gateway when
-//! the upstream failed, answered another id, or ended without answering.
+//! the upstream failed, answered another id, or ended without answering; no
+//! upstream text crosses outside a sanitized message: comments are relayed
+//! empty, an event `id` that is not plain visible text is removed, an event
+//! whose name is not a plain token is left out.
 
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -61,9 +64,26 @@ pub(super) fn sse_relay(
                     return None;
                 }
             };
+            let item = match item {
+                Ok(SseItem::Event(mut event)) => {
+                    if !st.to.framing(&mut event) {
+                        continue;
+                    }
+                    Ok(SseItem::Event(event))
+                }
+                other => other,
+            };
             match item {
-                Ok(SseItem::Comment(c)) => return Some((Ok(SseItem::Comment(c).encode()), st)),
+                // A comment keeps the stream alive; its words are the
+                // upstream's and are never relayed.
+                Ok(SseItem::Comment(_)) => {
+                    return Some((Ok(SseItem::Comment(String::new()).encode()), st));
+                }
                 Ok(SseItem::Event(event)) if event.data.is_empty() => {
+                    // A priming event exists for its id: without one, it says nothing.
+                    if event.id.is_none() && event.retry.is_none() {
+                        continue;
+                    }
                     return Some((Ok(SseItem::Event(event).encode()), st));
                 }
                 Ok(SseItem::Event(mut event)) => {
