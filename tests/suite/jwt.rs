@@ -590,3 +590,45 @@ async fn a_server_bound_audience_does_not_open_the_merged_view() {
     flights.stop().await;
     hotels.stop().await;
 }
+
+/// A client refused on the merged `/mcp` view (several servers) follows the
+/// challenge's `resource_metadata` and finds the document there: the view is
+/// a protected resource like any server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_merged_views_challenge_leads_to_a_document_that_exists() {
+    let flights = support::upstreams::InProcess::demo().await;
+    let hotels = support::upstreams::InProcess::demo().await;
+    let key = Signer::ec("ec-merged");
+    let file = jwks_file(&[&key]);
+    let rest = format!(
+        "{}{}",
+        jwt_table(&format!("jwks_file = \"{}\"", file.path().display()), ""),
+        allow_all()
+    );
+    let gateway =
+        TestGateway::start(&[("flights", &flights.url), ("hotels", &hotels.url)], &rest).await;
+    let merged = gateway.merged_url();
+    let base = merged.trim_end_matches("/mcp").to_owned();
+
+    let r = call_with(&merged, "", "hotels__echo", json!({"text": "a"})).await;
+    assert_eq!(r.status, 401, "{}", r.text);
+    let header = challenge(&r);
+    let url = header
+        .split("resource_metadata=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no resource_metadata in {header:?}"));
+    // The configured origin stands for this listener: follow the path on it.
+    let followed = url.replacen("https://mcp.example.test", &base, 1);
+    assert_ne!(followed, url, "the URL is on the configured origin: {url}");
+    let (status, body) = get(&followed, None).await;
+    assert_eq!(status, 200, "{followed}: {body}");
+    assert_eq!(body["resource"], "https://mcp.example.test/mcp", "{body}");
+    assert_eq!(body["authorization_servers"], json!([ISS]), "{body}");
+    assert_eq!(
+        flights.hits() + hotels.hits(),
+        0,
+        "nothing reached a server"
+    );
+    gateway.stop().await;
+}
