@@ -632,3 +632,48 @@ async fn the_merged_views_challenge_leads_to_a_document_that_exists() {
     );
     gateway.stop().await;
 }
+
+/// A token's client name is visible ASCII or the token is refused: an
+/// invisible or look-alike character would let a token pose as a keyed
+/// client in the audit trail, the logs and the dashboard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_name_with_invisible_or_look_alike_characters_is_refused() {
+    let upstream = support::upstreams::InProcess::demo().await;
+    let key = Signer::ed25519("ed-1");
+    let file = jwks_file(&[&key]);
+    let rest = format!(
+        "{}{}{}",
+        clients(),
+        jwt_table(&format!("jwks_file = \"{}\"", file.path().display()), ""),
+        allow_all()
+    );
+    let gateway = TestGateway::start(&[("flights", &upstream.url)], &rest).await;
+    let url = gateway.url("flights");
+    let token = |sub: &str| key.token(&claims(ISS, AUD, sub, ""));
+    for sub in [
+        "alice\u{200b}",  // zero width space
+        "\u{202e}ecila",  // right-to-left override
+        "alice\u{e0041}", // tag character
+        "\u{430}lice",    // Cyrillic a
+        "alice ",         // trailing space
+        "alice\u{a0}",    // no-break space
+        "alice\u{85}",    // C1 next line
+        "ali\u{ad}ce",    // soft hyphen
+        "alice\u{feff}",  // byte order mark
+        "alice\u{fe0f}",  // variation selector
+    ] {
+        let r = call_with(&url, &token(sub), "echo", json!({"text": "hi"})).await;
+        assert_eq!(r.status, 401, "{sub:?}: {}", r.text);
+    }
+    assert_eq!(upstream.hits(), 0, "no posing token reached the upstream");
+    // A name of visible ASCII, however unusual, is a name.
+    for sub in [
+        "carol",
+        "auth0|5f7c8ec7c33c6c004bbafe82",
+        "carol@example.com",
+    ] {
+        let r = call_with(&url, &token(sub), "echo", json!({"text": "hi"})).await;
+        assert_eq!((r.status, raw_code(&r)), (200, None), "{sub:?}: {}", r.text);
+    }
+    gateway.stop().await;
+}
