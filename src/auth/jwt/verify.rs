@@ -7,7 +7,8 @@
 //! Invariants: the signature is checked before any claim is read; the key
 //! comes from the configured key set alone (`jku`, `x5u`, `jwk` and `x5c` in
 //! a token are never used); `exp`, `iss` and `aud` are required, `nbf` and
-//! `iat` checked when present, all with the configured leeway.
+//! `iat` checked when present, all with the configured leeway; the client
+//! name is 1 to 256 bytes of visible ASCII.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Once, OnceLock};
