@@ -10,7 +10,7 @@
 //!
 //! Invariants: a plain character is written as itself and nothing else is;
 //! [`escaped`] is injective (the backslash is escaped too) and its result is
-//! one line of plain characters; [`escaped_lines`] keeps LF, the lines of the
+//! one line of plain characters, and so is [`log_line`]'s; [`escaped_lines`] keeps LF, the lines of the
 //! program's own output; [`json_escaped`] turns a serialized JSON text into
 //! the same JSON value with no character that is not plain but LF.
 
@@ -118,6 +118,30 @@ pub fn json_escaped(json: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// One log line as a formatter wrote it (without its final LF): every
+/// character that is not plain, LF included, escaped; as `\uXXXX` when the
+/// line is JSON (the same JSON value), else as in [`escaped`]. A backslash
+/// is left as written: the formatter's own quoting stays readable.
+pub fn log_line(line: &str, json: bool) -> Cow<'_, str> {
+    if line.chars().all(is_plain) {
+        return Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len() + 8);
+    let mut units = [0u16; 2];
+    for c in line.chars() {
+        if is_plain(c) {
+            out.push(c);
+        } else if json {
+            for unit in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        } else {
+            push_escape(&mut out, c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 fn push_escape(out: &mut String, c: char) {
     match c {
         '\n' => out.push_str("\\n"),
@@ -153,6 +177,11 @@ mod tests {
             json_escaped("{\"a\": \"\u{9b}\u{e0041}\"}\n"),
             "{\"a\": \"\\u009b\\udb40\\udc41\"}\n"
         );
+        assert_eq!(
+            log_line("m=a\\b\nFORGED\u{85}", false),
+            r"m=a\b\nFORGED\u{85}"
+        );
+        assert_eq!(log_line("{\"m\":\"\u{2028}\"}", true), r#"{"m":"\u2028"}"#);
     }
 
     proptest! {
