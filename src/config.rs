@@ -50,16 +50,25 @@ pub fn json_schema() -> serde_json::Value {
 
 /// Reads and compiles the file at `path`, taking `${NAME}` values from the process environment.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-        file: file.clone(),
+    load_text(path, &read(path)?)
+}
+
+/// The text of the file at `path`.
+pub fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: path.display().to_string(),
         line: None,
         column: None,
         key: String::new(),
         reason: format!("cannot read the file: {e}"),
         excerpt: None,
-    })?;
-    let mut config = load_str(&text, &file, &|name| std::env::var(name).ok())?;
+    })
+}
+
+/// Compiles `text`, read from the file at `path`, as [`load`] does.
+pub fn load_text(path: &Path, text: &str) -> Result<Config, ConfigError> {
+    let file = path.display().to_string();
+    let mut config = load_str(text, &file, &|name| std::env::var(name).ok())?;
     // Relative store paths are the configuration's, wherever the command runs.
     if let (Some(db), Some(dir)) = (&mut config.pins.database, path.parent())
         && db.is_relative()

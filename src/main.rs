@@ -1,4 +1,9 @@
 //! The `portcullis` command: parse arguments, load configuration, run.
+//!
+//! Invariant: what the command prints goes through [`say`] or [`complain`],
+//! which escape every character that is not plain but the line breaks of the
+//! output itself: a name or text from a server, a configuration or an error
+//! cannot drive the operator's terminal.
 
 use std::io::Read as _;
 use std::path::PathBuf;
@@ -6,6 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use portcullis::util::escape::escaped_lines;
 use portcullis::{Gateway, config, demo, telemetry};
 
 /// A security gateway for MCP servers.
@@ -133,11 +139,11 @@ fn main() -> ExitCode {
             let schema = config::json_schema();
             match serde_json::to_string_pretty(&schema) {
                 Ok(text) => {
-                    println!("{text}");
+                    say(&text);
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    complain(format_args!("error: {e}"));
                     ExitCode::FAILURE
                 }
             }
@@ -145,7 +151,7 @@ fn main() -> ExitCode {
         Command::Health { url, config } => match health_url(url, config.as_deref()) {
             Ok(url) => health(&url),
             Err(e) => {
-                eprintln!("unhealthy: {e}");
+                complain(format_args!("unhealthy: {e}"));
                 ExitCode::FAILURE
             }
         },
@@ -157,11 +163,11 @@ fn main() -> ExitCode {
 fn check(path: &std::path::Path) -> ExitCode {
     match config::load(path) {
         Ok(config) => {
-            print!("{}", config.describe());
+            say(config.describe().trim_end());
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            complain(format_args!("error: {e}"));
             ExitCode::from(2)
         }
     }
@@ -210,11 +216,11 @@ fn pins(command: PinsCommand) -> ExitCode {
     };
     match result {
         Ok(text) => {
-            println!("{}", text.trim_end());
+            say(text.trim_end());
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            complain(format_args!("error: {e}"));
             ExitCode::from(2)
         }
     }
@@ -223,7 +229,7 @@ fn pins(command: PinsCommand) -> ExitCode {
 fn hash_key() -> ExitCode {
     let mut key = String::new();
     if let Err(e) = std::io::stdin().read_to_string(&mut key) {
-        eprintln!("error: cannot read the key from stdin: {e}");
+        complain(format_args!("error: cannot read the key from stdin: {e}"));
         return ExitCode::from(2);
     }
     let key = key.trim_end_matches(['\n', '\r']);
@@ -284,7 +290,7 @@ fn health(url: &str) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("unhealthy: {url}: {e}");
+            complain(format_args!("unhealthy: {url}: {e}"));
             ExitCode::FAILURE
         }
     }
@@ -298,14 +304,14 @@ where
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
+            complain(format_args!("error: cannot start the runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(body()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            complain(format_args!("error: {e:#}"));
             ExitCode::FAILURE
         }
     }
@@ -377,4 +383,14 @@ async fn shutdown_signal() {
         () = ctrl_c => {}
         () = term => {}
     }
+}
+
+/// Prints `text` and a line break on stdout, escaped (see the module's invariant).
+fn say(text: impl std::fmt::Display) {
+    println!("{}", escaped_lines(&text.to_string()));
+}
+
+/// Prints `text` and a line break on stderr, escaped.
+fn complain(text: impl std::fmt::Display) {
+    eprintln!("{}", escaped_lines(&text.to_string()));
 }

@@ -7,7 +7,10 @@
 //!
 //! Invariants: a configuration that fails to load, or that changes what
 //! cannot change while running (the listener addresses, the pin store), is
-//! refused whole and the running one stays; every outcome is logged, counted
+//! refused whole and the running one stays; a change of the file is applied
+//! only once two reads [`SETTLE`] apart agree, so a file written in several
+//! steps is never applied half-way (a half that compiles, say one without
+//! its last deny rule, would be weaker than either whole file); every outcome is logged, counted
 //! and kept as the last result (`GET /api/reload`). The state of a server
 //! whose settings did not change (its HTTP client, tool catalog, compiled
 //! schemas) is carried over; a changed server starts afresh. Reloads run one
@@ -33,6 +36,13 @@ use crate::proxy::state::{AppState, Live};
 
 /// How long the file watcher waits for a burst of file events to settle.
 const DEBOUNCE: Duration = Duration::from_millis(250);
+/// How long a changed file's text must stay the same before it is applied.
+/// A writer that pauses longer mid-file is not told apart from two edits:
+/// replacing the file by rename is the way to be sure.
+pub(crate) const SETTLE: Duration = Duration::from_secs(1);
+/// Most reads of a file that keeps changing; then the change is refused
+/// (the next change of the file starts again).
+const MAX_READS: usize = 30;
 
 /// Reloads the configuration from the file the gateway was started with.
 ///
@@ -48,15 +58,45 @@ pub(crate) async fn from_file(
         );
     };
     let _one_at_a_time = state.reloads.lock().await;
-    // Reading and compiling (schemas, regexes) is blocking work.
-    let loaded =
-        tokio::task::spawn_blocking(move || config::load(&path).map_err(|e| e.to_string()))
-            .await
-            .map_err(|e| format!("the reload task failed: {e}"))
-            .and_then(|r| r);
+    // A signal or a request asks for the file as it is; a change of the
+    // file may be a write still under way.
+    let text = if trigger == "file" {
+        settled(&path).await
+    } else {
+        config::read(&path).map_err(|e| e.to_string())
+    };
+    // Compiling (schemas, regexes, key files) is blocking work.
+    let loaded = match text {
+        Ok(text) => tokio::task::spawn_blocking(move || {
+            config::load_text(&path, &text).map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| format!("the reload task failed: {e}"))
+        .and_then(|r| r),
+        Err(e) => Err(e),
+    };
     let result = loaded.and_then(|config| apply(&state.app, config));
     record(state, trigger, &result);
     result
+}
+
+/// The file's text once two reads [`SETTLE`] apart agree.
+async fn settled(path: &Path) -> Result<String, String> {
+    let mut last = config::read(path).map_err(|e| e.to_string())?;
+    for _ in 0..MAX_READS {
+        tokio::time::sleep(SETTLE).await;
+        let now = config::read(path).map_err(|e| e.to_string())?;
+        if now == last {
+            return Ok(now);
+        }
+        last = now;
+    }
+    Err(format!(
+        "{}: the file kept changing for {} s; nothing of it is applied until it stays the same for {} s",
+        path.display(),
+        SETTLE.as_secs() * MAX_READS as u64,
+        SETTLE.as_secs()
+    ))
 }
 
 /// Swaps `config` in, keeping the state of unchanged servers.

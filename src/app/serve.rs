@@ -6,7 +6,11 @@
 //! only through here.
 //!
 //! Invariants: at most `max_connections` connections are served at once per
-//! listener; one past it is answered at once — 503 with `Retry-After` where a
+//! listener; one past it takes the slot of the oldest connection that has not
+//! sent its first request's head yet, which is closed ([`waiting`]), so
+//! connections that never finish their headers cannot lock other clients
+//! out; when every slot holds a connection that has, the new one is answered
+//! at once — 503 with `Retry-After` where a
 //! request can be read within [`REFUSAL_DEADLINE`], for at most [`REFUSING`]
 //! such connections at a time, and closed unanswered beyond that — so a flood
 //! of connections costs a bounded amount of memory. A new connection must send
@@ -42,6 +46,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 use crate::metrics::Connections;
+
+mod waiting;
+
+use waiting::Waiting;
 
 /// Connections past the cap that may be answered (503) at the same time;
 /// past these, a connection is closed without an answer.
@@ -90,6 +98,7 @@ pub(crate) async fn serve(
     let builder = Arc::new(builder);
     let refusals = Refusals::new(limits.max_connections);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let waiting = Arc::new(Waiting::default());
     let graceful = GracefulShutdown::new();
     // Connections still waiting for their first request's head are not
     // hyper's yet: they stop here at shutdown.
@@ -106,12 +115,19 @@ pub(crate) async fn serve(
             },
             () = &mut stop => break,
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            counters.refused.fetch_add(1, Ordering::Relaxed);
-            refusals.answer(stream);
-            continue;
+        let open = match slots.clone().try_acquire_owned() {
+            Ok(slot) => Open::new(slot, counters.clone()),
+            // At the cap: the oldest connection without a request yet makes room.
+            Err(_) => match waiting.evict_oldest() {
+                Some(open) => open,
+                None => {
+                    counters.refused.fetch_add(1, Ordering::Relaxed);
+                    refusals.answer(stream);
+                    continue;
+                }
+            },
         };
-        let open = Open::new(slot, counters.clone());
+        let (ticket, evicted) = waiting.enter(open);
         let _ = stream.set_nodelay(true);
         let io = Deadlines::new(stream, limits.client_timeout, limits.header_timeout);
         let (builder, router, watcher) = (builder.clone(), router.clone(), graceful.watcher());
@@ -122,7 +138,12 @@ pub(crate) async fn serve(
                     Ok(io) => io,
                     Err(_) => return,
                 },
+                _ = evicted => return,
                 _ = stopped.wait_for(|s| *s) => return,
+            };
+            // Evicted as its head came in: the slot is another's now.
+            let Some(open) = ticket.claim() else {
+                return;
             };
             let service = TowerToHyperService::new(router);
             // Boxed: this task stays small while it waits for the head.

@@ -9,7 +9,9 @@
 //!
 //! Invariants: `list` never writes; `approve` changes only the approved
 //! columns of one pin, to the definition the server served last (or fails
-//! when `--hash` names another).
+//! when `--hash` names another); every text a server chose (tool names,
+//! JSON pointers into its definitions, findings) is shown escaped, so it
+//! cannot drive the terminal or add a line to the listing.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -21,6 +23,7 @@ use crate::pins::model::{Key, PinKind, Record, Status};
 use crate::pins::present::{diff, entry_json};
 use crate::pins::scan;
 use crate::pins::store::{self, ApproveOutcome};
+use crate::util::escape::{escaped, json_escaped};
 use crate::util::time::iso8601;
 
 /// What to approve.
@@ -78,7 +81,8 @@ pub fn list(config: &Config, as_json: bool) -> Result<String, String> {
             );
         }
         let report = json!({"store": path.display().to_string(), "servers": servers});
-        return Ok(serde_json::to_string_pretty(&report).unwrap_or_default());
+        let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+        return Ok(json_escaped(&text).into_owned());
     }
     let mut out = format!("pin store {}\n", path.display());
     for name in config.servers.keys() {
@@ -103,7 +107,7 @@ pub fn list(config: &Config, as_json: bool) -> Result<String, String> {
 
 fn row_text(config: &Config, key: &Key, r: &Record) -> String {
     let label = match key.kind {
-        PinKind::Tool => key.name.clone(),
+        PinKind::Tool => escaped(&key.name).into_owned(),
         PinKind::Instructions => "(instructions)".to_owned(),
     };
     let status = match r.status() {
@@ -116,7 +120,7 @@ fn row_text(config: &Config, key: &Key, r: &Record) -> String {
         Some(a) => line.push_str(&format!(
             " approved {} by {} ({}…)",
             iso8601(a.version.at),
-            a.by,
+            escaped(&a.by),
             &hex::encode(a.version.hash)[..12]
         )),
         None => line.push_str(" never approved"),
@@ -146,9 +150,9 @@ fn row_text(config: &Config, key: &Key, r: &Record) -> String {
             line.push_str(&format!(
                 "      {}: {} → {}\n",
                 if c.pointer.is_empty() {
-                    "/"
+                    "/".into()
                 } else {
-                    &c.pointer
+                    escaped(&c.pointer)
                 },
                 show(&c.before),
                 show(&c.after)
@@ -166,8 +170,8 @@ fn row_text(config: &Config, key: &Key, r: &Record) -> String {
                 scan::Severity::Notice => "notice",
             },
             f.kind.as_str(),
-            f.path,
-            f.detail
+            escaped(&f.path),
+            escaped(&f.detail)
         ));
     }
     if r.status() != Status::Trusted {
@@ -198,7 +202,7 @@ pub fn approve(
     }
     let path = store_path(config)?;
     let (key, what) = match subject {
-        Subject::Tool(tool) => (Key::tool(server, tool), format!("tool `{tool}`")),
+        Subject::Tool(tool) => (Key::tool(server, tool), format!("tool `{}`", escaped(tool))),
         Subject::Instructions => (Key::instructions(server), "the instructions".to_owned()),
     };
     if !path.exists() {

@@ -74,14 +74,37 @@ pub(crate) fn approve_body(key: &Key, hash: Option<&Digest>) -> Value {
     body
 }
 
+/// `s` as one shell word a person can read and paste: bare when it is
+/// plainly safe, in single quotes when it is plain text, and in ANSI-C
+/// quotes (`$'…'`, bash and zsh) with escapes when it holds a character that
+/// is not plain (a control, a line break, an invisible character), which
+/// would otherwise reach the terminal raw.
 fn shell_word(s: &str) -> String {
+    use crate::util::escape::is_plain;
     if !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/' | ':' | '='))
     {
         s.to_owned()
-    } else {
+    } else if s.chars().all(is_plain) {
         format!("'{}'", s.replace('\'', r"'\''"))
+    } else {
+        let mut out = String::from("$'");
+        for c in s.chars() {
+            match c {
+                '\\' | '\'' => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                c if is_plain(c) => out.push(c),
+                // `\xHH` is a byte to the shell: only ASCII is written so.
+                c if c.is_ascii() => out.push_str(&format!("\\x{:02x}", c as u32)),
+                c if (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                c => out.push_str(&format!("\\U{:08x}", c as u32)),
+            }
+        }
+        out.push('\'');
+        out
     }
 }
 

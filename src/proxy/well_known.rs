@@ -37,7 +37,8 @@ pub(super) async fn gateway(
     metadata(&state, &uri, &headers, None)
 }
 
-/// `/.well-known/oauth-protected-resource/mcp`: `/mcp`, served when one server is configured.
+/// `/.well-known/oauth-protected-resource/mcp`: `/mcp`, the one server or the
+/// merged view of several (a client refused there is sent here).
 pub(super) async fn one_server(
     State(state): State<Arc<AppState>>,
     uri: Uri,
@@ -114,12 +115,9 @@ fn metadata(
     }
     let path = match resource {
         None => String::new(),
-        Some(None) if config.servers.len() == 1 => "/mcp".to_owned(),
-        Some(None) => {
-            return render(Rejection::UnknownServer(
-                "(none: name one in the path, /mcp/<server>)".into(),
-            ));
-        }
+        // `/mcp` is always a resource: the one server, or the merged view
+        // whose 401 challenge points here.
+        Some(None) => "/mcp".to_owned(),
         Some(Some(name)) if config.servers.contains_key(&name) => format!("/mcp/{name}"),
         Some(Some(name)) => return render(Rejection::UnknownServer(name)),
     };

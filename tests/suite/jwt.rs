@@ -590,3 +590,90 @@ async fn a_server_bound_audience_does_not_open_the_merged_view() {
     flights.stop().await;
     hotels.stop().await;
 }
+
+/// A client refused on the merged `/mcp` view (several servers) follows the
+/// challenge's `resource_metadata` and finds the document there: the view is
+/// a protected resource like any server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_merged_views_challenge_leads_to_a_document_that_exists() {
+    let flights = support::upstreams::InProcess::demo().await;
+    let hotels = support::upstreams::InProcess::demo().await;
+    let key = Signer::ec("ec-merged");
+    let file = jwks_file(&[&key]);
+    let rest = format!(
+        "{}{}",
+        jwt_table(&format!("jwks_file = \"{}\"", file.path().display()), ""),
+        allow_all()
+    );
+    let gateway =
+        TestGateway::start(&[("flights", &flights.url), ("hotels", &hotels.url)], &rest).await;
+    let merged = gateway.merged_url();
+    let base = merged.trim_end_matches("/mcp").to_owned();
+
+    let r = call_with(&merged, "", "hotels__echo", json!({"text": "a"})).await;
+    assert_eq!(r.status, 401, "{}", r.text);
+    let header = challenge(&r);
+    let url = header
+        .split("resource_metadata=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no resource_metadata in {header:?}"));
+    // The configured origin stands for this listener: follow the path on it.
+    let followed = url.replacen("https://mcp.example.test", &base, 1);
+    assert_ne!(followed, url, "the URL is on the configured origin: {url}");
+    let (status, body) = get(&followed, None).await;
+    assert_eq!(status, 200, "{followed}: {body}");
+    assert_eq!(body["resource"], "https://mcp.example.test/mcp", "{body}");
+    assert_eq!(body["authorization_servers"], json!([ISS]), "{body}");
+    assert_eq!(
+        flights.hits() + hotels.hits(),
+        0,
+        "nothing reached a server"
+    );
+    gateway.stop().await;
+}
+
+/// A token's client name is visible ASCII or the token is refused: an
+/// invisible or look-alike character would let a token pose as a keyed
+/// client in the audit trail, the logs and the dashboard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_name_with_invisible_or_look_alike_characters_is_refused() {
+    let upstream = support::upstreams::InProcess::demo().await;
+    let key = Signer::ed25519("ed-1");
+    let file = jwks_file(&[&key]);
+    let rest = format!(
+        "{}{}{}",
+        clients(),
+        jwt_table(&format!("jwks_file = \"{}\"", file.path().display()), ""),
+        allow_all()
+    );
+    let gateway = TestGateway::start(&[("flights", &upstream.url)], &rest).await;
+    let url = gateway.url("flights");
+    let token = |sub: &str| key.token(&claims(ISS, AUD, sub, ""));
+    for sub in [
+        "alice\u{200b}",  // zero width space
+        "\u{202e}ecila",  // right-to-left override
+        "alice\u{e0041}", // tag character
+        "\u{430}lice",    // Cyrillic a
+        "alice ",         // trailing space
+        "alice\u{a0}",    // no-break space
+        "alice\u{85}",    // C1 next line
+        "ali\u{ad}ce",    // soft hyphen
+        "alice\u{feff}",  // byte order mark
+        "alice\u{fe0f}",  // variation selector
+    ] {
+        let r = call_with(&url, &token(sub), "echo", json!({"text": "hi"})).await;
+        assert_eq!(r.status, 401, "{sub:?}: {}", r.text);
+    }
+    assert_eq!(upstream.hits(), 0, "no posing token reached the upstream");
+    // A name of visible ASCII, however unusual, is a name.
+    for sub in [
+        "carol",
+        "auth0|5f7c8ec7c33c6c004bbafe82",
+        "carol@example.com",
+    ] {
+        let r = call_with(&url, &token(sub), "echo", json!({"text": "hi"})).await;
+        assert_eq!((r.status, raw_code(&r)), (200, None), "{sub:?}: {}", r.text);
+    }
+    gateway.stop().await;
+}

@@ -1,10 +1,12 @@
 //! Overload: thousands of connections that send a request line and never
 //! finish their headers. The gateway (the real binary, so the memory read is
 //! its own) holds them at a bounded cost per connection, serves a real SDK
-//! client meanwhile, refuses a connection past `max_connections` at once with
-//! 503 and `Retry-After`, and shows the count in `/metrics`. A connection that
-//! does not finish its first request's headers within `header_timeout` is
-//! closed, while an idle keep-alive connection stays.
+//! client meanwhile, and at `max_connections` closes the oldest of them to
+//! serve a new connection; a connection past the cap when every slot holds a
+//! connection that sent its request is refused at once with 503 and
+//! `Retry-After`, and `/metrics` shows the count. A connection that does not
+//! finish its first request's headers within `header_timeout` is closed,
+//! while an idle keep-alive connection stays.
 
 use crate::support;
 use support::Config;
@@ -95,7 +97,7 @@ async fn open_becomes(gateway: &Observed, want: u64) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thousands_of_half_open_connections_cost_little_and_the_cap_refuses_at_once() {
+async fn thousands_of_half_open_connections_cost_little_and_lock_no_one_out() {
     // Thousands of connections keep both cores busy (see `support::exclusive`).
     let _alone = support::exclusive().await;
     support::init();
@@ -142,13 +144,113 @@ async fn thousands_of_half_open_connections_cost_little_and_the_cap_refuses_at_o
     assert!(served[0]["tools"].is_array(), "{served:?}");
     assert_ne!(served[1]["isError"], json!(true), "{served:?}");
 
-    // Fill the listener to its cap; the next connection is refused at once.
+    // Fill the listener to its cap with half-open connections: the next
+    // connection takes the oldest one's place, and is served.
     assert_eq!(open_becomes(&gateway, n as u64).await, n as u64);
     for _ in n..cap {
         held.push(half_open(&gateway.addr).await);
     }
     assert_eq!(open_becomes(&gateway, cap as u64).await, cap as u64);
     let refused_before = metric(&gateway, "portcullis_connections_refused_total").await;
+    let mut extra = TcpStream::connect(&gateway.addr).await.expect("connect");
+    extra
+        .write_all(b"GET /mcp/demo HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("write");
+    let mut reply = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), extra.read_to_end(&mut reply))
+        .await
+        .expect("the answer comes and the connection closes")
+        .expect("read");
+    let reply = String::from_utf8_lossy(&reply).to_ascii_lowercase();
+    assert!(reply.starts_with("http/1.1 "), "{reply}");
+    assert!(!reply.starts_with("http/1.1 503"), "{reply}");
+    assert_closed(&mut held[0]).await;
+    assert_eq!(
+        metric(&gateway, "portcullis_connections_refused_total").await,
+        refused_before
+    );
+    assert_eq!(
+        metric(&gateway, "portcullis_connections_max").await,
+        cap as u64
+    );
+
+    // Once connections close, new ones are served again.
+    held.truncate(n / 2);
+    let again = sdk(Sdk::Python, Mode::Modern, &url, ALICE, json!([list()])).await;
+    assert!(again[0]["tools"].is_array(), "{again:?}");
+    drop(held);
+    gateway.stop().await;
+}
+
+/// Waits (at most 10 s) for the gateway to close `stream`.
+async fn assert_closed(stream: &mut TcpStream) {
+    let mut buf = [0u8; 256];
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+        .await
+        .expect("the connection is closed");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+}
+
+/// A keep-alive connection that has sent a request and read its answer.
+async fn answered(addr: &str) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(b"GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .expect("write");
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+        .await
+        .expect("an answer")
+        .expect("read");
+    assert!(n > 0, "an answer");
+    s
+}
+
+/// `max_connections` connections that never finish their headers (and may
+/// never, within a long `header_timeout`) do not lock out a real client: each
+/// new connection takes the oldest one's slot. Only when every slot holds a
+/// connection that has sent a request is a new one refused, with 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_open_connections_at_the_cap_do_not_lock_out_a_client() {
+    support::init();
+    const CAP: usize = 16;
+    let upstream = InProcess::demo().await;
+    let gateway = Observed::start(&config(&upstream.url, CAP, "120s")).await;
+    let url = gateway.url("demo");
+
+    let mut held = Vec::new();
+    for _ in 0..CAP {
+        held.push(half_open(&gateway.addr).await);
+    }
+    assert_eq!(open_becomes(&gateway, CAP as u64).await, CAP as u64);
+    for mode in [Mode::Modern, Mode::Legacy] {
+        let served = sdk(
+            Sdk::Python,
+            mode,
+            &url,
+            ALICE,
+            json!([list(), call("echo", json!({"text": "still here"}))]),
+        )
+        .await;
+        assert!(served[0]["tools"].is_array(), "{mode:?}: {served:?}");
+        assert_eq!(support::gateway_code(&served[1]), None, "{served:?}");
+        assert_ne!(served[1]["isError"], json!(true), "{mode:?}: {served:?}");
+    }
+    // The oldest half-open connection made room; none was refused.
+    assert_closed(&mut held[0]).await;
+    assert_eq!(
+        metric(&gateway, "portcullis_connections_refused_total").await,
+        0
+    );
+    drop(held);
+    assert_eq!(open_becomes(&gateway, 0).await, 0);
+
+    // Every slot holds a connection that sent a request: the next is refused.
+    let mut busy = Vec::new();
+    for _ in 0..CAP {
+        busy.push(answered(&gateway.addr).await);
+    }
     let mut extra = TcpStream::connect(&gateway.addr).await.expect("connect");
     extra
         .write_all(b"GET /mcp/demo HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
@@ -165,18 +267,9 @@ async fn thousands_of_half_open_connections_cost_little_and_the_cap_refuses_at_o
     assert!(reply.contains("max_connections"), "{reply}");
     assert_eq!(
         metric(&gateway, "portcullis_connections_refused_total").await,
-        refused_before + 1
+        1
     );
-    assert_eq!(
-        metric(&gateway, "portcullis_connections_max").await,
-        cap as u64
-    );
-
-    // Once connections close, new ones are served again.
-    held.truncate(n / 2);
-    let again = sdk(Sdk::Python, Mode::Modern, &url, ALICE, json!([list()])).await;
-    assert!(again[0]["tools"].is_array(), "{again:?}");
-    drop(held);
+    drop(busy);
     gateway.stop().await;
 }
 

@@ -387,3 +387,78 @@ async fn a_reload_keeps_the_buckets_of_unchanged_rules() {
     );
     gw.stop().await;
 }
+
+/// A configuration written in place in two steps, the first of which would
+/// compile to a weaker policy (the file cut at a rule boundary, before its
+/// deny rule), is never applied half-way: calls see the old policy, then the
+/// whole new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_written_in_two_steps_is_never_applied_half_way() {
+    use std::io::Write as _;
+    let up = InProcess::demo().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let (gw, path) = start(dir.path(), &config(&up.url, &["echo"])).await;
+    let mcp = gw.url("s");
+    let whole = Config::new()
+        .admin_token(ADMIN_TOKEN)
+        .server("s", &up.url)
+        .set("timeout", "20s")
+        .set("pinning", "off")
+        .clients()
+        .section("pins")
+        .set("database", ":memory:")
+        .allow(&["*"])
+        .deny(&["delete_record"])
+        .render();
+    let cut = whole.rfind("[[rules]]").expect("the deny rule");
+    let (first, rest) = whole.split_at(cut);
+    assert!(rest.contains("delete_record") && !first.contains("delete_record"));
+    assert!(first.contains("[pins]"), "{first}");
+    portcullis::config::load_str(first, "half.toml", &|_| None).expect("the half compiles");
+
+    // The answer to a deletion: refused as unknown while a policy denies it.
+    let deletes = |n: u64| {
+        let mcp = mcp.clone();
+        async move {
+            let args = json!({"record_id": format!("CUST-{n}")});
+            tools_call(&mcp, ALICE, "delete_record", args, &[])
+                .await
+                .refusal()
+        }
+    };
+    let denied = Some("unknown_tool".to_owned());
+    // The first step, then a pause longer than the watcher's debounce.
+    std::fs::write(&path, first).expect("write the first half");
+    let paused = std::time::Instant::now();
+    let mut n = 0;
+    while paused.elapsed() < Duration::from_millis(700) {
+        n += 1;
+        assert!(
+            deletes(n).await.is_some(),
+            "the half-written file is in force"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .expect("open");
+    file.write_all(rest.as_bytes()).expect("write the rest");
+    drop(file);
+    until("the whole new file is in force", async || {
+        n += 1;
+        assert_eq!(deletes(n).await, denied, "delete_record was allowed");
+        tools_call(&mcp, ALICE, "slow_query", json!({"seconds": 0}), &[])
+            .await
+            .refusal()
+            .is_none()
+    })
+    .await;
+    assert_eq!(deletes(0).await, denied);
+    assert!(
+        up.ran().iter().all(|(tool, _)| tool != "delete_record"),
+        "{:?}",
+        up.ran()
+    );
+    gw.stop().await;
+}

@@ -453,3 +453,82 @@ async fn an_upstream_failure_is_an_error_on_the_forward_stage() {
         "no reply came"
     );
 }
+
+/// Text a client chooses (a tool name, a method, a server name in the path,
+/// its own name) cannot add a line to the log, nor drive the terminal it is
+/// read on, in either log format: every line the process writes is its own,
+/// made of plain characters, and a JSON log stays one JSON object a line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_text_cannot_forge_a_log_line() {
+    use portcullis::util::escape::is_plain;
+    use support::process::Observed;
+    const FORGED: &str = "FORGED 2026-12-02T00:00:00.000000Z  INFO portcullis: request client=\"admin\" outcome=\"forwarded\"";
+    let upstream = InProcess::demo().await;
+    for format in ["json", "pretty"] {
+        let config = Config::new()
+            .server("s", &upstream.url)
+            .set("pinning", "off")
+            .clients()
+            .allow_all()
+            .memory_stores()
+            .section("telemetry")
+            .set("log_format", format)
+            .render();
+        let gateway = Observed::start(&config).await;
+        let url = gateway.url("s");
+        let hostile = [
+            format!("\n{FORGED}"),
+            format!("\r\n{FORGED}"),
+            format!("\u{85}{FORGED}"),
+            format!("\u{2028}{FORGED}"),
+            format!("\u{1b}[2K\r{FORGED}"),
+        ];
+        let auth = [("authorization", "Bearer alice-key")];
+        for text in &hostile {
+            // A tool name and a method, each its own request.
+            let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": format!("echo{text}"), "arguments": {}}});
+            raw_post(&url, &auth, call.to_string()).await;
+            let body =
+                json!({"jsonrpc": "2.0", "id": 1, "method": format!("x{text}"), "params": {}});
+            raw_post(&url, &auth, body.to_string()).await;
+            let init = json!({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": format!("sdk{text}"), "version": "1"}}});
+            raw_post(&url, &auth, init.to_string()).await;
+            // A server name in the path, percent-encoded.
+            let path: String = text.bytes().map(|b| format!("%{b:02X}")).collect();
+            raw_post(&format!("{}/mcp/x{path}", gateway.base), &auth, "{}").await;
+        }
+        // Every request is logged once its answer is written: wait for the lines.
+        let expected = 4 * hostile.len();
+        let mut lines = Vec::new();
+        for _ in 0..100 {
+            lines = gateway.output();
+            let requests = lines
+                .iter()
+                .filter(|l| l.contains("request") && !l.contains("listening"))
+                .count();
+            if requests >= expected {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        gateway.stop().await;
+        for line in &lines {
+            assert!(
+                !line.starts_with("FORGED"),
+                "{format}: a forged line: {lines:#?}"
+            );
+            let raw: Vec<char> = line.chars().filter(|c| !is_plain(*c)).collect();
+            assert!(raw.is_empty(), "{format}: {raw:?} raw in {line:?}");
+            if format == "json" {
+                serde_json::from_str::<Value>(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            }
+        }
+        assert!(
+            lines.iter().any(|l| l.contains("FORGED")),
+            "{format}: the client's text is in the log, escaped: {lines:#?}"
+        );
+    }
+}

@@ -184,14 +184,35 @@ fn keep(
         let mut lines = BufReader::new(pipe).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             if let Some(sender) = &tx
-                && let Ok(v) = serde_json::from_str::<Value>(&line)
-                && v["message"] == "listening"
+                && let Some(addresses) = listening(&line)
             {
-                let field = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
-                let _ = sender.send((field("mcp"), field("admin")));
+                let _ = sender.send(addresses);
                 tx = None;
             }
             output.lock().expect("lock").push(line);
         }
     });
+}
+
+/// The MCP and admin addresses of a `listening` line, in either log format:
+/// JSON (`"message":"listening"`) or pretty (`… listening mcp=A admin=B`).
+fn listening(line: &str) -> Option<(String, String)> {
+    if let Ok(v) = serde_json::from_str::<Value>(line) {
+        let field = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+        return (v["message"] == "listening").then(|| (field("mcp"), field("admin")));
+    }
+    // Colours, should the log have any, are not part of the words.
+    let sgr = regex::Regex::new("\x1b\\[[0-9;]*m").expect("regex");
+    let line = sgr.replace_all(line, "");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    if !words.contains(&"listening") {
+        return None;
+    }
+    let field = |k: &str| {
+        words
+            .iter()
+            .find_map(|w| w.strip_prefix(k))
+            .map(str::to_owned)
+    };
+    Some((field("mcp=")?, field("admin=")?))
 }
