@@ -98,7 +98,7 @@ pub(crate) async fn serve(
     let builder = Arc::new(builder);
     let refusals = Refusals::new(limits.max_connections);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
-    let waiting = Arc::new(Waiting::default());
+    let waiting = Arc::new(Waiting::<Open>::default());
     let graceful = GracefulShutdown::new();
     // Connections still waiting for their first request's head are not
     // hyper's yet: they stop here at shutdown.

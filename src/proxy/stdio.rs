@@ -28,6 +28,7 @@
 //!   answered `upstream_unavailable`.
 
 mod child;
+mod family;
 mod shared;
 
 use std::pin::Pin;

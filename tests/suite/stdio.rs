@@ -461,3 +461,61 @@ async fn a_line_longer_than_the_cap_is_refused_and_the_process_serves_on() {
     assert_eq!(py.ran(), vec!["huge", "huge"]);
     gw.stop().await;
 }
+
+/// A grandchild that left the server's process group (`setsid`) does not
+/// outlive the gateway: the Python SDK server, started by a shell that
+/// first detaches a sleeper into a session of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grandchild_that_left_the_process_group_ends_at_shutdown() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pid_file = dir.path().join("sleeper.pid");
+    let python = support::peers_dir().join("venv/bin/python");
+    let server = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/py_server.py");
+    let script = format!(
+        "setsid sleep 600 & echo $! > '{}'; exec '{}' '{}' --stdio",
+        pid_file.display(),
+        python.display(),
+        server.display()
+    );
+    let text = Config::new()
+        .section("servers.py")
+        .set("command", vec!["sh", "-c", script.as_str()])
+        .set("timeout", "20s")
+        .clients()
+        .allow_all()
+        .render();
+    let gw = TestGateway::start_raw(&text).await;
+    let server_pid = gw.running_pid("py", None).await;
+    let sleeper: u64 = std::fs::read_to_string(&pid_file)
+        .expect("the sleeper's pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    assert!(alive(sleeper) && alive(server_pid));
+    let session = |pid: u64| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .nth(3)
+                    .map(str::to_owned)
+            })
+    };
+    assert_ne!(
+        session(sleeper),
+        session(server_pid),
+        "the sleeper left the group"
+    );
+    gw.stop().await;
+    let outlived = alive(sleeper);
+    if outlived {
+        kill(sleeper);
+    }
+    assert!(!alive(server_pid), "the server outlived the gateway");
+    assert!(
+        !outlived,
+        "the setsid grandchild {sleeper} outlived the gateway"
+    );
+}

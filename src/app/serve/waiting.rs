@@ -18,24 +18,22 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::oneshot;
 
-use super::Open;
-
-/// The connections waiting for their first head.
-#[derive(Debug, Default)]
-pub(super) struct Waiting {
-    table: Mutex<Table>,
-}
-
-#[derive(Debug, Default)]
-struct Table {
-    next: u64,
-    /// By arrival: the first is the oldest.
-    by_age: BTreeMap<u64, Entry>,
+/// The connections waiting for their first head, each with its slot `S`.
+#[derive(Debug)]
+pub(super) struct Waiting<S> {
+    table: Mutex<Table<S>>,
 }
 
 #[derive(Debug)]
-struct Entry {
-    open: Open,
+struct Table<S> {
+    next: u64,
+    /// By arrival: the first is the oldest.
+    by_age: BTreeMap<u64, Entry<S>>,
+}
+
+#[derive(Debug)]
+struct Entry<S> {
+    open: S,
     /// Dropped to tell the connection it was evicted.
     _evict: oneshot::Sender<()>,
 }
@@ -43,19 +41,30 @@ struct Entry {
 /// A connection's place in the table; leaving it (dropped) frees the slot
 /// unless the connection claimed it or was evicted.
 #[derive(Debug)]
-pub(super) struct Ticket {
+pub(super) struct Ticket<S> {
     id: u64,
-    waiting: Arc<Waiting>,
+    waiting: Arc<Waiting<S>>,
 }
 
-impl Waiting {
-    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+impl<S> Default for Waiting<S> {
+    fn default() -> Self {
+        Self {
+            table: Mutex::new(Table {
+                next: 0,
+                by_age: BTreeMap::new(),
+            }),
+        }
+    }
+}
+
+impl<S> Waiting<S> {
+    fn table(&self) -> std::sync::MutexGuard<'_, Table<S>> {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Enters a new connection holding `open`; the receiver resolves when
     /// it is evicted.
-    pub(super) fn enter(self: &Arc<Self>, open: Open) -> (Ticket, oneshot::Receiver<()>) {
+    pub(super) fn enter(self: &Arc<Self>, open: S) -> (Ticket<S>, oneshot::Receiver<()>) {
         let (evict, evicted) = oneshot::channel();
         let mut table = self.table();
         let id = table.next;
@@ -75,14 +84,14 @@ impl Waiting {
     }
 
     /// Evicts the oldest waiting connection; its slot, if there was one.
-    pub(super) fn evict_oldest(&self) -> Option<Open> {
+    pub(super) fn evict_oldest(&self) -> Option<S> {
         self.table().by_age.pop_first().map(|(_, entry)| entry.open)
     }
 }
 
-impl Ticket {
+impl<S> Ticket<S> {
     /// The connection's head is in: its slot, unless it was evicted meanwhile.
-    pub(super) fn claim(self) -> Option<Open> {
+    pub(super) fn claim(self) -> Option<S> {
         self.waiting
             .table()
             .by_age
@@ -91,7 +100,7 @@ impl Ticket {
     }
 }
 
-impl Drop for Ticket {
+impl<S> Drop for Ticket<S> {
     fn drop(&mut self) {
         let entry = self.waiting.table().by_age.remove(&self.id);
         // The slot is freed outside the lock.

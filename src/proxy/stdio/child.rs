@@ -11,6 +11,8 @@
 //!   secrets never reach a third-party process;
 //! - the child runs in its own process group, and the whole group is killed
 //!   when the child ends (a wrapper such as `npx` leaves no orphan behind);
+//!   so is every descendant that left the group (`setsid`), found while the
+//!   child still runs ([`super::family`]);
 //! - one [`Life`] per process: it becomes visible to requests only after the
 //!   `initialize` handshake succeeded, and every request written to it is
 //!   answered (by the child, or as failed when the process ends);
@@ -160,10 +162,13 @@ async fn life(shared: &Arc<Shared>, generation: u64, stop: &mut watch::Receiver<
         End::Stopped => Link::Stopped,
         End::Failed(_) => Link::Restarting { at: Instant::now() },
     });
+    // Its descendants, while they are still its (an exited child's are init's).
+    let family = pid.map(super::family::descendants).unwrap_or_default();
     drop(lines);
     let _ = close.send(true);
     let graceful = matches!(end, End::Stopped);
     finish(&mut child, pid, graceful).await;
+    super::family::kill(&family);
     // What it wrote before it ended is still read (answers, a crash's last words).
     if !read_all && tokio::time::timeout(DRAIN, &mut reader).await.is_err() {
         reader.abort();
