@@ -15,6 +15,7 @@ mod forward;
 pub(crate) mod ingress;
 mod lists;
 mod pipeline;
+mod rate;
 mod refusals;
 pub(crate) mod reply;
 mod resource;

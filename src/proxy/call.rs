@@ -9,6 +9,7 @@
 use super::approve;
 use super::exchange::{Exchange, observe_or_enforce, param_str, recipient};
 use super::forward::{Forward, upstream};
+use super::rate::{Spend, rate_limit, take};
 use super::refusals::{
     argument_not_permitted, invalid_arguments, pin_quarantined, quarantined, unknown_tool,
 };
@@ -19,20 +20,19 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::{Map, Value};
 
-use super::state::{AppState, Live, ServerState};
+use super::state::{AppState, Live};
 use crate::proxy::catalog::CallFacts;
 use crate::proxy::catalog::ToolSet;
 
 use crate::audit;
 use crate::auth::ClientId;
 use crate::config::ArgumentScan;
-use crate::error::{self, Limit, Limited, RateLimited, Rejection};
+use crate::error::{self, Rejection};
 use crate::mcp::headers::{self};
 use crate::mcp::jsonrpc::Message;
 use crate::mcp::version::Era;
 use crate::pins::{self};
 use crate::policy::{Decision, Subject};
-use crate::ratelimit::Verdict;
 use crate::sanitize::{Sanitizer, Skip};
 use crate::validate::Violation;
 
@@ -208,18 +208,6 @@ pub(super) struct Checked {
     pub(super) decision: Decision,
 }
 
-/// Takes the tokens of `decision` for a call about to be forwarded, from the
-/// buckets `forward`'s configuration names.
-pub(super) async fn take(
-    forward: &Forward<'_>,
-    client: &ClientId,
-    subject: Subject<'_>,
-    decision: &Decision,
-) -> Result<(), Rejection> {
-    let (state, live, server) = (forward.state, forward.live, forward.server);
-    rate_limit(state, live, client, server, subject, decision, Spend::Take).await
-}
-
 /// A `tools/call` as the checks see it: who calls which tool, with what,
 /// against the server's tools as the catalog knows them.
 pub(super) struct Call<'a> {
@@ -330,66 +318,4 @@ pub(super) async fn check_call(
     }
     let approval = config.policy.approval(&decision).cloned();
     Ok(Checked { approval, decision })
-}
-
-/// Whether a rate-limit decision takes its tokens or only looks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Spend {
-    /// The call runs now: take a token from every bucket.
-    Take,
-    /// The call is not run yet: would it be admitted? Nothing is taken.
-    Peek,
-}
-
-/// Takes (or, with [`Spend::Peek`], looks for) a token in every bucket the
-/// access decision names, or refuses the call and says when it may be made
-/// again. Nothing is taken when any bucket refuses.
-pub(super) async fn rate_limit(
-    state: &AppState,
-    live: &Live,
-    client: &ClientId,
-    server: &ServerState,
-    subject: Subject<'_>,
-    decision: &Decision,
-    spend: Spend,
-) -> Result<(), Rejection> {
-    let config = &*live.config;
-    let server_name = server.upstream.settings.name.as_str();
-    let buckets = live
-        .rate_plan
-        .buckets(&config.policy, decision, client, server_name, subject);
-    if buckets.is_empty() {
-        return Ok(());
-    }
-    let verdict = match spend {
-        Spend::Take => state.limiter.check(&buckets).await,
-        Spend::Peek => state.limiter.peek(&buckets).await,
-    };
-    let (limit, retry_after) = match verdict {
-        Verdict::Admitted => return Ok(()),
-        Verdict::Limited {
-            bucket,
-            retry_after,
-        } => {
-            let bucket = &buckets[bucket];
-            let limit = Limit {
-                rule: bucket.rule,
-                rate: bucket.rate,
-                shared_by: config.policy.rule_subjects(bucket.rule, subject),
-            };
-            (Some(limit), retry_after)
-        }
-        Verdict::Unavailable => (None, std::time::Duration::from_secs(1)),
-    };
-    let subject = match subject {
-        Subject::Tool(n) => Limited::Tool(n.to_owned()),
-        Subject::Resource(u) => Limited::Resource(u.to_owned()),
-        Subject::Prompt(n) => Limited::Prompt(n.to_owned()),
-    };
-    Err(Rejection::RateLimited(RateLimited {
-        subject,
-        client: client.name().to_owned(),
-        limit,
-        retry_after,
-    }))
 }
