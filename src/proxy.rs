@@ -8,7 +8,6 @@
 mod approve;
 mod call;
 pub(crate) mod catalog;
-mod charge;
 mod dispatch;
 mod exchange;
 mod federate;
@@ -16,6 +15,7 @@ mod forward;
 pub(crate) mod ingress;
 mod lists;
 mod pipeline;
+mod rate;
 mod refusals;
 pub(crate) mod reply;
 mod resource;

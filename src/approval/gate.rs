@@ -106,8 +106,10 @@ pub enum Refusal {
     Unpresentable { chars: usize, limit: usize },
     /// Too many approvals open (queue, questions or used states).
     Busy { limit: usize, per_client: bool },
-    /// The configuration was reloaded while the call waited: it is not run
-    /// under rules it was not decided by.
+    /// The configuration was reloaded while the call waited, and the one in
+    /// force when the answer came no longer lets it run as it was approved
+    /// (the tool or arguments refused, the client or server gone, another
+    /// approver required).
     Reloaded,
     /// Operator path with `pending = "retry"`: queued (or still pending);
     /// retry the identical call after approval.

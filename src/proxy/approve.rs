@@ -26,9 +26,9 @@ use futures_util::{StreamExt, stream};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Map, Value, json};
 
-use super::charge::take;
 use super::exchange::{Exchange, canonical_body, observe_or_enforce, rebuild};
 use super::forward::Forward;
+use super::rate::take;
 use super::state::{AppState, Live, ServerState};
 use crate::approval::state::Signer;
 use crate::approval::{Approver, Binding, Call, Gate, Refusal, Requirement, gate, inband, render};

@@ -7,9 +7,9 @@
 //! none — and nothing is sent upstream before validation passed.
 
 use super::approve;
-use super::charge::{Spend, rate_limit, take};
 use super::exchange::{Exchange, observe_or_enforce, param_str, recipient};
 use super::forward::{Forward, upstream};
+use super::rate::{Spend, rate_limit, take};
 use super::refusals::{
     argument_not_permitted, invalid_arguments, pin_quarantined, quarantined, unknown_tool,
 };

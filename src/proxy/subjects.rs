@@ -5,8 +5,8 @@
 //! same policy decision serves lists and calls; a hidden subject gets the
 //! answer an unknown one gets.
 
-use super::charge::{Spend, rate_limit};
 use super::exchange::{Exchange, observe_or_enforce};
+use super::rate::{Spend, rate_limit};
 use super::resource;
 
 use serde_json::Value;

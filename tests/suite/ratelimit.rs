@@ -357,7 +357,8 @@ fn redis_limiter(server: &RedisServer, rt: &tokio::runtime::Runtime) -> RateLimi
 
 /// The Redis script against the same model and, in lockstep, against the
 /// memory backend, on random sequences at explicit instants: every decision
-/// and every wait identical to the nanosecond.
+/// and every wait identical to the nanosecond; a peek before each decision
+/// answers the same and writes nothing (the model sees only the takes).
 #[test]
 fn the_redis_script_matches_the_model_and_the_memory_backend() {
     let server = RedisServer::start();
@@ -390,9 +391,14 @@ fn the_redis_script_matches_the_model_and_the_memory_backend() {
                 |buckets, now| {
                     let (limiter, memory) = (&limiter, &memory);
                     async move {
+                        // A peek first: the same verdict as the take that
+                        // follows, in both backends, and nothing written.
+                        let peeked = limiter.peek_at(&buckets, now).await;
+                        assert_eq!(memory.peek_at(&buckets, now).await, peeked);
                         let shared = limiter.check_at(&buckets, now).await;
                         let local = memory.check_at(&buckets, now).await;
                         assert_eq!(shared, local, "Redis and memory disagree at {now}");
+                        assert_eq!(peeked, shared, "the peek foretold the take at {now}");
                         shared
                     }
                 },

@@ -1,18 +1,19 @@
-//! Rate-limit tokens for a use: looked for while a call is checked, taken
-//! once when it runs.
+//! The rate limit of a call: look whether its buckets have a token while it
+//! is checked, take the token when it runs.
 //!
-//! Place: beneath the call, approval and subject steps of the pipeline, which
-//! all charge through here. Invariant: a peek takes nothing, so a refusal, a
-//! question to a person or a declined call costs no token; a take takes one
-//! from every bucket the access decision names, or none when any refuses.
+//! Place: the rate step of `tools/call` (a peek in [`super::call::check_call`],
+//! the take right before forwarding, after an approval when one is needed),
+//! and of `resources/read` and `prompts/get` (a take in
+//! [`super::subjects::decide_subject`]). Invariants: a refused call takes
+//! nothing from any bucket; a take happens once per call that runs.
+
+use super::forward::Forward;
+use super::state::{AppState, Live, ServerState};
 
 use crate::auth::ClientId;
 use crate::error::{Limit, Limited, RateLimited, Rejection};
 use crate::policy::{Decision, Subject};
 use crate::ratelimit::Verdict;
-
-use super::forward::Forward;
-use super::state::{AppState, Live, ServerState};
 
 /// Takes the tokens of `decision` for a call about to be forwarded, from the
 /// buckets `forward`'s configuration names.
