@@ -38,6 +38,7 @@ mod credentials;
 mod dashboard;
 mod demo;
 mod deploy;
+mod docs;
 mod edges;
 mod federation;
 mod fuzz;
