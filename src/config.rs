@@ -14,6 +14,7 @@
 mod compile;
 pub(crate) mod model;
 mod raw;
+mod reference;
 
 use std::path::Path;
 
@@ -25,6 +26,7 @@ pub use crate::telemetry::{LogFormat, TelemetrySettings};
 pub use model::{
     Config, ConfigError, GatewaySettings, Mode, ServerSettings, StdioCommand, Transport,
 };
+pub use reference::reference_markdown;
 
 /// The JSON Schema of the configuration file (draft 2020-12), generated from the very
 /// types the file is read into, so it cannot drift from what `load` accepts: every table

@@ -1,17 +1,23 @@
 //! The README and the book (`docs/`, mdBook's layout) hold what they promise:
 //! every relative link and `#anchor` resolves, nothing cites a file outside the
-//! repository, and `docs/src/SUMMARY.md` lists every chapter.
+//! repository, `docs/src/SUMMARY.md` lists every chapter, and the configuration
+//! reference is exactly what `portcullis config-reference` prints, with a row
+//! for every key of `portcullis config-schema`.
 //!
 //! Anchors are GitHub's: a heading's text lowercased, letters, digits, `-`, `_`
 //! and spaces kept, spaces made `-`, a repeated one suffixed `-1`, `-2`; plus
 //! explicit `<a id="…">`. Links inside code (fenced or `inline`) are text, not
-//! links.
+//! links. `UPDATE_SNAPSHOTS=1 cargo test --test suite docs::` writes the
+//! reference again.
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const BIN: &str = env!("CARGO_BIN_EXE_portcullis");
+const REFERENCE: &str = "docs/src/reference.md";
 
 /// README.md and every Markdown file under docs/.
 fn documents() -> Vec<PathBuf> {
@@ -228,5 +234,67 @@ fn the_summary_lists_every_chapter_and_the_readme_stays_short() {
     assert!(
         lines <= 250,
         "README.md has {lines} lines: a newcomer reads it in five minutes (at most 250); move detail into a chapter"
+    );
+}
+
+fn portcullis(command: &str) -> String {
+    let out = Command::new(BIN)
+        .arg(command)
+        .current_dir(ROOT)
+        .env_clear()
+        .output()
+        .expect("the portcullis binary runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+#[test]
+fn the_reference_is_what_config_reference_prints() {
+    let generated = portcullis("config-reference");
+    let path = Path::new(ROOT).join(REFERENCE);
+    if std::env::var("UPDATE_SNAPSHOTS").as_deref() == Ok("1") {
+        fs::write(&path, &generated).expect("write the reference");
+        return;
+    }
+    let checked_in = fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        checked_in == generated,
+        "{REFERENCE} is not what `portcullis config-reference` prints: the configuration types \
+         changed. Run `UPDATE_SNAPSHOTS=1 cargo test --test suite docs::` and read the diff."
+    );
+}
+
+#[test]
+fn every_key_of_the_schema_has_a_row_in_the_reference() {
+    fn keys(value: &serde_json::Value, out: &mut BTreeSet<String>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if let Some(serde_json::Value::Object(props)) = map.get("properties") {
+                    out.extend(props.keys().cloned());
+                }
+                map.values().for_each(|v| keys(v, out));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| keys(v, out)),
+            _ => {}
+        }
+    }
+    let schema: serde_json::Value =
+        serde_json::from_str(&portcullis("config-schema")).expect("config-schema prints JSON");
+    let mut all = BTreeSet::new();
+    keys(&schema, &mut all);
+    assert!(all.len() > 80, "only {} keys in the schema", all.len());
+    let reference = fs::read_to_string(Path::new(ROOT).join(REFERENCE)).expect(REFERENCE);
+    let missing: Vec<&String> = all
+        .iter()
+        .filter(|k| !reference.contains(&format!("| `{k}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "keys without a row in {REFERENCE}: {missing:?}"
     );
 }
