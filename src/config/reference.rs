@@ -103,7 +103,7 @@ pub fn render(schema: &Value) -> String {
             .unwrap_or_default();
         for (key, value) in properties(table.schema) {
             let child = child_path(&table.path, key, value, &defs);
-            let kind = type_text(value, &defs, child.as_deref());
+            let kind = type_text(value, child.as_deref());
             let text = description(value.as_object().unwrap_or(&Map::new()))
                 .map(|d| cell(&d))
                 .unwrap_or_default();
@@ -215,7 +215,7 @@ fn resolve<'a>(value: &'a Value, defs: &'a Map<String, Value>) -> Option<&'a Map
 }
 
 /// The value's type in words; a table links to its own section.
-fn type_text(value: &Value, defs: &Map<String, Value>, child: Option<&str>) -> String {
+fn type_text(value: &Value, child: Option<&str>) -> String {
     if let Some(child) = child {
         let heading = heading(child);
         let link = format!("[{heading}](#{})", slug(&heading));
@@ -246,7 +246,7 @@ fn type_text(value: &Value, defs: &Map<String, Value>, child: Option<&str>) -> S
             "array" => {
                 let item = value
                     .get("items")
-                    .map(|i| type_text(i, defs, None))
+                    .map(|i| type_text(i, None))
                     .unwrap_or_else(|| "any".into());
                 format!("list of {item}")
             }
@@ -254,7 +254,7 @@ fn type_text(value: &Value, defs: &Map<String, Value>, child: Option<&str>) -> S
                 let entry = value
                     .get("additionalProperties")
                     .filter(|a| a.is_object())
-                    .map(|a| type_text(a, defs, None))
+                    .map(|a| type_text(a, None))
                     .unwrap_or_else(|| "any".into());
                 format!("table of {entry}")
             }
