@@ -298,3 +298,24 @@ fn every_key_of_the_schema_has_a_row_in_the_reference() {
         "keys without a row in {REFERENCE}: {missing:?}"
     );
 }
+
+/// The checker reads Markdown as GitHub renders it: a repeated heading's
+/// anchor gets `-1`, code spans and fences hold no links, explicit anchors count.
+#[test]
+fn the_checker_sees_anchors_and_links_as_github_does() {
+    let text = "# Fail-closed rules\n\n## `[auth.jwt]`: OAuth bearer tokens\n\n\
+                # Fail-closed rules\n\n<a id=\"audiences\"></a>**Audiences**\n\n\
+                ```toml\n# not a heading\n[a](#not-a-link)\n```\n\n\
+                See [here](#fail-closed-rules-1), `[code](#nope)` and ![x](img/x.png).\n";
+    let offered = anchors(text);
+    for anchor in [
+        "fail-closed-rules",
+        "fail-closed-rules-1",
+        "authjwt-oauth-bearer-tokens",
+        "audiences",
+    ] {
+        assert!(offered.contains(anchor), "{anchor}: {offered:?}");
+    }
+    assert!(!offered.contains("not-a-heading"), "{offered:?}");
+    assert_eq!(links(text), vec!["#fail-closed-rules-1", "img/x.png"]);
+}
