@@ -359,26 +359,36 @@ async fn a_signed_state_runs_its_own_call_once_and_nothing_else() {
     let question = &asked["inputRequests"]["portcullis_approval"];
     assert_eq!(question["method"], "elicitation/create");
 
-    // Other arguments with the approved state: a new question, nothing run.
-    let other = post_echo(&gw, ALICE, modern_echo(2, "/", yes(&state))).await;
-    assert_eq!(other["resultType"], "input_required", "{other}");
-    assert_ne!(other["requestState"], asked["requestState"]);
-    // Another client presenting alice's state: refused like a forged one.
-    let bobs = post_echo(&gw, BOB, modern_echo(3, "/tmp/x", yes(&state))).await;
-    assert_eq!(
-        bobs["_meta"]["portcullis/error"]["code"], "approval_invalid",
-        "{bobs}"
-    );
-    // One byte changed: forged.
+    // Every other presentation of the approved state runs nothing, and leaves
+    // it unused: (who, arguments, state, what they get).
     let mut forged = state.clone().into_bytes();
     let at = forged.len() - 3;
     forged[at] = if forged[at] == b'A' { b'B' } else { b'A' };
     let forged = String::from_utf8(forged).expect("ascii");
-    let refused = post_echo(&gw, ALICE, modern_echo(4, "/tmp/x", yes(&forged))).await;
-    assert_eq!(
-        refused["_meta"]["portcullis/error"]["code"],
-        "approval_invalid"
-    );
+    let misuses = [
+        ("other arguments", ALICE, "/", &state, "input_required"),
+        ("another client", BOB, "/tmp/x", &state, "approval_invalid"),
+        (
+            "one byte changed",
+            ALICE,
+            "/tmp/x",
+            &forged,
+            "approval_invalid",
+        ),
+    ];
+    for (id, (what, key, text, presented, expected)) in (2..).zip(misuses) {
+        let got = post_echo(&gw, key, modern_echo(id, text, yes(presented))).await;
+        if expected == "input_required" {
+            // A new question of its own, never the approved one.
+            assert_eq!(got["resultType"], "input_required", "{what}: {got}");
+            assert_ne!(got["requestState"], asked["requestState"], "{what}");
+        } else {
+            assert_eq!(
+                got["_meta"]["portcullis/error"]["code"], expected,
+                "{what}: {got}"
+            );
+        }
+    }
     assert!(echoes(&upstream).is_empty(), "nothing ran so far");
 
     // The approved call, with its own state (which other arguments left unused).
