@@ -14,6 +14,7 @@
 mod compile;
 pub(crate) mod model;
 mod raw;
+mod reference;
 
 use std::path::Path;
 
@@ -25,6 +26,12 @@ pub use crate::telemetry::{LogFormat, TelemetrySettings};
 pub use model::{
     Config, ConfigError, GatewaySettings, Mode, ServerSettings, StdioCommand, Transport,
 };
+
+/// The configuration reference as Markdown, from this version's
+/// configuration types (what `portcullis config-reference` prints).
+pub fn reference_markdown() -> String {
+    reference::render(&json_schema())
+}
 
 /// The JSON Schema of the configuration file (draft 2020-12), generated from the very
 /// types the file is read into, so it cannot drift from what `load` accepts: every table

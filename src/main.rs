@@ -50,6 +50,8 @@ enum Command {
     HashKey,
     /// Print the JSON Schema of the configuration file, for editors (taplo, Even Better TOML).
     ConfigSchema,
+    /// Print the configuration reference in Markdown (every table and key, from the schema).
+    ConfigReference,
     /// Exit 0 if the admin listener answers `/healthz` (for container health checks).
     ///
     /// Probes `--url` when given; otherwise the `/healthz` of the admin listener the
@@ -147,6 +149,10 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+        Command::ConfigReference => {
+            print!("{}", config::reference_markdown());
+            ExitCode::SUCCESS
         }
         Command::Health { url, config } => match health_url(url, config.as_deref()) {
             Ok(url) => health(&url),

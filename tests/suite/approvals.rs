@@ -184,33 +184,112 @@ fn echoes(upstream: &PeerServer) -> Vec<Value> {
 
 const BY_USER: &str = r#"{ by = "user", timeout = "1m", reason = "echo is a write tool here" }"#;
 
+/// What a client's user answers the gateway's question, and what must follow.
+struct InBand {
+    sdk: Sdk,
+    /// `--elicit`: `approve`, `decline`, or `off` (the client declares no elicitation).
+    answer: &'static str,
+    /// `None`: the call runs once with the tool's own result; else the refusal code,
+    /// and the call never reaches the server.
+    refused: Option<&'static str>,
+}
+
+/// Every in-band case, each run in both eras against one gateway and one
+/// recording server.
+const IN_BAND: &[InBand] = &[
+    InBand {
+        sdk: Sdk::Python,
+        answer: "approve",
+        refused: None,
+    },
+    InBand {
+        sdk: Sdk::TypeScript,
+        answer: "approve",
+        refused: None,
+    },
+    InBand {
+        sdk: Sdk::Python,
+        answer: "decline",
+        refused: Some("approval_declined"),
+    },
+    InBand {
+        sdk: Sdk::TypeScript,
+        answer: "decline",
+        refused: Some("approval_declined"),
+    },
+    InBand {
+        sdk: Sdk::Python,
+        answer: "off",
+        refused: Some("approval_unavailable"),
+    },
+    InBand {
+        sdk: Sdk::TypeScript,
+        answer: "off",
+        refused: Some("approval_unavailable"),
+    },
+];
+
+/// The user approves, declines, or cannot be asked, through the Python and
+/// TypeScript SDK clients in both eras: an approved call runs exactly once with
+/// its own result, a declined one is `approval_declined` and a client without
+/// elicitation gets the documented `approval_unavailable`, neither reaching the
+/// server.
 #[tokio::test]
-async fn the_user_approves_in_band_in_both_eras_and_the_call_runs_once() {
+async fn the_users_answer_decides_whether_the_call_runs_in_both_eras() {
     let upstream = PeerServer::start(Peer::Python).await;
     let gw = gateway(&upstream.url, BY_USER, "").await;
-    for (n, mode) in [Mode::Modern, Mode::Legacy].into_iter().enumerate() {
-        let text = format!("approve me {n}");
-        let out = python(
-            mode,
-            &gw.url("files"),
-            ALICE,
-            "approve",
-            json!([call("echo", json!({"text": text})), asked()]),
-        )
-        .await;
-        assert_eq!(out[0]["isError"], false, "{mode:?}: {}", out[0]);
-        assert_eq!(out[0]["text"], text, "the tool's own result");
-        let question = &out[1]["asked"][0]["params"];
-        let message = question["message"].as_str().unwrap_or_default();
-        for shown in ["echo", "files", "echo is a write tool here", text.as_str()] {
-            assert!(message.contains(shown), "{mode:?}: {message}");
+    let mut approved = 0;
+    for (n, case) in IN_BAND.iter().enumerate() {
+        for mode in [Mode::Modern, Mode::Legacy] {
+            let what = format!("{:?} answering {} in {mode:?}", case.sdk, case.answer);
+            let text = format!("case {n} {mode:?}");
+            let mut ops = vec![call("echo", json!({"text": text}))];
+            if case.sdk == Sdk::Python {
+                ops.push(asked());
+            }
+            let out = client(
+                case.sdk,
+                mode,
+                &gw.url("files"),
+                ALICE,
+                case.answer,
+                Value::Array(ops),
+            )
+            .await;
+            let ran = echoes(&upstream)
+                .into_iter()
+                .filter(|c| c["arguments"]["text"] == text)
+                .count();
+            match case.refused {
+                None => {
+                    approved += 1;
+                    assert_eq!(out[0]["isError"], false, "{what}: {}", out[0]);
+                    assert_eq!(out[0]["text"], text, "{what}: the tool's own result");
+                    assert_eq!(ran, 1, "{what}: ran once");
+                }
+                Some(code) => {
+                    assert_eq!(out[0]["isError"], true, "{what}: {}", out[0]);
+                    assert_eq!(gateway_code(&out[0]), Some(code), "{what}: {}", out[0]);
+                    assert_eq!(ran, 0, "{what}: never reached the server");
+                }
+            }
+            if case.sdk == Sdk::Python && case.answer != "off" {
+                // What the user was shown.
+                let question = &out[1]["asked"][0]["params"];
+                let message = question["message"].as_str().unwrap_or_default();
+                for shown in ["echo", "files", "echo is a write tool here", text.as_str()] {
+                    assert!(message.contains(shown), "{what}: {message}");
+                }
+                assert_eq!(question["requestedSchema"]["required"], json!(["approve"]));
+            }
+            if case.refused == Some("approval_unavailable") {
+                let advice = out[0]["text"].as_str().unwrap_or_default();
+                assert!(
+                    advice.contains("elicitation") && advice.contains("by = \"operator\""),
+                    "{what}: {advice}"
+                );
+            }
         }
-        assert_eq!(question["requestedSchema"]["required"], json!(["approve"]));
-        let ran: Vec<Value> = echoes(&upstream)
-            .into_iter()
-            .filter(|c| c["arguments"]["text"] == text)
-            .collect();
-        assert_eq!(ran.len(), 1, "{mode:?}: ran once");
     }
     // A call of a tool without approval is not asked about.
     let out = python(
@@ -223,9 +302,12 @@ async fn the_user_approves_in_band_in_both_eras_and_the_call_runs_once() {
     .await;
     assert_eq!(out[0]["isError"], false, "{}", out[0]);
     assert_eq!(out[1]["asked"], json!([]));
+    assert_eq!(echoes(&upstream).len(), approved, "only approved calls ran");
     let scraped = metrics(&gw).await;
     assert!(
-        scraped.contains(r#"portcullis_approvals_total{by="user",outcome="approved"} 2"#),
+        scraped.contains(&format!(
+            r#"portcullis_approvals_total{{by="user",outcome="approved"}} {approved}"#
+        )),
         "{scraped}"
     );
     let audited: Vec<Value> = events(&gw)
@@ -233,122 +315,11 @@ async fn the_user_approves_in_band_in_both_eras_and_the_call_runs_once() {
         .into_iter()
         .filter(|e| e["method"] == "portcullis/approval" && e["decision"] == "approved")
         .collect();
-    assert_eq!(audited.len(), 2);
+    assert_eq!(audited.len(), approved);
     assert_eq!(
         audited[0]["approval"]["digest"].as_str().map(str::len),
         Some(64)
     );
-    gw.stop().await;
-    upstream.stop().await;
-}
-
-#[tokio::test]
-async fn the_typescript_client_approves_in_band_in_both_eras() {
-    let upstream = PeerServer::start(Peer::Python).await;
-    let gw = gateway(&upstream.url, BY_USER, "").await;
-    for mode in [Mode::Modern, Mode::Legacy] {
-        let text = format!("ts {mode:?}");
-        let ops = json!([call("echo", json!({"text": text}))]);
-        let out = client(
-            Sdk::TypeScript,
-            mode,
-            &gw.url("files"),
-            ALICE,
-            "approve",
-            ops,
-        )
-        .await;
-        assert_eq!(out[0]["isError"], false, "{mode:?}: {}", out[0]);
-        assert_eq!(out[0]["text"], text);
-        let ops = json!([call("echo", json!({"text": "declined"}))]);
-        let out = client(
-            Sdk::TypeScript,
-            mode,
-            &gw.url("files"),
-            ALICE,
-            "decline",
-            ops,
-        )
-        .await;
-        assert_eq!(
-            gateway_code(&out[0]),
-            Some("approval_declined"),
-            "{mode:?}: {}",
-            out[0]
-        );
-    }
-    let ran: Vec<Value> = echoes(&upstream);
-    assert_eq!(
-        ran.len(),
-        2,
-        "each approved call ran once, no declined one: {ran:?}"
-    );
-    gw.stop().await;
-    upstream.stop().await;
-}
-
-#[tokio::test]
-async fn a_declined_call_is_an_is_error_and_never_reaches_the_server() {
-    let upstream = PeerServer::start(Peer::Python).await;
-    let gw = gateway(&upstream.url, BY_USER, "").await;
-    for mode in [Mode::Modern, Mode::Legacy] {
-        let out = python(
-            mode,
-            &gw.url("files"),
-            ALICE,
-            "decline",
-            json!([call("echo", json!({"text": "no"}))]),
-        )
-        .await;
-        assert_eq!(out[0]["isError"], true, "{mode:?}: {}", out[0]);
-        assert_eq!(gateway_code(&out[0]), Some("approval_declined"));
-    }
-    assert!(echoes(&upstream).is_empty(), "the upstream never ran echo");
-    gw.stop().await;
-    upstream.stop().await;
-}
-
-#[tokio::test]
-async fn a_client_that_cannot_be_asked_gets_the_documented_refusal() {
-    let upstream = PeerServer::start(Peer::Python).await;
-    let gw = gateway(&upstream.url, BY_USER, "").await;
-    for mode in [Mode::Modern, Mode::Legacy] {
-        let out = python(
-            mode,
-            &gw.url("files"),
-            ALICE,
-            "off",
-            json!([call("echo", json!({"text": "x"}))]),
-        )
-        .await;
-        assert_eq!(
-            gateway_code(&out[0]),
-            Some("approval_unavailable"),
-            "{mode:?}: {}",
-            out[0]
-        );
-        let text = out[0]["text"].as_str().unwrap_or_default();
-        assert!(
-            text.contains("elicitation") && text.contains("by = \"operator\""),
-            "{text}"
-        );
-        // The TypeScript client declares no elicitation either.
-        let out = sdk(
-            Sdk::TypeScript,
-            mode,
-            &gw.url("files"),
-            ALICE,
-            json!([call("echo", json!({"text": "x"}))]),
-        )
-        .await;
-        assert_eq!(
-            gateway_code(&out[0]),
-            Some("approval_unavailable"),
-            "{mode:?}: {}",
-            out[0]
-        );
-    }
-    assert!(echoes(&upstream).is_empty());
     gw.stop().await;
     upstream.stop().await;
 }
@@ -388,26 +359,36 @@ async fn a_signed_state_runs_its_own_call_once_and_nothing_else() {
     let question = &asked["inputRequests"]["portcullis_approval"];
     assert_eq!(question["method"], "elicitation/create");
 
-    // Other arguments with the approved state: a new question, nothing run.
-    let other = post_echo(&gw, ALICE, modern_echo(2, "/", yes(&state))).await;
-    assert_eq!(other["resultType"], "input_required", "{other}");
-    assert_ne!(other["requestState"], asked["requestState"]);
-    // Another client presenting alice's state: refused like a forged one.
-    let bobs = post_echo(&gw, BOB, modern_echo(3, "/tmp/x", yes(&state))).await;
-    assert_eq!(
-        bobs["_meta"]["portcullis/error"]["code"], "approval_invalid",
-        "{bobs}"
-    );
-    // One byte changed: forged.
+    // Every other presentation of the approved state runs nothing, and leaves
+    // it unused: (who, arguments, state, what they get).
     let mut forged = state.clone().into_bytes();
     let at = forged.len() - 3;
     forged[at] = if forged[at] == b'A' { b'B' } else { b'A' };
     let forged = String::from_utf8(forged).expect("ascii");
-    let refused = post_echo(&gw, ALICE, modern_echo(4, "/tmp/x", yes(&forged))).await;
-    assert_eq!(
-        refused["_meta"]["portcullis/error"]["code"],
-        "approval_invalid"
-    );
+    let misuses = [
+        ("other arguments", ALICE, "/", &state, "input_required"),
+        ("another client", BOB, "/tmp/x", &state, "approval_invalid"),
+        (
+            "one byte changed",
+            ALICE,
+            "/tmp/x",
+            &forged,
+            "approval_invalid",
+        ),
+    ];
+    for (id, (what, key, text, presented, expected)) in (2..).zip(misuses) {
+        let got = post_echo(&gw, key, modern_echo(id, text, yes(presented))).await;
+        if expected == "input_required" {
+            // A new question of its own, never the approved one.
+            assert_eq!(got["resultType"], "input_required", "{what}: {got}");
+            assert_ne!(got["requestState"], asked["requestState"], "{what}");
+        } else {
+            assert_eq!(
+                got["_meta"]["portcullis/error"]["code"], expected,
+                "{what}: {got}"
+            );
+        }
+    }
     assert!(echoes(&upstream).is_empty(), "nothing ran so far");
 
     // The approved call, with its own state (which other arguments left unused).

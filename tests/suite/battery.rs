@@ -5,7 +5,8 @@
 //! - exactly one response per request id, never one for another id;
 //! - the upstream runs exactly the calls policy allowed (they are counted), and
 //!   the `canary_forbidden` tool never runs;
-//! - no canary secret reaches a client byte or a line the process writes;
+//! - no canary secret reaches a client byte or a line the process writes (and
+//!   the log scanned holds the requests' own lines: an empty log fails);
 //! - resident memory stays within a generous bound, open file descriptors come
 //!   back to their baseline, and the process is still alive.
 //!
@@ -146,8 +147,21 @@ impl Bench {
             growth < RSS_GROWTH_LIMIT_KIB,
             "peak RSS grew by {growth} KiB (limit {RSS_GROWTH_LIMIT_KIB} KiB)"
         );
-        for line in self.gateway.output() {
-            assert_no_canary("the gateway's log", &line);
+        // A log that is empty (the process logged nothing, or its output was
+        // not captured) would pass the canary scan without proving anything:
+        // the scan counts only over a log that holds the requests' own lines.
+        let log = self.gateway.output();
+        let requests = log
+            .iter()
+            .filter(|l| l.contains("\"message\":\"request\""))
+            .count();
+        assert!(
+            requests > 0,
+            "the gateway's log holds no request line ({} lines), so it cannot show that no canary reached it",
+            log.len()
+        );
+        for line in &log {
+            assert_no_canary("the gateway's log", line);
         }
         self.gateway.stop().await;
     }

@@ -226,8 +226,8 @@ async fn a_rebinding_page_in_chromium_reads_nothing() {
 /// appears with its client and arguments (its terminal control string
 /// shown as visible escapes, not deleted), Approve runs it (once, with the
 /// tool's own result), and the approval's audit event opens on the trace
-/// page. Screenshots under `$CARGO_TARGET_TMPDIR/approvals` (the README's come
-/// from here: `docs/img/approvals-*.png`).
+/// page. Screenshots under `$CARGO_TARGET_TMPDIR/approvals` (the book's come
+/// from here: `docs/src/img/approvals-*.png`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_approval_queue_in_chromium_approves_a_held_call() {
     let modules = support::peers_dir().join("browser/node_modules");

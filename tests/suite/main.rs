@@ -40,6 +40,7 @@ mod credentials;
 mod dashboard;
 mod demo;
 mod deploy;
+mod docs;
 mod edges;
 mod federation;
 mod fuzz;

@@ -564,3 +564,37 @@ async fn the_merged_view_refuses_unknown_methods_before_any_server() {
     assert_eq!(b.methods(), Vec::<String>::new());
     gateway.stop().await;
 }
+
+/// The method lists the gateway's table is tested against (`src/mcp/methods/tests.rs`
+/// reads `tests/snapshots/methods/published_schemas.txt`) are the published
+/// schemas' own: the message unions of `mcp-types` 2.3.0 (PyPI, a dependency of
+/// `mcp` 2.3.0), generated from the specification's `schema/2025-11-25.json` and
+/// `schema/2026-07-28.json`, read by `tests/peers/schema_methods.py`. No registry
+/// publishes either era's `schema.ts` itself (the TypeScript SDK ships one
+/// draft's `spec.types.ts`, of neither era), so these JSON forms of it are the
+/// published copy. `UPDATE_SNAPSHOTS=1 cargo test --test suite methods::` writes
+/// the snapshot again after a version bump; the unit test then says what the
+/// table lacks.
+#[test]
+fn the_method_lists_are_the_published_schemas() {
+    let python = peers_dir().join("venv/bin/python");
+    assert!(
+        python.exists(),
+        "the Python SDK venv is missing at {} — install the test peers with `bash tests/peers/setup.sh`",
+        python.display()
+    );
+    let out = std::process::Command::new(python)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/peers/schema_methods.py"
+        ))
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    support::assert_snapshot("methods", "published_schemas", &text);
+}
