@@ -11,6 +11,15 @@
 # (`admin_token_sha256`); see deploy/. State (pins, audit) belongs under the volume
 # /var/lib/portcullis; the root filesystem can be read-only.
 
+# Where the binary comes from: `build` (the default) compiles it from the sources in the
+# context; `host` takes one built already on a machine of the same Debian release, from
+# the extra build context `host-binary`, a directory holding `portcullis`:
+#
+#   podman build --build-arg BINARY=host --build-context host-binary=DIR -t portcullis .
+#
+# Only the stages the chosen path needs are built, so `host` compiles nothing.
+ARG BINARY=build
+
 FROM docker.io/library/rust:1.95-bookworm AS build
 WORKDIR /src
 # The whole package is copied: Cargo refuses a manifest whose declared targets (the
@@ -26,12 +35,20 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     touch src/lib.rs src/main.rs \
     && cargo build --release --locked --bin portcullis \
-    && cp target/release/portcullis /usr/local/bin/portcullis \
-    && strip /usr/local/bin/portcullis
+    && mkdir -p /out && cp target/release/portcullis /out/portcullis
+
+FROM docker.io/library/rust:1.95-bookworm AS host
+COPY --from=host-binary portcullis /out/portcullis
+
+FROM ${BINARY} AS binary
+
+FROM docker.io/library/rust:1.95-bookworm AS rootfs
+COPY --from=binary /out/portcullis /usr/local/bin/portcullis
 # The runtime's whole file system: the binary, the shared libraries it links (as ldd
 # names them, whatever the architecture), CA certificates for TLS upstreams, the user,
 # and the state directory it owns. No shell, no package manager.
-RUN mkdir -p /rootfs/usr/local/bin /rootfs/etc/ssl/certs /rootfs/etc/portcullis \
+RUN strip /usr/local/bin/portcullis \
+    && mkdir -p /rootfs/usr/local/bin /rootfs/etc/ssl/certs /rootfs/etc/portcullis \
         /rootfs/var/lib/portcullis /rootfs/tmp \
     && cp /usr/local/bin/portcullis /rootfs/usr/local/bin/ \
     && ldd /usr/local/bin/portcullis | grep -o '/[^ ]*' | xargs -I{} cp -L --parents {} /rootfs/ \
@@ -42,7 +59,7 @@ RUN mkdir -p /rootfs/usr/local/bin /rootfs/etc/ssl/certs /rootfs/etc/portcullis 
     && chmod 1777 /rootfs/tmp
 
 FROM scratch
-COPY --from=build /rootfs/ /
+COPY --from=rootfs /rootfs/ /
 USER 10001:10001
 VOLUME /var/lib/portcullis
 # 8080: MCP clients (/mcp/<server>). 9090: admin (/healthz, /readyz, /api/...).

@@ -8,6 +8,9 @@
 //! ports this test picks; the manifests are played from a copy in which only the ports,
 //! the loopback addresses, the image names and the secrets' values are filled in.
 //! Figures (image size, start to ready) are printed for BENCHMARKS.md / the README.
+//! The image is built from the binary this test run compiled (the Dockerfile's `BINARY=host`
+//! path): the same Dockerfile stages that lay out the runtime file system, without compiling
+//! the dependency tree a second time inside the build.
 
 use crate::support;
 
@@ -53,12 +56,25 @@ fn image() -> &'static str {
             .expect("bash runs");
         assert!(setup.success(), "tests/container/images.sh failed");
         let started = Instant::now();
+        // The binary this test run was built with goes into the image: the Dockerfile's
+        // `host` path, so the dependency tree is not compiled a second time inside it.
+        let host = tempfile::tempdir().expect("dir");
+        std::fs::copy(
+            env!("CARGO_BIN_EXE_portcullis"),
+            host.path().join("portcullis"),
+        )
+        .expect("copy the binary");
+        let context = format!("host-binary={}", host.path().display());
         podman_ok(&[
             "build",
             "--format",
             "docker",
             "--network",
             "host",
+            "--build-arg",
+            "BINARY=host",
+            "--build-context",
+            &context,
             "--tag",
             IMAGE,
             ROOT,
