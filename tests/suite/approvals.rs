@@ -37,66 +37,7 @@ async fn gateway(upstream: &str, approval: &str, extra: &str) -> TestGateway {
 
 /// The Python SDK client with `--elicit` (approve, decline, off).
 async fn python(mode: Mode, url: &str, key: &str, elicit: &str, ops: Value) -> Vec<Value> {
-    client(Sdk::Python, mode, url, key, elicit, ops).await
-}
-
-/// An SDK client with `--elicit` (the TypeScript one: approve or decline).
-async fn client(
-    sdk: Sdk,
-    mode: Mode,
-    url: &str,
-    key: &str,
-    elicit: &str,
-    ops: Value,
-) -> Vec<Value> {
-    let peers = support::peers_dir();
-    let mode = match mode {
-        Mode::Legacy => "legacy",
-        Mode::Modern => "2026-07-28",
-    };
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut cmd = match sdk {
-        Sdk::Python => {
-            let mut c = Command::new(peers.join("venv/bin/python"));
-            c.arg(root.join("tests/peers/py_client.py"));
-            c
-        }
-        Sdk::TypeScript => {
-            let mut c = Command::new("node");
-            c.arg(root.join("tests/peers/ts_client.mjs"));
-            c
-        }
-    };
-    cmd.arg(url)
-        .args(["--mode", mode, "--key", key])
-        .args(match (sdk, elicit) {
-            (Sdk::TypeScript, "off") => vec![],
-            _ => vec!["--elicit", elicit],
-        })
-        .args(["--ops", &ops.to_string()])
-        .env("PORTCULLIS_PEERS", &peers)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(120), cmd.output())
-        .await
-        .expect("client finishes in time")
-        .expect("client runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('['))
-        .unwrap_or_else(|| {
-            panic!(
-                "no result; stderr: {}",
-                String::from_utf8_lossy(&output.stderr)
-            )
-        });
-    serde_json::from_str::<Value>(line)
-        .expect("JSON")
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+    support::eliciting(Sdk::Python, mode, url, key, elicit, ops).await
 }
 
 fn asked() -> Value {
@@ -247,7 +188,7 @@ async fn the_users_answer_decides_whether_the_call_runs_in_both_eras() {
             if case.sdk == Sdk::Python {
                 ops.push(asked());
             }
-            let out = client(
+            let out = support::eliciting(
                 case.sdk,
                 mode,
                 &gw.url("files"),

@@ -7,8 +7,6 @@
 
 use crate::support;
 
-use std::time::Duration;
-
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
 use serde::Deserialize;
@@ -19,7 +17,6 @@ use support::{
     ALICE, Mode, Peer, PeerServer, TestGateway, borrow, call, clients, gateway_code,
     modern_call_headers, raw_post,
 };
-use tokio::process::Command;
 
 const ADMIN_TOKEN: &str = "operator-token";
 
@@ -44,40 +41,9 @@ async fn gateway(upstream: &str, approval: &str, extra: &str) -> TestGateway {
 
 const BY_USER: &str = r#"{ by = "user", timeout = "1m" }"#;
 
-/// The Python SDK client, answering the gateway's question with `elicit`.
+/// The Python SDK client as alice, answering the gateway's question with `elicit`.
 async fn python(mode: Mode, url: &str, elicit: &str, ops: Value) -> Vec<Value> {
-    let peers = support::peers_dir();
-    let mode = match mode {
-        Mode::Legacy => "legacy",
-        Mode::Modern => "2026-07-28",
-    };
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let output = tokio::time::timeout(
-        Duration::from_secs(120),
-        Command::new(peers.join("venv/bin/python"))
-            .arg(root.join("tests/peers/py_client.py"))
-            .arg(url)
-            .args(["--mode", mode, "--key", ALICE, "--elicit", elicit])
-            .args(["--ops", &ops.to_string()])
-            .env("PORTCULLIS_PEERS", &peers)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("client finishes in time")
-    .expect("client runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('['))
-        .unwrap_or_else(|| panic!("no result: {}", String::from_utf8_lossy(&output.stderr)));
-    serde_json::from_str::<Value>(line)
-        .expect("JSON")
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+    support::eliciting(support::Sdk::Python, mode, url, ALICE, elicit, ops).await
 }
 
 fn asked() -> Value {

@@ -10,14 +10,13 @@
 
 use crate::support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use portcullis::Gateway;
 use serde_json::{Value, json};
 use support::redis::RedisServer;
 use support::{ALICE, BOB, Config, Mode, Peer, PeerServer, TestGateway, call, gateway_code};
-use tokio::process::Command;
 
 const ADMIN_TOKEN: &str = "held-admin-token";
 const BY_USER: &str = r#"{ by = "user", timeout = "1m" }"#;
@@ -49,41 +48,7 @@ fn config(upstream: &str, approval: &str, rate: bool, deny_echo: bool) -> Config
 /// The Python SDK client answering elicitations as `elicit` says
 /// (`approve`, `decline`, `off`, `wait:PATH`).
 async fn python(mode: Mode, url: &str, key: &str, elicit: &str, ops: Value) -> Vec<Value> {
-    let peers = support::peers_dir();
-    let mode = match mode {
-        Mode::Legacy => "legacy",
-        Mode::Modern => "2026-07-28",
-    };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let output = Command::new(peers.join("venv/bin/python"))
-        .arg(root.join("tests/peers/py_client.py"))
-        .arg(url)
-        .args(["--mode", mode, "--key", key, "--elicit", elicit])
-        .args(["--ops", &ops.to_string()])
-        .env("PORTCULLIS_PEERS", &peers)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(120), output)
-        .await
-        .expect("client finishes in time")
-        .expect("client runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('['))
-        .unwrap_or_else(|| {
-            panic!(
-                "no result; stderr: {}",
-                String::from_utf8_lossy(&output.stderr)
-            )
-        });
-    serde_json::from_str::<Value>(line)
-        .expect("JSON")
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+    support::eliciting(support::Sdk::Python, mode, url, key, elicit, ops).await
 }
 
 /// The calls of `echo` the server ran.

@@ -680,6 +680,37 @@ impl Mode {
 
 /// Runs `ops` with a real SDK client against `url` with `key`; returns one result per op.
 pub async fn sdk(sdk: Sdk, mode: Mode, url: &str, key: &str, ops: Value) -> Vec<Value> {
+    sdk_with(sdk, mode, url, key, &[], ops).await
+}
+
+/// As [`sdk`], with a client that answers elicitations as `elicit` says
+/// (`approve`, `decline`, `off`; the Python client also `wait:PATH`, a yes
+/// once that file exists). The TypeScript client without `--elicit` declares
+/// no elicitation capability, which is what `off` means.
+pub async fn eliciting(
+    sdk: Sdk,
+    mode: Mode,
+    url: &str,
+    key: &str,
+    elicit: &str,
+    ops: Value,
+) -> Vec<Value> {
+    let args: &[&str] = match (sdk, elicit) {
+        (Sdk::TypeScript, "off") => &[],
+        _ => &["--elicit", elicit],
+    };
+    sdk_with(sdk, mode, url, key, args, ops).await
+}
+
+/// [`sdk`] with `extra` arguments for the client script.
+async fn sdk_with(
+    sdk: Sdk,
+    mode: Mode,
+    url: &str,
+    key: &str,
+    extra: &[&str],
+    ops: Value,
+) -> Vec<Value> {
     let peers = peers_dir();
     let mut cmd = match sdk {
         Sdk::Python => {
@@ -709,6 +740,7 @@ pub async fn sdk(sdk: Sdk, mode: Mode, url: &str, key: &str, ops: Value) -> Vec<
             "--ops",
             &ops.to_string(),
         ])
+        .args(extra)
         .env("PORTCULLIS_PEERS", &peers)
         .stdin(Stdio::null())
         .kill_on_drop(true);
