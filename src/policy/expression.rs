@@ -68,7 +68,18 @@ pub enum Outcome {
 impl Expression {
     /// Compiles `source`; the error is CEL's, with its line and column inside the expression.
     pub fn compile(source: &str) -> Result<Self, String> {
-        let program = cel::Program::compile(source).map_err(|e| e.to_string())?;
+        let program = cel::Program::compile(source).map_err(|errors| {
+            let multiline = source.contains('\n');
+            let each: Vec<String> = errors
+                .errors
+                .iter()
+                .map(|e| match multiline {
+                    true => format!("at line {}, column {}: {}", e.pos.0, e.pos.1, e.msg),
+                    false => format!("at column {}: {}", e.pos.1, e.msg),
+                })
+                .collect();
+            each.join("; ")
+        })?;
         let refs = program.references();
         let call_time = CALL_TIME.iter().any(|n| refs.has_variable(n));
         Ok(Self {
