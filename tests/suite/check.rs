@@ -164,7 +164,7 @@ fn the_example_config_passes() {
     assert_eq!(text(&out.stderr), "");
     assert!(
         stdout.starts_with(&format!(
-            "{EXAMPLE}: OK — 2 server(s), 4 client(s), 8 rule(s)\n"
+            "{EXAMPLE}: OK — 2 server(s), 4 client(s), 9 rule(s)\n"
         )),
         "{stdout}"
     );
@@ -177,6 +177,7 @@ fn the_example_config_passes() {
         "allow tools     book_flight  rate: 3 calls, then 1 every 10 s, per client  arguments constrained  (rules[1])",
         "deny  tools     admin_*, *_reset  (rules[2])",
         "allow resources file:///srv/public/status.json  (rules[6])",
+        "deny  tools     book_flight  when \"has(arguments.passengers) && arguments.passengers > 9\"  (rules[8])",
         "allow tools     delete_file  approval: by the user, or an operator when the client cannot be asked (the call is held until decided), within 5m  (rules[7])",
         "methods beside the MCP specification (every other unknown method is refused with -32601)",
         "  acme/reindex             class tool",
