@@ -85,14 +85,14 @@ impl Policy {
     /// Decides whether `client` may use `subject` on `server`, as a list sees
     /// it: a rule whose `when` reads call-time facts is left to the call (an
     /// allow rule counts as matching, a deny rule as not), so the tool stays
-    /// listed; an expression that fails hides the tool (fail closed).
+    /// listed; an expression that fails hides the tool (fail closed), as the
+    /// call it would be is denied.
     pub fn decide(&self, client: &ClientId, server: &str, subject: Subject<'_>) -> Decision {
         match self.decide_with(client, server, subject, None, &mut |_, _| ()) {
             Ok(d) => d,
-            // Unreachable without facts: a failure is settled in place.
-            Err(_) => Decision {
+            Err(failed) => Decision {
                 allowed: false,
-                rule: None,
+                rule: Some(failed.rule),
                 allow_rules: Vec::new(),
             },
         }
@@ -150,15 +150,17 @@ impl Policy {
                 let applies = match (&outcome, rule.action) {
                     (Outcome::True, _) => true,
                     (Outcome::False, _) => false,
-                    (Outcome::Failed(why), _) if facts.is_some() => {
+                    // A failure denies the call; in a list (where only an
+                    // expression that reads no call-time fact is evaluated,
+                    // so the call fails alike) it hides the tool.
+                    (Outcome::Failed(why), _) => {
                         return Err(ExpressionFailed {
                             rule: rule.index,
                             expression: when.source().to_owned(),
                             reason: why.clone(),
                         });
                     }
-                    // A list: a failing rule hides the tool, an undecided one keeps it listed.
-                    (Outcome::Failed(_), action) => action == Action::Deny,
+                    // A list: an undecided rule keeps the tool listed.
                     (Outcome::Deferred, action) => action == Action::Allow,
                 };
                 if !applies {

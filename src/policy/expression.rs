@@ -180,3 +180,6 @@ impl Outcome {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
