@@ -2,7 +2,9 @@
 //! in both eras: a condition over the arguments keeps its tool listed and
 //! decides each call; a deny rule's condition refuses only the calls it is
 //! true for; a condition that fails denies the call and says why; a condition
-//! over a JWT's claims lets one team call what another may not.
+//! over a JWT's claims lets one team call what another may not; a condition
+//! over the tool's annotations (a scripted server in the 2025 era: the SDK
+//! servers annotate none) lets read-only tools run.
 
 use crate::support;
 
@@ -10,6 +12,7 @@ use std::io::Write as _;
 
 use serde_json::{Value, json};
 use support::jwt::{Signer, claims, jwks};
+use support::upstreams::InProcess;
 use support::{ALICE, BOB, Mode, Peer, PeerServer, Sdk, TestGateway, call, clients, list, sdk};
 
 const RULES: &str = r#"
@@ -190,4 +193,54 @@ when = "has(claims.team) && claims.team == 'ops'"
     assert_eq!(server.ran(), ["book_flight", "book_flight"]);
     gateway.stop().await;
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_condition_over_the_annotations_lets_read_only_tools_run() {
+    let schema = json!({"type": "object"});
+    let upstream = InProcess::scripted(vec![
+        json!({"name": "lookup", "inputSchema": schema, "annotations": {"readOnlyHint": true}}),
+        json!({"name": "wipe", "inputSchema": schema, "annotations": {"readOnlyHint": false, "destructiveHint": true}}),
+        json!({"name": "plain", "inputSchema": schema}),
+    ])
+    .await;
+    let rules = r#"
+[[rules]]
+clients = ["*"]
+servers = ["s"]
+tools = ["*"]
+action = "allow"
+when = "has(annotations.readOnlyHint) && annotations.readOnlyHint"
+"#;
+    let gateway =
+        TestGateway::start(&[("s", &upstream.url)], &format!("{}{rules}", clients())).await;
+    // The scripted server speaks the 2025-11-25 handshake era only.
+    {
+        let mode = Mode::Legacy;
+        let r = sdk(
+            Sdk::Python,
+            mode,
+            &gateway.url("s"),
+            ALICE,
+            json!([
+                list(),
+                call("lookup", json!({})),
+                call("wipe", json!({})),
+                call("plain", json!({})),
+            ]),
+        )
+        .await;
+        assert_eq!(names(&r[0]), ["lookup", "plain", "wipe"], "{mode:?}");
+        assert_eq!(support::gateway_code(&r[1]), None, "{mode:?}: {r:?}");
+        for refused in &r[2..] {
+            assert_eq!(
+                support::gateway_code(refused),
+                Some("call_not_permitted"),
+                "{mode:?}: {r:?}"
+            );
+        }
+    }
+    let ran: Vec<String> = upstream.ran().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(ran, ["lookup"]);
+    gateway.stop().await;
 }
