@@ -10,6 +10,7 @@
 //! means any *authenticated* client (the anonymous client must be named).
 
 mod describe;
+pub mod expression;
 pub mod glob;
 mod index;
 mod resolve;
@@ -20,6 +21,7 @@ use serde_json::Value;
 
 use crate::auth::ClientId;
 use crate::validate::Violation;
+pub use expression::{Facts, Outcome};
 use glob::Glob;
 use rule::client_matches;
 pub(crate) use rule::{Action, Rule};
@@ -43,6 +45,17 @@ pub struct Decision {
     pub rule: Option<usize>,
     /// Indexes of every matching allow rule (their rates and argument constraints apply).
     pub allow_rules: Vec<usize>,
+}
+
+/// A `when` expression that failed at call time: the call is denied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpressionFailed {
+    /// The rule's index in `[[rules]]`.
+    pub rule: usize,
+    /// The expression as written.
+    pub expression: String,
+    /// CEL's reason (an error, or the non-bool it yielded).
+    pub reason: String,
 }
 
 /// Everything that applies to one use by one client on one server.
@@ -69,8 +82,50 @@ impl Policy {
         Self { rules, index }
     }
 
-    /// Decides whether `client` may use `subject` on `server`.
+    /// Decides whether `client` may use `subject` on `server`, as a list sees
+    /// it: a rule whose `when` reads call-time facts is left to the call (an
+    /// allow rule counts as matching, a deny rule as not), so the tool stays
+    /// listed; an expression that fails hides the tool (fail closed), as the
+    /// call it would be is denied.
     pub fn decide(&self, client: &ClientId, server: &str, subject: Subject<'_>) -> Decision {
+        match self.decide_with(client, server, subject, None, &mut |_, _| ()) {
+            Ok(d) => d,
+            Err(failed) => Decision {
+                allowed: false,
+                rule: Some(failed.rule),
+                allow_rules: Vec::new(),
+            },
+        }
+    }
+
+    /// Decides a tool call with its call-time `facts`: every `when` on a
+    /// matching rule is evaluated; one that fails denies the call with the
+    /// rule and CEL's reason.
+    pub fn decide_call(
+        &self,
+        client: &ClientId,
+        server: &str,
+        tool: &str,
+        facts: &Facts<'_>,
+    ) -> Result<Decision, ExpressionFailed> {
+        self.decide_with(
+            client,
+            server,
+            Subject::Tool(tool),
+            Some(facts),
+            &mut |_, _| (),
+        )
+    }
+
+    /// The decision, telling `seen` each matching rule's `when` outcome.
+    pub(crate) fn decide_with(
+        &self,
+        client: &ClientId,
+        server: &str,
+        subject: Subject<'_>,
+        facts: Option<&Facts<'_>>,
+        seen: &mut dyn FnMut(usize, &Outcome),
+    ) -> Result<Decision, ExpressionFailed> {
         let mut deny = None;
         let mut allow_rules = Vec::new();
         let (kind, name) = match subject {
@@ -89,6 +144,29 @@ impl Policy {
         );
         for i in matching {
             let rule = &self.rules[i];
+            if let Some(when) = &rule.when {
+                let outcome = when.evaluate(client, server, name, facts);
+                seen(rule.index, &outcome);
+                let applies = match (&outcome, rule.action) {
+                    (Outcome::True, _) => true,
+                    (Outcome::False, _) => false,
+                    // A failure denies the call; in a list (where only an
+                    // expression that reads no call-time fact is evaluated,
+                    // so the call fails alike) it hides the tool.
+                    (Outcome::Failed(why), _) => {
+                        return Err(ExpressionFailed {
+                            rule: rule.index,
+                            expression: when.source().to_owned(),
+                            reason: why.clone(),
+                        });
+                    }
+                    // A list: an undecided rule keeps the tool listed.
+                    (Outcome::Deferred, action) => action == Action::Allow,
+                };
+                if !applies {
+                    continue;
+                }
+            }
             match rule.action {
                 Action::Deny => {
                     deny = Some(i);
@@ -97,7 +175,7 @@ impl Policy {
                 Action::Allow => allow_rules.push(i),
             }
         }
-        match deny {
+        Ok(match deny {
             Some(i) => Decision {
                 allowed: false,
                 rule: Some(self.rules[i].index),
@@ -108,7 +186,7 @@ impl Policy {
                 rule: allow_rules.first().map(|i| self.rules[*i].index),
                 allow_rules,
             },
-        }
+        })
     }
 
     /// Whether `client` may use anything at all on `server`: some allow rule

@@ -4,7 +4,10 @@
 //! and asks the policy through [`Policy::resolve`], the resolution the
 //! runtime's call check uses, so the answer is what the gateway would do
 //! with the call (before the tool's own `inputSchema`, its pin and the
-//! secrets in its arguments, which need the live server).
+//! secrets in its arguments, which need the live server). A tool call's
+//! rules' `when` conditions are evaluated with the request's `arguments` and
+//! optional `claims` (the tool's annotations are not known here: an empty map),
+//! and each outcome is printed.
 //!
 //! Invariant: the request names a client, a server and one of `tool`,
 //! `resource` or `prompt`; anything else is refused with the reason, never
@@ -16,7 +19,7 @@ use serde_json::{Value, json};
 
 use crate::auth::ClientId;
 use crate::config::Config;
-use crate::policy::{Effective, Subject, uri};
+use crate::policy::{Effective, Facts, Subject, uri};
 
 /// A request to explain, as written in `REQUEST.json`.
 #[derive(Debug, serde::Deserialize)]
@@ -29,6 +32,9 @@ struct Request {
     prompt: Option<String>,
     #[serde(default)]
     arguments: Option<Value>,
+    /// The JWT claims the client would present (for rules' `when` over `claims`).
+    #[serde(default)]
+    claims: Option<serde_json::Map<String, Value>>,
 }
 
 /// The explanation of `request` (the text of `REQUEST.json`) under `config`:
@@ -57,8 +63,38 @@ pub fn explain(config: &Config, request: &str, as_json: bool) -> Result<String, 
         _ => return Err("the request names exactly one of `tool`, `resource` or `prompt`".into()),
     };
     let arguments = request.arguments.unwrap_or_else(|| json!({}));
-    let effective = config.policy.resolve(&client, &request.server, subject);
-    let report = report(config, &effective, &arguments);
+    // A tool call is resolved with its facts, so every `when` is evaluated as the gateway would.
+    let mut conditions = Vec::new();
+    let resolved = match subject {
+        Subject::Tool(tool) => {
+            let facts = Facts {
+                claims: request.claims.as_ref(),
+                method: "tools/call",
+                arguments: &arguments,
+                annotations: None,
+            };
+            config
+                .policy
+                .resolve_call(&client, &request.server, tool, &facts, &mut |rule, o| {
+                    conditions.push(json!({"rule": rule, "when": o.describe()}));
+                })
+        }
+        _ => Ok(config.policy.resolve(&client, &request.server, subject)),
+    };
+    let report = match resolved {
+        Ok(effective) => {
+            let mut r = report(config, &effective, &arguments);
+            r["conditions"] = conditions.into();
+            r
+        }
+        Err(failed) => json!({
+            "allowed": false,
+            "rule": failed.rule,
+            "conditions": conditions,
+            "expression_failed": {"rule": failed.rule, "expression": failed.expression, "error": failed.reason},
+            "verdict": "refused",
+        }),
+    };
     if as_json {
         return Ok(serde_json::to_string_pretty(&report).unwrap_or_default());
     }
@@ -137,6 +173,26 @@ fn text(client: &str, server: &str, kind: &str, name: &str, r: &Value) -> String
         visible(name)
     );
     let rule = r["rule"].as_u64();
+    for c in r["conditions"].as_array().into_iter().flatten() {
+        let when = c["when"].as_str().unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  when: rules[{}] condition is {}",
+            c["rule"],
+            visible(when)
+        );
+    }
+    if let Some(f) = r["expression_failed"].as_object() {
+        let error = f["error"].as_str().unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  denied: the condition of rules[{}] failed (a failing condition denies the call): {}",
+            f["rule"],
+            visible(error)
+        );
+        let _ = writeln!(out, "verdict: refused");
+        return out;
+    }
     if r["allowed"] != true {
         let why = match rule {
             Some(i) => format!("denied by rules[{i}] (a deny rule overrides every allow)"),

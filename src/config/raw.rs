@@ -292,6 +292,10 @@ pub(crate) struct RawRule {
     /// each call this allow rule lets through.
     #[schemars(with = "Option<RawApproval>")]
     pub approval: Option<Spanned<RawApproval>>,
+    /// `when = "<CEL expression>"`: the rule matches a tool call only where
+    /// the expression is true (see the book's Rules chapter, Expressions).
+    #[schemars(with = "Option<String>")]
+    pub when: Option<Spanned<String>>,
 }
 
 /// `approval = { … }` inside an allow rule.

@@ -110,6 +110,9 @@ impl Policy {
                 if let (Some(approval), "tool") = (&rule.approval, kind) {
                     let _ = write!(line, "  approval: {}", approval.describe());
                 }
+                if let Some(when) = &rule.when {
+                    let _ = write!(line, "  when {:?}", when.source());
+                }
                 let _ = write!(line, "  (rules[{}])", rule.index);
                 lines.push(line);
             }

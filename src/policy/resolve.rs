@@ -15,7 +15,7 @@
 use crate::approval::settings::{Approver, Requirement};
 use crate::auth::ClientId;
 
-use super::{Decision, Effective, Policy, Subject};
+use super::{Decision, Effective, ExpressionFailed, Facts, Outcome, Policy, Subject};
 
 /// How strict an approver is: an operator is the strictest (the client's own
 /// user cannot say yes), then either, then the user alone.
@@ -46,6 +46,26 @@ impl Policy {
     /// Resolves every rule that matches `client` using `subject` on `server`.
     pub fn resolve(&self, client: &ClientId, server: &str, subject: Subject<'_>) -> Effective<'_> {
         let decision = self.decide(client, server, subject);
+        self.effective(decision, subject)
+    }
+
+    /// Resolves a tool call with its call-time `facts`, as the runtime does:
+    /// every matching rule's `when` is evaluated and told to `seen`; one that
+    /// fails denies the call.
+    pub fn resolve_call(
+        &self,
+        client: &ClientId,
+        server: &str,
+        tool: &str,
+        facts: &Facts<'_>,
+        seen: &mut dyn FnMut(usize, &Outcome),
+    ) -> Result<Effective<'_>, ExpressionFailed> {
+        let subject = Subject::Tool(tool);
+        let decision = self.decide_with(client, server, subject, Some(facts), seen)?;
+        Ok(self.effective(decision, subject))
+    }
+
+    fn effective(&self, decision: Decision, subject: Subject<'_>) -> Effective<'_> {
         let rates = self.rates(&decision.allow_rules).collect();
         let constraints = match subject {
             Subject::Tool(_) => decision

@@ -38,6 +38,8 @@ pub struct Rule {
     pub arguments: Option<CompiledSchema>,
     /// `approval = { … }`: a person approves each call (allow rules with tools only).
     pub approval: Option<crate::approval::Requirement>,
+    /// `when = "…"`: the rule matches only where this CEL expression is true (tool rules only).
+    pub when: Option<super::expression::Expression>,
 }
 
 /// What a rule does with what it matches.

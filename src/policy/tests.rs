@@ -303,6 +303,7 @@ mod index_agrees_with_a_scan {
                     rate: None,
                     arguments: None,
                     approval: None,
+                    when: None,
                 })
                 .collect();
             let p = Policy::new(rules);

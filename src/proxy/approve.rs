@@ -38,7 +38,7 @@ use crate::error::{self, Rejection, RenderCtx};
 use crate::identity::Caller;
 use crate::mcp::jsonrpc::Message;
 use crate::mcp::version::Era;
-use crate::policy::{Decision, Subject};
+use crate::policy::{Decision, Facts, Subject};
 use crate::proxy::respond::{self, Recipient};
 
 /// The `_meta` key of 2026-era client capabilities.
@@ -131,7 +131,8 @@ pub(super) async fn approve(
             decision: decided,
         } => {
             note("asked");
-            let held = Held::new(forward, client, headers, message, &arguments);
+            let held = Held::new(forward, client, headers, message, &arguments)
+                .with_claims(ex.token.as_ref().map(|t| t.claims().clone()));
             let held = held.refused_as(shown_tool.clone());
             match approvals.hold(&entry, decided, requirement.timeout).await {
                 Ok(()) => {
@@ -152,8 +153,9 @@ pub(super) async fn approve(
         } => {
             note("asked");
             let binding = call.binding.clone();
-            let waited =
-                Held::new(forward, client, headers, message, &arguments).refused_as(shown_tool);
+            let waited = Held::new(forward, client, headers, message, &arguments)
+                .with_claims(ex.token.as_ref().map(|t| t.claims().clone()))
+                .refused_as(shown_tool);
             let rest = async move {
                 let got = approvals.await_answer(&binding, &id, answer, timeout).await;
                 waited.finish(got, to).await
@@ -184,6 +186,8 @@ struct Held {
     server: String,
     tool: String,
     arguments: Value,
+    /// The verified JWT's claims, for the rules' `when` when decided again.
+    claims: Option<Map<String, Value>>,
     session: Option<String>,
     era: Era,
     headers: HeaderMap,
@@ -219,12 +223,18 @@ impl Held {
             shown_tool: tool.clone(),
             tool,
             arguments: arguments.clone(),
+            claims: None,
             session: forward.session.map(str::to_owned),
             era: forward.ex_era,
             headers: headers.clone(),
             body: stripped(message, None),
             caller: forward.caller.clone(),
         }
+    }
+
+    fn with_claims(mut self, claims: Option<Map<String, Value>>) -> Self {
+        self.claims = claims;
+        self
     }
 
     fn refused_as(mut self, shown_tool: String) -> Self {
@@ -248,9 +258,18 @@ impl Held {
         {
             return Err(Refusal::Reloaded);
         }
+        // The tool's annotations are not kept with the call: a `when` that
+        // reads them sees an empty map, and one that then fails ends the call.
+        let facts = Facts {
+            claims: self.claims.as_ref(),
+            method: "tools/call",
+            arguments: &self.arguments,
+            annotations: None,
+        };
         let decision = config
             .policy
-            .decide(&self.client, &self.server, Subject::Tool(&self.tool));
+            .decide_call(&self.client, &self.server, &self.tool, &facts)
+            .map_err(|_| Refusal::Reloaded)?;
         if !decision.allowed {
             return Err(Refusal::Reloaded);
         }

@@ -11,7 +11,8 @@ use super::exchange::{Exchange, observe_or_enforce, param_str, recipient};
 use super::forward::{Forward, upstream};
 use super::rate::{Spend, rate_limit, take};
 use super::refusals::{
-    argument_not_permitted, invalid_arguments, pin_quarantined, quarantined, unknown_tool,
+    argument_not_permitted, call_not_permitted, invalid_arguments, pin_quarantined, quarantined,
+    rule_expression_failed, unknown_tool,
 };
 use super::task_calls;
 
@@ -32,7 +33,7 @@ use crate::mcp::headers::{self};
 use crate::mcp::jsonrpc::Message;
 use crate::mcp::version::Era;
 use crate::pins::{self};
-use crate::policy::{Decision, Subject};
+use crate::policy::{Decision, Facts, Outcome, Subject};
 use crate::sanitize::{Sanitizer, Skip};
 use crate::validate::Violation;
 
@@ -292,6 +293,32 @@ pub(super) async fn check_call(
     };
     let recorded = audit::record_arguments(config.audit.arguments, sanitize, &arguments);
     ex.trail.note(|e| e.arguments = recorded);
+    // The rules' `when` expressions, now that the call's facts are known.
+    let facts = Facts {
+        claims: ex.token.as_ref().map(|t| t.claims()),
+        method: "tools/call",
+        arguments: &arguments,
+        annotations: entry.definition.get("annotations"),
+    };
+    let mut falsified = Vec::new();
+    let decision = config
+        .policy
+        .decide_with(
+            client,
+            server_name,
+            Subject::Tool(name),
+            Some(&facts),
+            &mut |rule, o| {
+                if *o == Outcome::False {
+                    falsified.push(rule);
+                }
+            },
+        )
+        .map_err(|f| rule_expression_failed(name, &f))?;
+    ex.trail.trace().rule(decision.rule);
+    if !decision.allowed {
+        return Err(call_not_permitted(config, name, decision.rule, &falsified));
+    }
     config
         .policy
         .check_arguments(&decision, &arguments)

@@ -13,7 +13,7 @@ use crate::auth::ClientId;
 use crate::config::Config;
 use crate::error::{Rejection, ToolRefusal};
 use crate::pins::{self, Cause, Hold, Key as PinKey, scan};
-use crate::policy::{Subject, closest};
+use crate::policy::{ExpressionFailed, Subject, closest};
 use crate::validate::Violation;
 
 /// Most names listed in an `unknown_tool` answer.
@@ -116,6 +116,80 @@ pub(super) fn argument_not_permitted(
     detail.insert("violations".into(), json!(violations));
     Rejection::Tool(ToolRefusal {
         code: "argument_not_permitted",
+        text,
+        detail,
+    })
+}
+
+/// Most characters of a CEL error quoted back (it may echo a value).
+const MAX_REASON: usize = 300;
+
+/// A rule's `when` failed at run time: the call is denied (fail closed).
+pub(super) fn rule_expression_failed(tool: &str, failed: &ExpressionFailed) -> Rejection {
+    let reason: String = failed.reason.chars().take(MAX_REASON).collect();
+    let text = format!(
+        "The call to `{tool}` was denied because the condition of rules[{}] (`when = {:?}`) could not be evaluated: {reason}. \
+         A condition that fails denies the call; the gateway's operator can correct the rule, or a call whose arguments \
+         have the fields it reads may be allowed.",
+        failed.rule, failed.expression
+    );
+    let mut detail = Map::new();
+    detail.insert("tool".into(), tool.into());
+    detail.insert("rule".into(), format!("rules[{}]", failed.rule).into());
+    detail.insert("expression".into(), failed.expression.clone().into());
+    detail.insert("error".into(), reason.into());
+    Rejection::Tool(ToolRefusal {
+        code: "rule_expression_failed",
+        text,
+        detail,
+    })
+}
+
+/// A listed tool whose call the rules refuse once its call-time facts are
+/// known: a deny rule's `when` is true, or every allow rule's `when` is false.
+pub(super) fn call_not_permitted(
+    config: &Config,
+    tool: &str,
+    rule: Option<usize>,
+    falsified: &[usize],
+) -> Rejection {
+    let quote = |i: usize| {
+        let when = config
+            .policy
+            .rules
+            .iter()
+            .find(|r| r.index == i)
+            .and_then(|r| r.when.as_ref())
+            .map(|w| w.source().to_owned())
+            .unwrap_or_default();
+        format!("rules[{i}] (`when = {when:?}`)")
+    };
+    let why = match rule {
+        Some(i) => format!("{} denies it", quote(i)),
+        None => {
+            let list: Vec<String> = falsified.iter().map(|i| quote(*i)).collect();
+            format!("the condition of {} is false for it", list.join(", "))
+        }
+    };
+    let text = format!(
+        "This call to `{tool}` is outside what this gateway's policy permits: {why}, so the tool was not run. \
+         A call that meets the condition may be allowed; do not retry the same call."
+    );
+    let mut detail = Map::new();
+    detail.insert("tool".into(), tool.into());
+    if let Some(i) = rule {
+        detail.insert("rule".into(), format!("rules[{i}]").into());
+    }
+    detail.insert(
+        "false_conditions".into(),
+        falsified
+            .iter()
+            .map(|i| format!("rules[{i}]"))
+            .collect::<Vec<_>>()
+            .into(),
+    );
+    Rejection::Tool(ToolRefusal {
+        code: "call_not_permitted",
         text,
         detail,
     })

@@ -94,6 +94,7 @@ broken!(
     encoded_slash_resource,
     bad_method,
     bad_method_class,
+    bad_when,
 );
 
 #[test]
@@ -113,11 +114,15 @@ fn every_fixture_and_snapshot_is_used() {
     expected.push("rate_limits".into());
     expected.push("jwt".into());
     expected.push("resolution".into());
+    expected.push("expressions".into());
     expected.sort();
     assert_eq!(stems(FIXTURES, "toml"), expected, "fixtures without a test");
     if std::env::var("UPDATE_SNAPSHOTS").as_deref() != Ok("1") {
         expected.push("hash_key_empty".into());
         expected.extend(["explain".into(), "explain_json".into()]);
+        expected.push("explain_expressions".into());
+        // Its explanation is the snapshot of `expressions.toml`.
+        expected.retain(|n| n != "expressions");
         expected.sort();
         assert_eq!(
             stems(SNAPSHOTS, "txt"),
@@ -159,7 +164,7 @@ fn the_example_config_passes() {
     assert_eq!(text(&out.stderr), "");
     assert!(
         stdout.starts_with(&format!(
-            "{EXAMPLE}: OK — 2 server(s), 4 client(s), 8 rule(s)\n"
+            "{EXAMPLE}: OK — 2 server(s), 4 client(s), 9 rule(s)\n"
         )),
         "{stdout}"
     );
@@ -172,6 +177,7 @@ fn the_example_config_passes() {
         "allow tools     book_flight  rate: 3 calls, then 1 every 10 s, per client  arguments constrained  (rules[1])",
         "deny  tools     admin_*, *_reset  (rules[2])",
         "allow resources file:///srv/public/status.json  (rules[6])",
+        "deny  tools     book_flight  when \"has(arguments.passengers) && arguments.passengers > 9\"  (rules[8])",
         "allow tools     delete_file  approval: by the user, or an operator when the client cannot be asked (the call is held until decided), within 5m  (rules[7])",
         "methods beside the MCP specification (every other unknown method is refused with -32601)",
         "  acme/reindex             class tool",
@@ -416,6 +422,18 @@ fn check_explains_one_call() {
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         support::assert_snapshot("check", name, &text(&out.stdout));
     }
+    // Each rule's `when` is evaluated with the request's arguments and claims.
+    let out = portcullis(&[
+        "check",
+        "--config",
+        &format!("{FIXTURES}/expressions.toml"),
+        "--explain",
+        &format!("{FIXTURES}/explain_expressions.json"),
+    ])
+    .output()
+    .expect("runs");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    support::assert_snapshot("check", "explain_expressions", &text(&out.stdout));
     // A request that names no subject, or an unknown client, is refused with the reason.
     let dir = tempfile::tempdir().expect("dir");
     for (body, says) in [

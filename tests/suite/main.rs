@@ -42,6 +42,7 @@ mod demo;
 mod deploy;
 mod docs;
 mod edges;
+mod expressions;
 mod federation;
 mod fuzz;
 mod held_calls;

@@ -13,6 +13,7 @@ use toml::Spanned;
 
 use super::super::model::ServerSettings;
 use super::super::raw::{RawConfig, RawRule};
+use crate::policy::expression::Expression;
 use crate::policy::glob::Glob;
 use crate::policy::{Action, Policy, Rate, RateKey, Rule};
 use crate::ratelimit::{OnBackendError, RateBackend, RateLimitSettings};
@@ -77,8 +78,22 @@ impl Ctx<'_> {
                 }
                 Some(a) => Some(self.approval(a, &format!("{key}.approval"), i)?),
             };
+            let when = match &raw.when {
+                None => None,
+                Some(w) if tools.is_empty() || !resources.is_empty() || !prompts.is_empty() => {
+                    return Err(self.fail(Some(w.span()), &format!("{key}.when"), "`when` decides tool calls; it needs `tools` and no `resources` or `prompts` (put those in a rule of their own)"));
+                }
+                Some(w) => Some(Expression::compile(w.get_ref()).map_err(|e| {
+                    self.fail(
+                        Some(w.span()),
+                        &format!("{key}.when"),
+                        format!("not a valid CEL expression: {e}"),
+                    )
+                })?),
+            };
             compiled.push(Rule {
                 index: i,
+                when,
                 approval,
                 clients,
                 servers,

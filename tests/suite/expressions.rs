@@ -1,0 +1,246 @@
+//! Rules with a `when` condition seen through the official Python SDK client
+//! in both eras: a condition over the arguments keeps its tool listed and
+//! decides each call; a deny rule's condition refuses only the calls it is
+//! true for; a condition that fails denies the call and says why; a condition
+//! over a JWT's claims lets one team call what another may not; a condition
+//! over the tool's annotations (a scripted server in the 2025 era: the SDK
+//! servers annotate none) lets read-only tools run.
+
+use crate::support;
+
+use std::io::Write as _;
+
+use serde_json::{Value, json};
+use support::jwt::{Signer, claims, jwks};
+use support::upstreams::InProcess;
+use support::{ALICE, BOB, Mode, Peer, PeerServer, Sdk, TestGateway, call, clients, list, sdk};
+
+const RULES: &str = r#"
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["echo"]
+action = "allow"
+
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["book_flight"]
+action = "allow"
+when = "arguments.passengers <= 2"
+
+[[rules]]
+clients = ["alice"]
+servers = ["flights"]
+tools = ["progress"]
+action = "allow"
+when = "arguments.missing == 1"
+
+[[rules]]
+clients = ["bob"]
+servers = ["flights"]
+tools = ["echo"]
+action = "deny"
+when = "arguments.text == 'secret'"
+"#;
+
+fn names(result: &Value) -> Vec<String> {
+    let mut v: Vec<String> = result["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.as_str().map(str::to_owned))
+        .collect();
+    v.sort();
+    v
+}
+
+fn booking(passengers: u32) -> Value {
+    json!({"origin": "CDG", "destination": "LHR", "date": "2026-12-01", "passengers": passengers})
+}
+
+fn text(result: &Value) -> &str {
+    result["text"].as_str().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_condition_over_the_arguments_decides_each_call_of_a_listed_tool() {
+    let server = PeerServer::start(Peer::Python).await;
+    let gateway = TestGateway::start(
+        &[("flights", &server.url)],
+        &format!("{}{RULES}", clients()),
+    )
+    .await;
+    let url = gateway.url("flights");
+    for mode in [Mode::Legacy, Mode::Modern] {
+        let r = sdk(
+            Sdk::Python,
+            mode,
+            &url,
+            ALICE,
+            json!([
+                list(),
+                call("book_flight", booking(2)),
+                call("book_flight", booking(5)),
+                call("progress", json!({})),
+            ]),
+        )
+        .await;
+        // The conditions read arguments: the tools stay listed and each call decides.
+        assert_eq!(
+            names(&r[0]),
+            ["book_flight", "echo", "progress"],
+            "{mode:?}"
+        );
+        assert_eq!(support::gateway_code(&r[1]), None, "{mode:?}: {r:?}");
+        assert_eq!(
+            support::gateway_code(&r[2]),
+            Some("call_not_permitted"),
+            "{r:?}"
+        );
+        assert!(text(&r[2]).contains("rules[1]"), "{r:?}");
+        assert!(text(&r[2]).contains("arguments.passengers <= 2"), "{r:?}");
+        // A condition that cannot be evaluated denies the call, naming the rule and CEL's reason.
+        assert_eq!(
+            support::gateway_code(&r[3]),
+            Some("rule_expression_failed"),
+            "{r:?}"
+        );
+        assert_eq!(r[3]["meta"]["portcullis/error"]["rule"], "rules[2]");
+        assert!(text(&r[3]).contains("missing"), "{r:?}");
+
+        // bob: the deny rule's condition refuses only the call it is true for.
+        let r = sdk(
+            Sdk::Python,
+            mode,
+            &url,
+            BOB,
+            json!([
+                list(),
+                call("echo", json!({"text": "hello"})),
+                call("echo", json!({"text": "secret"})),
+            ]),
+        )
+        .await;
+        assert_eq!(names(&r[0]), ["book_flight", "echo"], "{mode:?}");
+        assert_eq!(support::gateway_code(&r[1]), None, "{r:?}");
+        assert_eq!(
+            support::gateway_code(&r[2]),
+            Some("call_not_permitted"),
+            "{r:?}"
+        );
+        assert_eq!(r[2]["meta"]["portcullis/error"]["rule"], "rules[3]");
+    }
+    // Only the permitted calls ran upstream.
+    assert_eq!(server.ran(), ["book_flight", "echo", "book_flight", "echo"]);
+    gateway.stop().await;
+    server.stop().await;
+}
+
+const ISS: &str = "https://idp.example.test/realms/mcp";
+const AUD: &str = "https://mcp.example.test/mcp/flights";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_condition_over_the_claims_lets_one_team_call() {
+    let server = PeerServer::start(Peer::Python).await;
+    let key = Signer::ed25519("ed-1");
+    let mut file = tempfile::NamedTempFile::new().expect("temp file");
+    file.write_all(jwks(&[&key]).as_bytes()).expect("write");
+    let rest = format!(
+        "[auth.jwt]\nissuer = \"{ISS}\"\naudience = \"{AUD}\"\njwks_file = \"{}\"\n{}",
+        file.path().display(),
+        r#"
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["book_flight"]
+action = "allow"
+when = "has(claims.team) && claims.team == 'ops'"
+"#
+    );
+    let gateway = TestGateway::start(&[("flights", &server.url)], &rest).await;
+    let url = gateway.url("flights");
+    let token = |team: &str| {
+        let mut c = claims(ISS, AUD, "carol", "");
+        c["team"] = team.into();
+        key.token(&c)
+    };
+    for mode in [Mode::Legacy, Mode::Modern] {
+        let ops = sdk(
+            Sdk::Python,
+            mode,
+            &url,
+            &token("ops"),
+            json!([list(), call("book_flight", booking(3))]),
+        )
+        .await;
+        assert_eq!(names(&ops[0]), ["book_flight"], "{mode:?}");
+        assert_eq!(support::gateway_code(&ops[1]), None, "{mode:?}: {ops:?}");
+        let dev = sdk(
+            Sdk::Python,
+            mode,
+            &url,
+            &token("dev"),
+            json!([call("book_flight", booking(3))]),
+        )
+        .await;
+        assert_eq!(
+            support::gateway_code(&dev[0]),
+            Some("call_not_permitted"),
+            "{dev:?}"
+        );
+    }
+    assert_eq!(server.ran(), ["book_flight", "book_flight"]);
+    gateway.stop().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_condition_over_the_annotations_lets_read_only_tools_run() {
+    let schema = json!({"type": "object"});
+    let upstream = InProcess::scripted(vec![
+        json!({"name": "lookup", "inputSchema": schema, "annotations": {"readOnlyHint": true}}),
+        json!({"name": "wipe", "inputSchema": schema, "annotations": {"readOnlyHint": false, "destructiveHint": true}}),
+        json!({"name": "plain", "inputSchema": schema}),
+    ])
+    .await;
+    let rules = r#"
+[[rules]]
+clients = ["*"]
+servers = ["s"]
+tools = ["*"]
+action = "allow"
+when = "has(annotations.readOnlyHint) && annotations.readOnlyHint"
+"#;
+    let gateway =
+        TestGateway::start(&[("s", &upstream.url)], &format!("{}{rules}", clients())).await;
+    // The scripted server speaks the 2025-11-25 handshake era only.
+    {
+        let mode = Mode::Legacy;
+        let r = sdk(
+            Sdk::Python,
+            mode,
+            &gateway.url("s"),
+            ALICE,
+            json!([
+                list(),
+                call("lookup", json!({})),
+                call("wipe", json!({})),
+                call("plain", json!({})),
+            ]),
+        )
+        .await;
+        assert_eq!(names(&r[0]), ["lookup", "plain", "wipe"], "{mode:?}");
+        assert_eq!(support::gateway_code(&r[1]), None, "{mode:?}: {r:?}");
+        for refused in &r[2..] {
+            assert_eq!(
+                support::gateway_code(refused),
+                Some("call_not_permitted"),
+                "{mode:?}: {r:?}"
+            );
+        }
+    }
+    let ran: Vec<String> = upstream.ran().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(ran, ["lookup"]);
+    gateway.stop().await;
+}
