@@ -20,6 +20,7 @@ mod refusals;
 pub(crate) mod reply;
 mod resource;
 mod respond;
+mod retry;
 pub(crate) mod session;
 pub(crate) mod state;
 mod stdio;

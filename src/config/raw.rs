@@ -124,6 +124,22 @@ pub(crate) struct RawServer {
     /// `[servers.NAME.identity]`: how each client reaches this server as itself.
     #[schemars(with = "Option<RawServerIdentity>")]
     pub identity: Option<Spanned<RawServerIdentity>>,
+    /// `[servers.NAME.retry]`: when the gateway sends a request again by itself.
+    #[serde(default)]
+    pub retry: RawRetry,
+}
+
+/// `[servers.NAME.retry]`: which failed requests the gateway sends again.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRetry {
+    #[schemars(with = "Option<i64>")]
+    pub attempts: Option<Spanned<i64>>,
+    #[schemars(with = "Option<f64>")]
+    pub budget: Option<Spanned<f64>>,
+    #[schemars(with = "Option<Vec<String>>")]
+    pub idempotent_tools: Option<Vec<Spanned<String>>>,
+    pub trust_annotations: Option<bool>,
 }
 
 /// `[identity]`: what the gateway itself is toward upstream servers.

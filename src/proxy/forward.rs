@@ -21,6 +21,7 @@ use super::state::{AppState, Live, ServerState};
 use crate::proxy::catalog::ToolSet;
 use crate::proxy::reply::{Framing, Reply, UpstreamError};
 use crate::proxy::respond::{self, Recipient, relay};
+use crate::proxy::retry::Retries;
 use crate::proxy::upstream::forwarded_headers;
 
 use super::exchange::{ACCEPT_BOTH, Exchange, recipient};
@@ -174,9 +175,21 @@ impl Forward<'_> {
 
     pub(super) async fn send(
         &self,
+        headers: HeaderMap,
+        body: Bytes,
+        idle: bool,
+    ) -> Result<super::reply::Reply, UpstreamError> {
+        self.send_as(headers, body, idle, false).await
+    }
+
+    /// [`Self::send`], retried as [`super::retry`] allows: `repeatable` when
+    /// the request is a call of a tool the operator says may run twice.
+    pub(super) async fn send_as(
+        &self,
         mut headers: HeaderMap,
         body: Bytes,
         idle: bool,
+        repeatable: bool,
     ) -> Result<super::reply::Reply, UpstreamError> {
         let upstream = &self.server.upstream;
         let url = upstream.settings.url();
@@ -190,9 +203,31 @@ impl Forward<'_> {
             .map_err(UpstreamError::credentials)?;
         let sent = Instant::now();
         let idle = idle.then_some(upstream.settings.timeout);
-        let mut reply = upstream
-            .exchange(Method::POST, headers, credential, body, idle)
-            .await?;
+        let deadline = sent + upstream.settings.timeout;
+        let retry = &upstream.settings.retry;
+        let mut retries = Retries::new(retry, &upstream.budget, repeatable, deadline);
+        let mut reply = loop {
+            let outcome = upstream
+                .exchange(
+                    Method::POST,
+                    headers.clone(),
+                    credential.clone(),
+                    body.clone(),
+                    idle,
+                )
+                .await;
+            let Some(pause) = retries.after(&outcome) else {
+                break outcome?;
+            };
+            tracing::info!(
+                server = %upstream.settings.name,
+                attempt = retries.tries() + 1,
+                pause_ms = pause.as_millis() as u64,
+                "sending the request to the server again"
+            );
+            drop(outcome);
+            tokio::time::sleep(pause).await;
+        };
         if self.ex_era == Era::Modern {
             // The 2026 era has no sessions: an upstream's session id is not relayed.
             reply_headers_mut(&mut reply).remove(MCP_SESSION_ID);
@@ -215,9 +250,13 @@ impl Forward<'_> {
         body: Bytes,
         to: Recipient,
     ) -> Result<Response, Rejection> {
+        let retry = &self.server.upstream.settings.retry;
+        let hints = &to.call.hints;
+        let repeatable = (to.tool.as_deref())
+            .is_some_and(|tool| retry.repeatable(tool, hints.read_only, hints.idempotent));
         // `subscriptions/listen` streams stay open for as long as the client listens.
         let reply = self
-            .send(self.headers(headers), body, !self.listen)
+            .send_as(self.headers(headers), body, !self.listen, repeatable)
             .await
             .map_err(|e| to.failure(e))?;
         Ok(relay(reply, to))

@@ -33,6 +33,7 @@ use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::reply::{Framing, OTHER_BODY_BYTES, Reply, UpstreamError};
+use super::retry::Budget;
 use super::stdio::Stdio;
 use crate::config::{ServerSettings, Transport};
 use crate::error::UpstreamKind;
@@ -74,6 +75,8 @@ pub(crate) struct Upstream {
     link: Link,
     /// Cap on a JSON reply and on one SSE event.
     pub max_response_bytes: usize,
+    /// How many of this server's requests were retried lately.
+    pub budget: Budget,
 }
 
 /// How requests reach the server.
@@ -120,6 +123,7 @@ impl Upstream {
                     settings,
                     link: Link::Stdio(stdio),
                     max_response_bytes,
+                    budget: Budget::default(),
                 });
             }
         };
@@ -138,6 +142,7 @@ impl Upstream {
                 settings,
                 link: Link::Plain { client, uri },
                 max_response_bytes,
+                budget: Budget::default(),
             });
         }
         let client = reqwest::Client::builder()
@@ -152,6 +157,7 @@ impl Upstream {
             settings,
             link: Link::Http { client, url },
             max_response_bytes,
+            budget: Budget::default(),
         })
     }
 
