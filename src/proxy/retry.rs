@@ -299,4 +299,21 @@ mod tests {
         let mut r = Retries::new(&s, &b, true, Instant::now());
         assert!(r.after(&refused()).is_none());
     }
+
+    #[test]
+    fn annotations_count_only_when_trusted() {
+        let named = RetrySettings {
+            idempotent_tools: vec![crate::policy::glob::Glob::new("search_*").unwrap()],
+            ..RetrySettings::default()
+        };
+        assert!(named.repeatable("search_docs", false, false));
+        assert!(!named.repeatable("delete_docs", true, true));
+        let trusted = RetrySettings {
+            trust_annotations: true,
+            ..RetrySettings::default()
+        };
+        assert!(trusted.repeatable("delete_docs", false, true));
+        assert!(trusted.repeatable("read_docs", true, false));
+        assert!(!trusted.repeatable("delete_docs", false, false));
+    }
 }
