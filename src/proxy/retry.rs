@@ -23,7 +23,6 @@ use std::time::{Duration, Instant};
 use http::StatusCode;
 use serde_json::Value;
 
-use super::forward::{reply_headers, reply_status};
 use super::reply::{Reply, UpstreamError};
 use crate::config::RetrySettings;
 use crate::error::UpstreamKind;
@@ -168,9 +167,13 @@ fn transient(reply: &Reply) -> bool {
         StatusCode::SERVICE_UNAVAILABLE,
         StatusCode::GATEWAY_TIMEOUT,
     ];
-    if let Some(status) = reply_status(reply).code()
-        && GATEWAY.iter().any(|s| s.as_u16() == status)
-    {
+    let status = match reply {
+        Reply::Json { status, .. } | Reply::Sse { status, .. } | Reply::Empty { status, .. } => {
+            status.code()
+        }
+        Reply::Other { status, .. } => Some(status.as_u16()),
+    };
+    if status.is_some_and(|status| GATEWAY.iter().any(|s| s.as_u16() == status)) {
         return true;
     }
     match reply {
@@ -186,7 +189,11 @@ fn transient(reply: &Reply) -> bool {
 
 /// A `Retry-After` in seconds (the date form is not used by MCP servers).
 fn retry_after(reply: &Reply) -> Option<Duration> {
-    let value = reply_headers(reply).get(http::header::RETRY_AFTER)?;
+    let (Reply::Json { headers, .. }
+    | Reply::Sse { headers, .. }
+    | Reply::Empty { headers, .. }
+    | Reply::Other { headers, .. }) = reply;
+    let value = headers.get(http::header::RETRY_AFTER)?;
     let secs = value.to_str().ok()?.trim().parse::<u64>().ok()?;
     Some(Duration::from_secs(secs))
 }
