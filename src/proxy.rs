@@ -6,6 +6,7 @@
 //! `policy`, `ratelimit` and `validate`, the sequence in `pipeline`.
 
 mod approve;
+mod breaker;
 mod call;
 pub(crate) mod catalog;
 mod dispatch;

@@ -144,6 +144,27 @@ pub struct ServerSettings {
     pub identity: Option<crate::identity::ServerIdentity>,
     /// `[servers.NAME.retry]`: which failed requests the gateway sends again.
     pub retry: RetrySettings,
+    /// `[servers.NAME.breaker]`: when the gateway stops sending to a failing server.
+    pub breaker: BreakerSettings,
+}
+
+/// `[servers.NAME.breaker]`: after `failures` consecutive transport failures
+/// the server's calls are answered at once for `cool_down`, then one probe goes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakerSettings {
+    /// Transport failures in a row that open the breaker (default 5; 0 = never).
+    pub failures: u32,
+    /// How long it stays open before one probe (default 30 s).
+    pub cool_down: Duration,
+}
+
+impl Default for BreakerSettings {
+    fn default() -> Self {
+        Self {
+            failures: 5,
+            cool_down: Duration::from_secs(30),
+        }
+    }
 }
 
 /// `[servers.NAME.retry]`: which failed requests the gateway sends again by

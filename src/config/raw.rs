@@ -127,6 +127,19 @@ pub(crate) struct RawServer {
     /// `[servers.NAME.retry]`: when the gateway sends a request again by itself.
     #[serde(default)]
     pub retry: RawRetry,
+    /// `[servers.NAME.breaker]`: when the gateway stops sending to a failing server.
+    #[serde(default)]
+    pub breaker: RawBreaker,
+}
+
+/// `[servers.NAME.breaker]`: the circuit breaker of one server.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBreaker {
+    #[schemars(with = "Option<i64>")]
+    pub failures: Option<Spanned<i64>>,
+    #[schemars(with = "Option<String>")]
+    pub cool_down: Option<Spanned<String>>,
 }
 
 /// `[servers.NAME.retry]`: which failed requests the gateway sends again.

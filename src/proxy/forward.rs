@@ -18,10 +18,11 @@ use http::{HeaderMap, Method};
 use serde_json::{Map, Value, json};
 
 use super::state::{AppState, Live, ServerState};
+use crate::proxy::breaker::Admit;
 use crate::proxy::catalog::ToolSet;
 use crate::proxy::reply::{Framing, Reply, UpstreamError};
 use crate::proxy::respond::{self, Recipient, relay};
-use crate::proxy::retry::Retries;
+use crate::proxy::retry::{Retries, broken};
 use crate::proxy::upstream::forwarded_headers;
 
 use super::exchange::{ACCEPT_BOTH, Exchange, recipient};
@@ -201,6 +202,10 @@ impl Forward<'_> {
             .credential(&self.caller, &self.live.config.identity)
             .await
             .map_err(UpstreamError::credentials)?;
+        let breaker = &upstream.settings.breaker;
+        if let Admit::Open(wait) = upstream.breaker.admit(breaker) {
+            return Err(self.open(wait));
+        }
         let sent = Instant::now();
         let idle = idle.then_some(upstream.settings.timeout);
         let deadline = sent + upstream.settings.timeout;
@@ -217,6 +222,7 @@ impl Forward<'_> {
                 )
                 .await;
             let Some(pause) = retries.after(&outcome) else {
+                upstream.breaker.record(!broken(&outcome), breaker);
                 break outcome?;
             };
             tracing::info!(
@@ -241,6 +247,33 @@ impl Forward<'_> {
             self.state.sessions.remove(self.name(), session);
         }
         Ok(reply)
+    }
+
+    /// The failure a request gets while the server's breaker is open: when
+    /// to retry, and which other servers still work.
+    fn open(&self, wait: std::time::Duration) -> UpstreamError {
+        let others: Vec<&str> = (self.live.servers.iter())
+            .filter(|(name, s)| *name != self.name() && !s.upstream.breaker.is_open())
+            .map(|(name, _)| name.as_str())
+            .collect();
+        let others = if others.is_empty() {
+            "No other server of this gateway is known to work now.".to_owned()
+        } else {
+            format!(
+                "These servers of this gateway still work: {}.",
+                others.join(", ")
+            )
+        };
+        let mut e = UpstreamError::new(
+            crate::error::UpstreamKind::Open,
+            format!(
+                "its last requests failed one after another, so the gateway stops sending it anything for a \
+                 while. Retry in about {}s; if it keeps failing, report that the server is unavailable. {others}",
+                wait.as_secs().max(1)
+            ),
+        );
+        e.not_run = true;
+        e
     }
 
     /// Forwards the client's body and relays the reply.

@@ -159,9 +159,17 @@ impl<'a> Retries<'a> {
     }
 }
 
-/// A reply that says the server failed for now: HTTP 502, 503 or 504, or a
-/// JSON body whose error is -32603 (internal error).
-fn transient(reply: &Reply) -> bool {
+/// A transport failure, or HTTP 502/503/504: what the breaker counts. A
+/// timeout is not one (the server may be busy, not gone), nor is any answer
+/// of the server's own (a JSON-RPC error, an `isError` result).
+pub(crate) fn broken(outcome: &Result<Reply, UpstreamError>) -> bool {
+    match outcome {
+        Err(e) => e.kind == UpstreamKind::Unavailable,
+        Ok(reply) => gateway_status(reply),
+    }
+}
+
+fn gateway_status(reply: &Reply) -> bool {
     const GATEWAY: [StatusCode; 3] = [
         StatusCode::BAD_GATEWAY,
         StatusCode::SERVICE_UNAVAILABLE,
@@ -173,7 +181,13 @@ fn transient(reply: &Reply) -> bool {
         }
         Reply::Other { status, .. } => Some(status.as_u16()),
     };
-    if status.is_some_and(|status| GATEWAY.iter().any(|s| s.as_u16() == status)) {
+    status.is_some_and(|status| GATEWAY.iter().any(|s| s.as_u16() == status))
+}
+
+/// A reply that says the server failed for now: HTTP 502, 503 or 504, or a
+/// JSON body whose error is -32603 (internal error).
+fn transient(reply: &Reply) -> bool {
+    if gateway_status(reply) {
         return true;
     }
     match reply {

@@ -32,6 +32,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 
+use super::breaker::Breaker;
 use super::reply::{Framing, OTHER_BODY_BYTES, Reply, UpstreamError};
 use super::retry::Budget;
 use super::stdio::Stdio;
@@ -77,6 +78,8 @@ pub(crate) struct Upstream {
     pub max_response_bytes: usize,
     /// How many of this server's requests were retried lately.
     pub budget: Budget,
+    /// Whether the server is answered for without being contacted.
+    pub breaker: Breaker,
 }
 
 /// How requests reach the server.
@@ -124,6 +127,7 @@ impl Upstream {
                     link: Link::Stdio(stdio),
                     max_response_bytes,
                     budget: Budget::default(),
+                    breaker: Breaker::default(),
                 });
             }
         };
@@ -143,6 +147,7 @@ impl Upstream {
                 link: Link::Plain { client, uri },
                 max_response_bytes,
                 budget: Budget::default(),
+                breaker: Breaker::default(),
             });
         }
         let client = reqwest::Client::builder()
@@ -158,6 +163,7 @@ impl Upstream {
             link: Link::Http { client, url },
             max_response_bytes,
             budget: Budget::default(),
+            breaker: Breaker::default(),
         })
     }
 
@@ -190,14 +196,24 @@ impl Upstream {
 
     /// For `/readyz`: whether the server can take requests now, and what is known.
     /// HTTP servers are not probed (a request finds out); a stdio server
-    /// reports its process.
+    /// reports its process; both report their breaker.
     pub(crate) fn readiness(&self) -> (bool, serde_json::Value) {
-        match &self.link {
+        let (ready, mut body) = match &self.link {
             Link::Http { .. } | Link::Plain { .. } => {
                 (true, serde_json::json!({"transport": "http"}))
             }
             Link::Stdio(stdio) => stdio.readiness(),
+        };
+        // Degraded, not down: an open breaker answers for the server.
+        let breaker = if self.breaker.is_open() {
+            "open"
+        } else {
+            "closed"
+        };
+        if let Some(body) = body.as_object_mut() {
+            body.insert("breaker".into(), breaker.into());
         }
+        (ready, body)
     }
 
     /// Stops what the upstream runs (a stdio server's process) and waits for it.

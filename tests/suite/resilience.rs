@@ -136,10 +136,14 @@ async fn trusted_annotations_make_a_tool_idempotent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_budget_caps_retries_during_a_full_outage() {
     let upstream = Misbehaving::start().await;
-    let gateway = TestGateway::start_raw(&config(
-        &upstream.url,
-        r#"{ budget = 0.1, idempotent_tools = ["html_502"] }"#,
-    ))
+    let gateway = TestGateway::start_raw(
+        &config(
+            &upstream.url,
+            r#"{ budget = 0.1, idempotent_tools = ["html_502"] }"#,
+        )
+        // Without the breaker, which would stop the calls themselves.
+        .replace("[servers.s]", "[servers.s]\nbreaker = { failures = 0 }"),
+    )
     .await;
     let calls = 20;
     for _ in 0..calls {
@@ -167,4 +171,67 @@ async fn a_bad_retry_table_is_refused_with_its_key() {
             portcullis::config::load_str(&text, "portcullis.toml", &|_| None).expect_err(retry);
         assert!(err.to_string().contains(key), "{retry}: {err}");
     }
+}
+
+fn code(result: &Value) -> &str {
+    result["_meta"]["portcullis/error"]["code"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_breaker_opens_answers_without_the_server_half_opens_and_closes() {
+    let mut peer = PeerServer::start(Peer::PythonStateless).await;
+    let other = Misbehaving::start().await;
+    let text_config = Config::new()
+        .server("s", &peer.url)
+        .set("connect_timeout", "1s")
+        .set_raw("retry", "{ attempts = 1 }")
+        .set_raw("breaker", r#"{ failures = 2, cool_down = "8s" }"#)
+        .server("t", &other.url)
+        .clients()
+        .allow_all()
+        .render();
+    let gateway = TestGateway::start_raw(&text_config).await;
+    let echo = |text: &str| json!({"text": text});
+    assert_eq!(text(&gateway.call("s", "echo", echo("up")).await), "up");
+    // Two transport failures in a row open it.
+    peer.kill().await;
+    for _ in 0..2 {
+        let result = gateway.call("s", "echo", echo("down")).await;
+        assert_eq!(code(&result), "upstream_unavailable", "{result}");
+    }
+    // The server is back, but the breaker is open: answered at once, not sent.
+    peer.restart().await;
+    let result = gateway.call("s", "echo", echo("open")).await;
+    assert_eq!(code(&result), "server_unavailable", "{result}");
+    assert_eq!(advice(&result), "later", "{result}");
+    assert!(text(&result).contains("did not run"), "{result}");
+    assert!(text(&result).contains("Retry in about"), "{result}");
+    assert!(text(&result).contains("still work: t"), "{result}");
+    // After the cool-down one probe goes through; its success closes it.
+    let mut answered = None;
+    for _ in 0..100 {
+        let result = gateway.call("s", "echo", echo("probe")).await;
+        if code(&result) != "server_unavailable" {
+            answered = Some(result);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let probe = answered.expect("a probe after the cool-down");
+    assert_eq!(text(&probe), "probe", "{probe}");
+    assert_eq!(
+        text(&gateway.call("s", "echo", echo("closed")).await),
+        "closed"
+    );
+    // The server ran exactly the calls that were sent: none while open.
+    let ran: Vec<String> = peer
+        .calls()
+        .iter()
+        .filter_map(|c| c["arguments"]["text"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(ran, ["up", "probe", "closed"]);
+    gateway.stop().await;
+    peer.stop().await;
 }

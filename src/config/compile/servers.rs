@@ -13,8 +13,10 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue};
 use toml::Spanned;
 
-use super::super::model::{Mode, RetrySettings, ServerSettings, StdioCommand, Transport};
-use super::super::raw::{RawConfig, RawRetry, RawServer};
+use super::super::model::{
+    BreakerSettings, Mode, RetrySettings, ServerSettings, StdioCommand, Transport,
+};
+use super::super::raw::{RawBreaker, RawConfig, RawRetry, RawServer};
 use crate::pins::Pinning;
 
 use super::{Ctx, RESERVED_HEADERS, Result, check_name, check_server_name};
@@ -133,6 +135,28 @@ impl Ctx<'_> {
             // Compiled once the clients are known (`identity.rs`).
             identity: None,
             retry: self.retry(&raw.retry, &format!("{key}.retry"))?,
+            breaker: self.breaker(&raw.breaker, &format!("{key}.breaker"))?,
+        })
+    }
+
+    /// `[servers.NAME.breaker]`, with the defaults of [`BreakerSettings`].
+    fn breaker(&self, raw: &RawBreaker, key: &str) -> Result<BreakerSettings> {
+        let defaults = BreakerSettings::default();
+        let failures = self.size(
+            raw.failures.as_ref(),
+            &format!("{key}.failures"),
+            defaults.failures as usize,
+            0,
+            1000,
+        )?;
+        Ok(BreakerSettings {
+            failures: u32::try_from(failures).unwrap_or(defaults.failures),
+            cool_down: self.duration(
+                raw.cool_down.as_ref(),
+                &format!("{key}.cool_down"),
+                defaults.cool_down,
+                Duration::from_secs(3600),
+            )?,
         })
     }
 
