@@ -6,6 +6,7 @@
 //! `policy`, `ratelimit` and `validate`, the sequence in `pipeline`.
 
 mod approve;
+mod breaker;
 mod call;
 pub(crate) mod catalog;
 mod dispatch;
@@ -20,6 +21,7 @@ mod refusals;
 pub(crate) mod reply;
 mod resource;
 mod respond;
+mod retry;
 pub(crate) mod session;
 pub(crate) mod state;
 mod stdio;

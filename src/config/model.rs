@@ -142,6 +142,65 @@ pub struct ServerSettings {
     /// `[servers.NAME.identity]`: how each client reaches it as itself
     /// (none: only `headers`, one identity for all).
     pub identity: Option<crate::identity::ServerIdentity>,
+    /// `[servers.NAME.retry]`: which failed requests the gateway sends again.
+    pub retry: RetrySettings,
+    /// `[servers.NAME.breaker]`: when the gateway stops sending to a failing server.
+    pub breaker: BreakerSettings,
+}
+
+/// `[servers.NAME.breaker]`: after `failures` consecutive transport failures
+/// the server's calls are answered at once for `cool_down`, then one probe goes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakerSettings {
+    /// Transport failures in a row that open the breaker (default 5; 0 = never).
+    pub failures: u32,
+    /// How long it stays open before one probe (default 30 s).
+    pub cool_down: Duration,
+}
+
+impl Default for BreakerSettings {
+    fn default() -> Self {
+        Self {
+            failures: 5,
+            cool_down: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `[servers.NAME.retry]`: which failed requests the gateway sends again by
+/// itself. A request that never left the gateway may always be sent again; one
+/// that may have reached the server only when its tool is known to be safe to
+/// run twice.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetrySettings {
+    /// Most tries of one request, the first included (default 3; 1 = never retry).
+    pub attempts: u32,
+    /// Retries allowed per request sent, over a window (default 0.2).
+    pub budget: f64,
+    /// Tools the operator says are safe to run twice (patterns).
+    pub idempotent_tools: Vec<crate::policy::glob::Glob>,
+    /// Whether a tool's own `readOnlyHint`/`idempotentHint` counts as that (default false).
+    pub trust_annotations: bool,
+}
+
+impl Default for RetrySettings {
+    fn default() -> Self {
+        Self {
+            attempts: 3,
+            budget: 0.2,
+            idempotent_tools: Vec::new(),
+            trust_annotations: false,
+        }
+    }
+}
+
+impl RetrySettings {
+    /// Whether `tool` may be sent again after it may have reached the server:
+    /// named by the operator, or (when trusted) annotated read-only or idempotent.
+    pub fn repeatable(&self, tool: &str, read_only: bool, idempotent: bool) -> bool {
+        self.idempotent_tools.iter().any(|g| g.matches(tool))
+            || (self.trust_annotations && (read_only || idempotent))
+    }
 }
 
 /// How a server is reached.

@@ -124,6 +124,35 @@ pub(crate) struct RawServer {
     /// `[servers.NAME.identity]`: how each client reaches this server as itself.
     #[schemars(with = "Option<RawServerIdentity>")]
     pub identity: Option<Spanned<RawServerIdentity>>,
+    /// `[servers.NAME.retry]`: when the gateway sends a request again by itself.
+    #[serde(default)]
+    pub retry: RawRetry,
+    /// `[servers.NAME.breaker]`: when the gateway stops sending to a failing server.
+    #[serde(default)]
+    pub breaker: RawBreaker,
+}
+
+/// `[servers.NAME.breaker]`: the circuit breaker of one server.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBreaker {
+    #[schemars(with = "Option<i64>")]
+    pub failures: Option<Spanned<i64>>,
+    #[schemars(with = "Option<String>")]
+    pub cool_down: Option<Spanned<String>>,
+}
+
+/// `[servers.NAME.retry]`: which failed requests the gateway sends again.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRetry {
+    #[schemars(with = "Option<i64>")]
+    pub attempts: Option<Spanned<i64>>,
+    #[schemars(with = "Option<f64>")]
+    pub budget: Option<Spanned<f64>>,
+    #[schemars(with = "Option<Vec<String>>")]
+    pub idempotent_tools: Option<Vec<Spanned<String>>>,
+    pub trust_annotations: Option<bool>,
 }
 
 /// `[identity]`: what the gateway itself is toward upstream servers.

@@ -230,6 +230,8 @@ pub(crate) enum UpstreamKind {
         /// missing secret).
         retry_helps: bool,
     },
+    /// The server's circuit breaker is open: the request was not sent.
+    Open,
 }
 
 /// A JSON-RPC error answering `tools/call`, as the gateway reads it.

@@ -69,6 +69,7 @@ impl UpstreamFailure {
             // Without a credential nothing is sent, tool list or call alike.
             UpstreamKind::Credentials { retry_helps: true } => "later",
             UpstreamKind::Credentials { retry_helps: false } => "no",
+            UpstreamKind::Open => "later",
             _ if self.unchecked => "later",
             UpstreamKind::Error(RpcError { code: -32602, .. }) => "no",
             UpstreamKind::Unavailable if self.not_run => "later",
@@ -103,6 +104,11 @@ impl UpstreamFailure {
             );
         }
         match self.kind {
+            UpstreamKind::Open => format!(
+                "Server `{server}` is unavailable, so the gateway did not send the call of `{tool}`, and the tool did \
+                 not run: {}",
+                self.reason
+            ),
             UpstreamKind::Credentials { retry_helps } => format!(
                 "The gateway could not obtain the credential this client reaches server `{server}` with, so `{tool}` \
                  was not sent and did not run: {}. {}",
@@ -175,6 +181,10 @@ impl UpstreamFailure {
     fn method_text(&self) -> String {
         let server = &self.server;
         match self.kind {
+            UpstreamKind::Open => format!(
+                "Server `{server}` is unavailable, so the gateway did not send the request: {}",
+                self.reason
+            ),
             UpstreamKind::Credentials { retry_helps } => format!(
                 "The gateway could not obtain the credential this client reaches server `{server}` with, so the \
                  request was not sent: {}. {}",
@@ -325,6 +335,7 @@ impl UpstreamKind {
             UpstreamKind::ToolFailed(_) => "upstream_tool_failed",
             UpstreamKind::Refused(_) => "upstream_refused",
             UpstreamKind::Credentials { .. } => "upstream_credentials_unavailable",
+            UpstreamKind::Open => "server_unavailable",
         }
     }
 

@@ -12,6 +12,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 
 /// The headers that carry one caller's identity to one server. Only a
 /// [`Broker`] makes one; values are marked sensitive and never printed.
+#[derive(Clone)]
 pub(crate) struct Credential {
     pub(super) headers: Vec<(HeaderName, HeaderValue)>,
 }

@@ -18,9 +18,11 @@ use http::{HeaderMap, Method};
 use serde_json::{Map, Value, json};
 
 use super::state::{AppState, Live, ServerState};
+use crate::proxy::breaker::Admit;
 use crate::proxy::catalog::ToolSet;
 use crate::proxy::reply::{Framing, Reply, UpstreamError};
 use crate::proxy::respond::{self, Recipient, relay};
+use crate::proxy::retry::{Retries, broken};
 use crate::proxy::upstream::forwarded_headers;
 
 use super::exchange::{ACCEPT_BOTH, Exchange, recipient};
@@ -174,9 +176,21 @@ impl Forward<'_> {
 
     pub(super) async fn send(
         &self,
+        headers: HeaderMap,
+        body: Bytes,
+        idle: bool,
+    ) -> Result<super::reply::Reply, UpstreamError> {
+        self.send_as(headers, body, idle, false).await
+    }
+
+    /// [`Self::send`], retried as [`super::retry`] allows: `repeatable` when
+    /// the request is a call of a tool the operator says may run twice.
+    pub(super) async fn send_as(
+        &self,
         mut headers: HeaderMap,
         body: Bytes,
         idle: bool,
+        repeatable: bool,
     ) -> Result<super::reply::Reply, UpstreamError> {
         let upstream = &self.server.upstream;
         let url = upstream.settings.url();
@@ -188,11 +202,38 @@ impl Forward<'_> {
             .credential(&self.caller, &self.live.config.identity)
             .await
             .map_err(UpstreamError::credentials)?;
+        let breaker = &upstream.settings.breaker;
+        if let Admit::Open(wait) = upstream.breaker.admit(breaker) {
+            return Err(self.open(wait));
+        }
         let sent = Instant::now();
         let idle = idle.then_some(upstream.settings.timeout);
-        let mut reply = upstream
-            .exchange(Method::POST, headers, credential, body, idle)
-            .await?;
+        let deadline = sent + upstream.settings.timeout;
+        let retry = &upstream.settings.retry;
+        let mut retries = Retries::new(retry, &upstream.budget, repeatable, deadline);
+        let mut reply = loop {
+            let outcome = upstream
+                .exchange(
+                    Method::POST,
+                    headers.clone(),
+                    credential.clone(),
+                    body.clone(),
+                    idle,
+                )
+                .await;
+            let Some(pause) = retries.after(&outcome) else {
+                upstream.breaker.record(!broken(&outcome), breaker);
+                break outcome?;
+            };
+            tracing::info!(
+                server = %upstream.settings.name,
+                attempt = retries.tries() + 1,
+                pause_ms = pause.as_millis() as u64,
+                "sending the request to the server again"
+            );
+            drop(outcome);
+            tokio::time::sleep(pause).await;
+        };
         if self.ex_era == Era::Modern {
             // The 2026 era has no sessions: an upstream's session id is not relayed.
             reply_headers_mut(&mut reply).remove(MCP_SESSION_ID);
@@ -208,6 +249,33 @@ impl Forward<'_> {
         Ok(reply)
     }
 
+    /// The failure a request gets while the server's breaker is open: when
+    /// to retry, and which other servers still work.
+    fn open(&self, wait: std::time::Duration) -> UpstreamError {
+        let others: Vec<&str> = (self.live.servers.iter())
+            .filter(|(name, s)| *name != self.name() && !s.upstream.breaker.is_open())
+            .map(|(name, _)| name.as_str())
+            .collect();
+        let others = if others.is_empty() {
+            "No other server of this gateway is known to work now.".to_owned()
+        } else {
+            format!(
+                "These servers of this gateway still work: {}.",
+                others.join(", ")
+            )
+        };
+        let mut e = UpstreamError::new(
+            crate::error::UpstreamKind::Open,
+            format!(
+                "its last requests failed one after another, so the gateway stops sending it anything for a \
+                 while. Retry in about {}s; if it keeps failing, report that the server is unavailable. {others}",
+                wait.as_secs().max(1)
+            ),
+        );
+        e.not_run = true;
+        e
+    }
+
     /// Forwards the client's body and relays the reply.
     pub(super) async fn relay(
         &self,
@@ -215,9 +283,13 @@ impl Forward<'_> {
         body: Bytes,
         to: Recipient,
     ) -> Result<Response, Rejection> {
+        let retry = &self.server.upstream.settings.retry;
+        let hints = &to.call.hints;
+        let repeatable = (to.tool.as_deref())
+            .is_some_and(|tool| retry.repeatable(tool, hints.read_only, hints.idempotent));
         // `subscriptions/listen` streams stay open for as long as the client listens.
         let reply = self
-            .send(self.headers(headers), body, !self.listen)
+            .send_as(self.headers(headers), body, !self.listen, repeatable)
             .await
             .map_err(|e| to.failure(e))?;
         Ok(relay(reply, to))

@@ -32,7 +32,9 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 
+use super::breaker::Breaker;
 use super::reply::{Framing, OTHER_BODY_BYTES, Reply, UpstreamError};
+use super::retry::Budget;
 use super::stdio::Stdio;
 use crate::config::{ServerSettings, Transport};
 use crate::error::UpstreamKind;
@@ -74,6 +76,10 @@ pub(crate) struct Upstream {
     link: Link,
     /// Cap on a JSON reply and on one SSE event.
     pub max_response_bytes: usize,
+    /// How many of this server's requests were retried lately.
+    pub budget: Budget,
+    /// Whether the server is answered for without being contacted.
+    pub breaker: Breaker,
 }
 
 /// How requests reach the server.
@@ -120,6 +126,8 @@ impl Upstream {
                     settings,
                     link: Link::Stdio(stdio),
                     max_response_bytes,
+                    budget: Budget::default(),
+                    breaker: Breaker::default(),
                 });
             }
         };
@@ -138,6 +146,8 @@ impl Upstream {
                 settings,
                 link: Link::Plain { client, uri },
                 max_response_bytes,
+                budget: Budget::default(),
+                breaker: Breaker::default(),
             });
         }
         let client = reqwest::Client::builder()
@@ -152,6 +162,8 @@ impl Upstream {
             settings,
             link: Link::Http { client, url },
             max_response_bytes,
+            budget: Budget::default(),
+            breaker: Breaker::default(),
         })
     }
 
@@ -184,14 +196,24 @@ impl Upstream {
 
     /// For `/readyz`: whether the server can take requests now, and what is known.
     /// HTTP servers are not probed (a request finds out); a stdio server
-    /// reports its process.
+    /// reports its process; both report their breaker.
     pub(crate) fn readiness(&self) -> (bool, serde_json::Value) {
-        match &self.link {
+        let (ready, mut body) = match &self.link {
             Link::Http { .. } | Link::Plain { .. } => {
                 (true, serde_json::json!({"transport": "http"}))
             }
             Link::Stdio(stdio) => stdio.readiness(),
+        };
+        // Degraded, not down: an open breaker answers for the server.
+        let breaker = if self.breaker.is_open() {
+            "open"
+        } else {
+            "closed"
+        };
+        if let Some(body) = body.as_object_mut() {
+            body.insert("breaker".into(), breaker.into());
         }
+        (ready, body)
     }
 
     /// Stops what the upstream runs (a stdio server's process) and waits for it.

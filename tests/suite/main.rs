@@ -61,6 +61,7 @@ mod rate_limits;
 mod ratelimit;
 mod refusals;
 mod reload;
+mod resilience;
 mod resolution;
 mod resources;
 mod resources_references;

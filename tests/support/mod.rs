@@ -345,6 +345,8 @@ pub struct PeerServer {
     child: Child,
     /// `http://127.0.0.1:P/mcp`.
     pub url: String,
+    peer: Peer,
+    port: u16,
     record: Option<tempfile::NamedTempFile>,
     /// Every POST body the Python peers received, as it arrived (hex lines).
     bodies: Option<tempfile::NamedTempFile>,
@@ -375,11 +377,9 @@ pub enum Peer {
 impl PeerServer {
     /// Starts `peer` on a free loopback port and waits until it listens.
     pub async fn start(peer: Peer) -> Self {
-        let peers = peers_dir();
         let record = tempfile::NamedTempFile::new().expect("temp file");
-        let record_path = record.path().to_string_lossy().into_owned();
         let bodies = tempfile::NamedTempFile::new().expect("temp file");
-        let bodies_path = bodies.path().to_string_lossy().into_owned();
+        let (child, port) = Self::launch(peer, 0, &record, &bodies).await;
         let python = matches!(
             peer,
             Peer::Python
@@ -388,6 +388,45 @@ impl PeerServer {
                 | Peer::PythonFixtures
                 | Peer::PythonPaged
         );
+        let record = (peer != Peer::Everything).then_some(record);
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            peer,
+            port,
+            record,
+            bodies: python.then_some(bodies),
+        }
+    }
+
+    /// Kills the server by its PID and waits for it: its port refuses
+    /// connections until [`Self::restart`].
+    pub async fn kill(&mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    /// Starts the server again on the same port, recording to the same files
+    /// (a Python peer appends), and waits until it listens.
+    pub async fn restart(&mut self) {
+        let _ = self.child.kill().await;
+        let (Some(record), Some(bodies)) = (&self.record, &self.bodies) else {
+            panic!("only a Python peer restarts");
+        };
+        let (child, _) = Self::launch(self.peer, self.port, record, bodies).await;
+        self.child = child;
+    }
+
+    /// Spawns `peer` on `port` (0: a free one) and returns it with the port it announced.
+    async fn launch(
+        peer: Peer,
+        port: u16,
+        record: &tempfile::NamedTempFile,
+        bodies: &tempfile::NamedTempFile,
+    ) -> (Child, u16) {
+        let peers = peers_dir();
+        let record_path = record.path().to_string_lossy().into_owned();
+        let bodies_path = bodies.path().to_string_lossy().into_owned();
+        let port_arg = port.to_string();
         let mut cmd = match peer {
             Peer::Python
             | Peer::PythonStateless
@@ -400,7 +439,7 @@ impl PeerServer {
                 ));
                 c.arg(repo("tests/peers/py_server.py")).args([
                     "--port",
-                    "0",
+                    &port_arg,
                     "--record",
                     &record_path,
                     "--record-bodies",
@@ -427,7 +466,7 @@ impl PeerServer {
                 ));
                 c.arg(repo("tests/peers/fastmcp_server.py")).args([
                     "--port",
-                    "0",
+                    &port_arg,
                     "--record",
                     &record_path,
                 ]);
@@ -441,7 +480,7 @@ impl PeerServer {
                 let mut c = Command::new("node");
                 c.arg(repo("tests/peers/ts_server.mjs")).args([
                     "--port",
-                    "0",
+                    &port_arg,
                     "--record",
                     &record_path,
                 ]);
@@ -459,7 +498,7 @@ impl PeerServer {
                     .arg(repo("tests/peers/force-loopback.cjs"))
                     .arg(entry)
                     .arg("streamableHttp");
-                c.env("PORT", "0").env("PORTCULLIS_ANNOUNCE", "1");
+                c.env("PORT", &port_arg).env("PORTCULLIS_ANNOUNCE", "1");
                 c
             }
         };
@@ -485,13 +524,7 @@ impl PeerServer {
         .ok()
         .flatten()
         .unwrap_or_else(|| panic!("{peer:?} did not announce its port"));
-        let record = (peer != Peer::Everything).then_some(record);
-        Self {
-            child,
-            url: format!("http://127.0.0.1:{port}/mcp"),
-            record,
-            bodies: python.then_some(bodies),
-        }
+        (child, port)
     }
 
     /// Every POST body a Python peer received, byte for byte, in order.

@@ -13,11 +13,16 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue};
 use toml::Spanned;
 
-use super::super::model::{Mode, ServerSettings, StdioCommand, Transport};
-use super::super::raw::{RawConfig, RawServer};
+use super::super::model::{
+    BreakerSettings, Mode, RetrySettings, ServerSettings, StdioCommand, Transport,
+};
+use super::super::raw::{RawBreaker, RawConfig, RawRetry, RawServer};
 use crate::pins::Pinning;
 
 use super::{Ctx, RESERVED_HEADERS, Result, check_name, check_server_name};
+
+/// Most tries of one request `retry.attempts` may ask for.
+const MAX_ATTEMPTS: usize = 20;
 
 impl Ctx<'_> {
     pub(super) fn servers(&self, raw: &RawConfig) -> Result<BTreeMap<String, Arc<ServerSettings>>> {
@@ -129,6 +134,61 @@ impl Ctx<'_> {
                 .transpose()?,
             // Compiled once the clients are known (`identity.rs`).
             identity: None,
+            retry: self.retry(&raw.retry, &format!("{key}.retry"))?,
+            breaker: self.breaker(&raw.breaker, &format!("{key}.breaker"))?,
+        })
+    }
+
+    /// `[servers.NAME.breaker]`, with the defaults of [`BreakerSettings`].
+    fn breaker(&self, raw: &RawBreaker, key: &str) -> Result<BreakerSettings> {
+        let defaults = BreakerSettings::default();
+        let failures = self.size(
+            raw.failures.as_ref(),
+            &format!("{key}.failures"),
+            defaults.failures as usize,
+            0,
+            1000,
+        )?;
+        Ok(BreakerSettings {
+            failures: u32::try_from(failures).unwrap_or(defaults.failures),
+            cool_down: self.duration(
+                raw.cool_down.as_ref(),
+                &format!("{key}.cool_down"),
+                defaults.cool_down,
+                Duration::from_secs(3600),
+            )?,
+        })
+    }
+
+    /// `[servers.NAME.retry]`, with the defaults of [`RetrySettings`].
+    fn retry(&self, raw: &RawRetry, key: &str) -> Result<RetrySettings> {
+        let defaults = RetrySettings::default();
+        let attempts = self.size(
+            raw.attempts.as_ref(),
+            &format!("{key}.attempts"),
+            defaults.attempts as usize,
+            1,
+            MAX_ATTEMPTS,
+        )?;
+        let budget = match &raw.budget {
+            None => defaults.budget,
+            Some(b) if (0.0..=1.0).contains(b.get_ref()) => *b.get_ref(),
+            Some(b) => {
+                return Err(self.fail(
+                    Some(b.span()),
+                    &format!("{key}.budget"),
+                    "expected a fraction from 0.0 to 1.0: the share of requests that may be retried",
+                ));
+            }
+        };
+        Ok(RetrySettings {
+            attempts: u32::try_from(attempts).unwrap_or(defaults.attempts),
+            budget,
+            idempotent_tools: self.globs(
+                raw.idempotent_tools.as_deref(),
+                &format!("{key}.idempotent_tools"),
+            )?,
+            trust_annotations: raw.trust_annotations.unwrap_or(defaults.trust_annotations),
         })
     }
 

@@ -1,0 +1,237 @@
+//! The gateway sends a failed request again by itself only when that is safe:
+//! always when it never reached the server, and, for a tool the operator marks
+//! idempotent, once after the server said it failed for now. A restart of the
+//! server is invisible to such a tool's client; a write that may have run is
+//! never sent twice; invalid params are never retried; the retry budget keeps
+//! an outage from being multiplied.
+
+use crate::support;
+use support::misbehaving::Misbehaving;
+use support::{Config, Peer, PeerServer, TestGateway};
+
+use serde_json::{Value, json};
+
+/// Server `s` at `url` with `retry` as its retry table.
+fn config(url: &str, retry: &str) -> String {
+    Config::new()
+        .server("s", url)
+        .set("timeout", "30s")
+        .set("connect_timeout", "1s")
+        .set_raw("retry", retry)
+        .clients()
+        .allow_all()
+        .render()
+}
+
+fn text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or_default()
+}
+
+fn advice(result: &Value) -> &str {
+    result["_meta"]["portcullis/error"]["retry"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_of_the_server_is_invisible_to_the_client_of_an_idempotent_tool() {
+    let mut peer = PeerServer::start(Peer::PythonStateless).await;
+    let gateway = TestGateway::start_raw(&config(
+        &peer.url,
+        r#"{ attempts = 20, idempotent_tools = ["ech?"] }"#,
+    ))
+    .await;
+    assert_eq!(
+        text(&gateway.call("s", "echo", json!({"text": "before"})).await),
+        "before"
+    );
+    // The server goes away; a call arrives while it is down; it comes back.
+    peer.kill().await;
+    let url = gateway.url("s");
+    let during = tokio::spawn(async move {
+        support::tools_call(&url, support::ALICE, "echo", json!({"text": "during"}), &[])
+            .await
+            .result()
+    });
+    peer.restart().await;
+    let result = during.await.expect("call");
+    assert_ne!(result["isError"], true, "{result}");
+    assert_eq!(text(&result), "during", "{result}");
+    // Each call ran once on the server.
+    assert_eq!(peer.ran(), ["echo", "echo"]);
+    gateway.stop().await;
+    peer.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_may_have_run_is_not_sent_again() {
+    let mut peer = PeerServer::start(Peer::PythonStateless).await;
+    let gateway = TestGateway::start_raw(&config(
+        &peer.url,
+        r#"{ attempts = 20, idempotent_tools = ["echo"] }"#,
+    ))
+    .await;
+    let url = gateway.url("s");
+    let call = tokio::spawn(async move {
+        support::tools_call(&url, support::ALICE, "hang", json!({"seconds": 20}), &[])
+            .await
+            .result()
+    });
+    // Once the server is running the tool, it dies, and comes back.
+    while !peer.ran().contains(&"hang".to_owned()) {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    peer.restart().await;
+    let result = call.await.expect("call");
+    assert_eq!(result["isError"], true, "{result}");
+    assert_eq!(advice(&result), "check_first", "{result}");
+    // The server's own record: it ran once, and was not asked again.
+    assert_eq!(peer.ran(), ["hang"]);
+    gateway.stop().await;
+    peer.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_gateway_or_internal_error_is_retried_once_only_for_an_idempotent_tool() {
+    let upstream = Misbehaving::start().await;
+    let gateway = TestGateway::start_raw(&config(
+        &upstream.url,
+        r#"{ attempts = 5, idempotent_tools = ["html_502", "rpc_internal", "rpc_invalid_params"] }"#,
+    ))
+    .await;
+    // Marked idempotent: sent twice, then the failure is the answer.
+    for (tool, tries) in [("html_502", 2), ("rpc_internal", 2)] {
+        let before = upstream.calls();
+        let result = gateway.call("s", tool, json!({})).await;
+        assert_eq!(result["isError"], true, "{result}");
+        assert_eq!(upstream.calls() - before, tries, "{tool}");
+    }
+    // Invalid params: the same arguments would fail the same way.
+    let before = upstream.calls();
+    let result = gateway.call("s", "rpc_invalid_params", json!({})).await;
+    assert_eq!(result["isError"], true, "{result}");
+    assert_eq!(upstream.calls() - before, 1, "-32602 is never retried");
+    // Not marked (its idempotentHint is not trusted by default): sent once.
+    let before = upstream.calls();
+    gateway.call("s", "rpc_server_error", json!({})).await;
+    assert_eq!(upstream.calls() - before, 1);
+    gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trusted_annotations_make_a_tool_idempotent() {
+    let upstream = Misbehaving::start().await;
+    let gateway =
+        TestGateway::start_raw(&config(&upstream.url, "{ trust_annotations = true }")).await;
+    // `rpc_server_error` is annotated idempotent, but -32000 is the server's
+    // own error, not a transient one: sent once.
+    gateway.call("s", "rpc_server_error", json!({})).await;
+    assert_eq!(upstream.calls(), 1);
+    // `html_502` has no annotation: sent once.
+    gateway.call("s", "html_502", json!({})).await;
+    assert_eq!(upstream.calls(), 2);
+    gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_budget_caps_retries_during_a_full_outage() {
+    let upstream = Misbehaving::start().await;
+    let gateway = TestGateway::start_raw(
+        &config(
+            &upstream.url,
+            r#"{ budget = 0.1, idempotent_tools = ["html_502"] }"#,
+        )
+        // Without the breaker, which would stop the calls themselves.
+        .replace("[servers.s]", "[servers.s]\nbreaker = { failures = 0 }"),
+    )
+    .await;
+    let calls = 20;
+    for _ in 0..calls {
+        let result = gateway.call("s", "html_502", json!({})).await;
+        assert_eq!(result["isError"], true, "{result}");
+    }
+    // Without a budget every call would be sent twice (40). With 0.1, a
+    // window retries at most 3 requests (its floor) or a tenth of them; a
+    // slow run may span two windows.
+    let attempts = upstream.calls();
+    assert!(attempts > calls, "some calls were retried: {attempts}");
+    assert!(attempts <= calls + 6, "the budget held: {attempts}");
+    gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_retry_table_is_refused_with_its_key() {
+    for (retry, key) in [
+        ("{ attempts = 0 }", "servers.s.retry.attempts"),
+        ("{ budget = 1.5 }", "servers.s.retry.budget"),
+        ("{ tries = 3 }", "tries"),
+    ] {
+        let text = config("http://127.0.0.1:1/mcp", retry);
+        let err =
+            portcullis::config::load_str(&text, "portcullis.toml", &|_| None).expect_err(retry);
+        assert!(err.to_string().contains(key), "{retry}: {err}");
+    }
+}
+
+fn code(result: &Value) -> &str {
+    result["_meta"]["portcullis/error"]["code"]
+        .as_str()
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_breaker_opens_answers_without_the_server_half_opens_and_closes() {
+    let mut peer = PeerServer::start(Peer::PythonStateless).await;
+    let other = Misbehaving::start().await;
+    let text_config = Config::new()
+        .server("s", &peer.url)
+        .set("connect_timeout", "1s")
+        .set_raw("retry", "{ attempts = 1 }")
+        .set_raw("breaker", r#"{ failures = 2, cool_down = "8s" }"#)
+        .server("t", &other.url)
+        .clients()
+        .allow_all()
+        .render();
+    let gateway = TestGateway::start_raw(&text_config).await;
+    let echo = |text: &str| json!({"text": text});
+    assert_eq!(text(&gateway.call("s", "echo", echo("up")).await), "up");
+    // Two transport failures in a row open it.
+    peer.kill().await;
+    for _ in 0..2 {
+        let result = gateway.call("s", "echo", echo("down")).await;
+        assert_eq!(code(&result), "upstream_unavailable", "{result}");
+    }
+    // The server is back, but the breaker is open: answered at once, not sent.
+    peer.restart().await;
+    let result = gateway.call("s", "echo", echo("open")).await;
+    assert_eq!(code(&result), "server_unavailable", "{result}");
+    assert_eq!(advice(&result), "later", "{result}");
+    assert!(text(&result).contains("did not run"), "{result}");
+    assert!(text(&result).contains("Retry in about"), "{result}");
+    assert!(text(&result).contains("still work: t"), "{result}");
+    // After the cool-down one probe goes through; its success closes it.
+    let mut answered = None;
+    for _ in 0..100 {
+        let result = gateway.call("s", "echo", echo("probe")).await;
+        if code(&result) != "server_unavailable" {
+            answered = Some(result);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let probe = answered.expect("a probe after the cool-down");
+    assert_eq!(text(&probe), "probe", "{probe}");
+    assert_eq!(
+        text(&gateway.call("s", "echo", echo("closed")).await),
+        "closed"
+    );
+    // The server ran exactly the calls that were sent: none while open.
+    let ran: Vec<String> = peer
+        .calls()
+        .iter()
+        .filter_map(|c| c["arguments"]["text"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(ran, ["up", "probe", "closed"]);
+    gateway.stop().await;
+    peer.stop().await;
+}
