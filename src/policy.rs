@@ -10,6 +10,7 @@
 //! means any *authenticated* client (the anonymous client must be named).
 
 mod describe;
+mod flow;
 pub mod glob;
 mod index;
 mod resolve;
@@ -20,7 +21,9 @@ use serde_json::Value;
 
 use crate::auth::ClientId;
 use crate::validate::Violation;
+pub use flow::FlowOf;
 use glob::Glob;
+pub(crate) use resolve::strictest as strictest_approval;
 use rule::client_matches;
 pub(crate) use rule::{Action, Rule};
 pub use rule::{Rate, RateKey, Subject};

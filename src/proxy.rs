@@ -11,6 +11,7 @@ pub(crate) mod catalog;
 mod dispatch;
 mod exchange;
 mod federate;
+mod flow;
 mod forward;
 pub(crate) mod ingress;
 mod lists;

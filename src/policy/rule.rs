@@ -38,6 +38,9 @@ pub struct Rule {
     pub arguments: Option<CompiledSchema>,
     /// `approval = { … }`: a person approves each call (allow rules with tools only).
     pub approval: Option<crate::approval::Requirement>,
+    /// `flow = { holds, then }`: what the rule's calls to a sink get once the
+    /// session holds the labels named.
+    pub flow: Option<crate::flow::FlowRule>,
 }
 
 /// What a rule does with what it matches.

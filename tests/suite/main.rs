@@ -43,6 +43,7 @@ mod deploy;
 mod docs;
 mod edges;
 mod federation;
+mod flow;
 mod fuzz;
 mod held_calls;
 mod hostile_schemas;

@@ -26,6 +26,7 @@ impl Ctx<'_> {
         rules: &[RawRule],
         clients: &BTreeSet<String>,
         servers: &BTreeMap<String, Arc<ServerSettings>>,
+        flow_sources: &BTreeSet<crate::flow::Label>,
     ) -> Result<Policy> {
         let server_names: BTreeSet<String> = servers.keys().cloned().collect();
         let mut compiled = Vec::new();
@@ -77,8 +78,11 @@ impl Ctx<'_> {
                 }
                 Some(a) => Some(self.approval(a, &format!("{key}.approval"), i)?),
             };
+            let allow_with_tools = action == Action::Allow && !tools.is_empty();
+            let flow = self.flow_rule(raw, &key, allow_with_tools, flow_sources)?;
             compiled.push(Rule {
                 index: i,
+                flow,
                 approval,
                 clients,
                 servers,
