@@ -199,3 +199,29 @@ async fn labels_survive_a_reload_and_removing_the_flow_rule_releases_them() {
     assert_eq!(refused.as_deref(), Some("flow_denied"));
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flow_rule_asks_for_approval_only_once_the_session_holds_its_labels() {
+    let upstream = PeerServer::start(Peer::Python).await;
+    let flow = "{ holds = [\"private\", \"untrusted\"], then = \"approval\" }\napproval = { by = \"user\" }";
+    let gw = TestGateway::start_raw(&config(&upstream.url, Some(flow))).await;
+    let url = gw.url("py");
+    // The user is asked only for the call after the trifecta (this client
+    // declines whatever it is asked); the call before it simply runs.
+    let ops = json!([private(), egress(), untrusted(), egress()]);
+    let out = sdk(Sdk::Python, Mode::Legacy, &url, ALICE, ops).await;
+    ran(&out[1], "egress before the session holds both labels");
+    assert_eq!(
+        gateway_code(&out[3]),
+        Some("approval_declined"),
+        "{}",
+        out[3]
+    );
+    let booked = upstream
+        .ran()
+        .iter()
+        .filter(|t| *t == "book_flight")
+        .count();
+    assert_eq!(booked, 1, "only the call before the trifecta ran");
+    gw.stop().await;
+}
