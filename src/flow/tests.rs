@@ -1,3 +1,5 @@
+#![allow(clippy::result_large_err)]
+
 use super::*;
 
 fn key(client: &str, scope: &str) -> SessionKey {
