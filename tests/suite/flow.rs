@@ -136,6 +136,21 @@ async fn in_conversation(url: &str, conversation: &str, name: &str, args: Value)
         .refusal()
 }
 
+/// The events of the dashboard's live ring.
+async fn events(gw: &TestGateway) -> Vec<Value> {
+    let body: Value = support::http()
+        .get(format!("{}/api/events", gw.admin_url()))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .expect("events")
+        .text()
+        .await
+        .map(|t| serde_json::from_str(&t).unwrap_or(Value::Null))
+        .expect("JSON");
+    body["events"].as_array().cloned().unwrap_or_default()
+}
+
 async fn reload(gw: &TestGateway) {
     let resp = support::http()
         .post(format!("{}/api/reload", gw.admin_url()))
@@ -173,6 +188,42 @@ async fn labels_survive_a_reload_and_removing_the_flow_rule_releases_them() {
     assert_eq!(
         in_conversation(&url, "c2", "book_flight", book.clone()).await,
         None
+    );
+
+    // The audit trail says which labels were set and which held the call back.
+    let lines = |events: &[Value], decision: &str| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e["decision"] == decision)
+            .flat_map(|e| e["violations"].as_array().cloned().unwrap_or_default())
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect()
+    };
+    let mut recorded = Vec::new();
+    for _ in 0..200 {
+        recorded = events(&gw).await;
+        if !lines(&recorded, "flow_denied").is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let denied = lines(&recorded, "flow_denied");
+    assert!(
+        denied.contains(&"flow: holds private (echo on py)".to_owned()),
+        "{denied:?}"
+    );
+    assert!(
+        denied.contains(&"flow: holds untrusted (leaky_text on py)".to_owned()),
+        "{denied:?}"
+    );
+    let forwarded = lines(&recorded, "forwarded");
+    assert!(
+        forwarded.contains(&"flow: sets private".to_owned()),
+        "{forwarded:?}"
+    );
+    assert!(
+        forwarded.contains(&"flow: sets untrusted".to_owned()),
+        "{forwarded:?}"
     );
 
     // The same configuration again: the conversation still holds its labels.
