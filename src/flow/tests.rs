@@ -98,6 +98,27 @@ fn the_configuration_names_known_labels_and_rules_that_can_act() {
     ))
     .expect("valid");
     assert_eq!(ok.flow.labels("s", "send").sink, Some(Sink::Egress));
+    let shown = ok.policy.describe(&[ClientId::named("a")], &["s"]);
+    assert!(
+        shown.contains(
+            "flow: calls to egress tools are refused once the session holds private (rules[0])"
+        ),
+        "{shown}"
+    );
+    let asks = load(base(
+        "\"read\" = { source = \"private\" }",
+        "flow = { holds = [\"private\"], then = \"approval\" }\napproval = { by = \"user\" }",
+    ))
+    .expect("valid");
+    let shown = asks.policy.describe(&[ClientId::named("a")], &["s"]);
+    assert!(
+        shown.contains("flow: calls to egress tools need approval"),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("+ approval"),
+        "asked only once the labels are held: {shown}"
+    );
     assert_eq!(ok.flow.labels("s", "read").source, Some(Label::Private));
     let refused = |labels: &str, flow: &str, key: &str| {
         let e = load(base(labels, flow)).expect_err("refused");
