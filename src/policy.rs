@@ -21,9 +21,7 @@ use serde_json::Value;
 
 use crate::auth::ClientId;
 use crate::validate::Violation;
-pub use flow::FlowOf;
 use glob::Glob;
-pub(crate) use resolve::strictest as strictest_approval;
 use rule::client_matches;
 pub(crate) use rule::{Action, Rule};
 pub use rule::{Rate, RateKey, Subject};

@@ -79,7 +79,7 @@ pub(super) fn compile(
     }
     cx.server_identities(&raw, &mut servers, &client_names, &identity)?;
     let flow = cx.flow_labels(&raw)?;
-    let policy = cx.policy(&raw.rules, &client_names, &servers, &flow::sources(&flow))?;
+    let policy = cx.policy(&raw.rules, &client_names, &servers, &flow.sources())?;
     let sanitize = cx.sanitize(&raw, &servers)?;
     Ok(Config {
         source: file.to_owned(),

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Mutex;
 
-use super::{Mark, SessionKey};
+use super::model::{Mark, SessionKey};
 use crate::auth::ClientId;
 
 /// The labels sessions hold.

@@ -32,4 +32,13 @@ impl Policy {
             })
         })
     }
+
+    /// The strictest of `requirements` (operator over either over user, the
+    /// first among equals), as among the rules' own approvals.
+    pub(crate) fn strictest_approval<'r>(
+        &self,
+        requirements: impl IntoIterator<Item = &'r Requirement>,
+    ) -> Option<&'r Requirement> {
+        super::resolve::strictest(requirements)
+    }
 }

@@ -331,6 +331,6 @@ pub(super) async fn check_call(
         }
     }
     let approval = config.policy.approval(&decision).into_iter().chain(held);
-    let approval = crate::policy::strictest_approval(approval).cloned();
+    let approval = config.policy.strictest_approval(approval).cloned();
     Ok(Checked { approval, decision })
 }

@@ -94,7 +94,7 @@ pub(super) fn check<'p>(
             Then::Approval => approvals.extend(of.approval),
         }
     }
-    Ok(crate::policy::strictest_approval(approvals))
+    Ok(policy.strictest_approval(approvals))
 }
 
 /// What a call to `tool` on `server` will set in `key`'s session when it

@@ -108,12 +108,3 @@ impl Ctx<'_> {
         }))
     }
 }
-
-/// The source labels some tool sets.
-pub(super) fn sources(settings: &FlowSettings) -> BTreeSet<Label> {
-    settings
-        .labels
-        .values()
-        .flat_map(|tools| tools.values().filter_map(|t| t.source))
-        .collect()
-}
