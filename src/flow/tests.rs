@@ -1,6 +1,7 @@
 #![allow(clippy::result_large_err)]
 
 use super::*;
+use crate::auth::ClientId;
 
 fn key(client: &str, scope: &str) -> SessionKey {
     SessionKey {
