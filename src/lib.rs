@@ -38,6 +38,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod flow;
 pub mod identity;
 pub mod metrics;
 pub mod pins;

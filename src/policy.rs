@@ -11,6 +11,7 @@
 
 mod describe;
 pub mod expression;
+mod flow;
 pub mod glob;
 mod index;
 mod resolve;

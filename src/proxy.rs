@@ -12,6 +12,7 @@ pub(crate) mod catalog;
 mod dispatch;
 mod exchange;
 mod federate;
+mod flow;
 mod forward;
 pub(crate) mod ingress;
 mod lists;

@@ -16,6 +16,7 @@ use crate::util::duration;
 
 mod approval;
 mod clients;
+mod flow;
 mod gateway;
 mod identity;
 mod jwt;
@@ -77,7 +78,8 @@ pub(super) fn compile(
         clients.set_jwt(cx.jwt(jwt, &servers)?);
     }
     cx.server_identities(&raw, &mut servers, &client_names, &identity)?;
-    let policy = cx.policy(&raw.rules, &client_names, &servers)?;
+    let flow = cx.flow_labels(&raw)?;
+    let policy = cx.policy(&raw.rules, &client_names, &servers, &flow.sources())?;
     let sanitize = cx.sanitize(&raw, &servers)?;
     Ok(Config {
         source: file.to_owned(),
@@ -93,6 +95,7 @@ pub(super) fn compile(
         methods: cx.methods(&raw)?,
         approvals: cx.approvals(&raw.approvals)?,
         identity,
+        flow,
     })
 }
 

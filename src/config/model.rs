@@ -51,6 +51,8 @@ pub struct Config {
     pub approvals: crate::approval::ApprovalSettings,
     /// `[identity]`.
     pub identity: crate::identity::IdentitySettings,
+    /// `[servers.NAME.labels]`: the flow labels of tools.
+    pub flow: crate::flow::FlowSettings,
 }
 
 /// `[gateway]`.

@@ -130,6 +130,10 @@ pub(crate) struct RawServer {
     /// `[servers.NAME.breaker]`: when the gateway stops sending to a failing server.
     #[serde(default)]
     pub breaker: RawBreaker,
+    /// `[servers.NAME.labels]`: tool name → its flow labels.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, RawLabels>")]
+    pub labels: BTreeMap<Spanned<String>, Spanned<RawLabels>>,
 }
 
 /// `[servers.NAME.breaker]`: the circuit breaker of one server.
@@ -153,6 +157,30 @@ pub(crate) struct RawRetry {
     #[schemars(with = "Option<Vec<String>>")]
     pub idempotent_tools: Option<Vec<Spanned<String>>>,
     pub trust_annotations: Option<bool>,
+}
+
+/// `"TOOL" = { source, sink }` in `[servers.NAME.labels]`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLabels {
+    /// `"private"` or `"untrusted"`: what a successful call brings into the session.
+    #[schemars(with = "Option<String>")]
+    pub source: Option<Spanned<String>>,
+    /// `"egress"`: the tool can carry data out.
+    #[schemars(with = "Option<String>")]
+    pub sink: Option<Spanned<String>>,
+}
+
+/// `flow = { holds, then }` inside an allow rule.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFlow {
+    /// Source labels the session must all hold for the rule to act.
+    #[schemars(with = "Vec<String>")]
+    pub holds: Spanned<Vec<Spanned<String>>>,
+    /// `"deny"` or `"approval"` (the rule's `approval` is asked then, and only then).
+    #[schemars(with = "String")]
+    pub then: Spanned<String>,
 }
 
 /// `[identity]`: what the gateway itself is toward upstream servers.
@@ -317,6 +345,10 @@ pub(crate) struct RawRule {
     pub rate: Option<Spanned<RawRate>>,
     #[schemars(with = "Option<serde_json::Value>")]
     pub arguments: Option<Spanned<toml::Value>>,
+    /// `flow = { holds, then }`: what a call to a sink tool gets once the
+    /// session holds the labels named.
+    #[schemars(with = "Option<RawFlow>")]
+    pub flow: Option<Spanned<RawFlow>>,
     /// `approval = { by, timeout, reason, pending }`: a person must approve
     /// each call this allow rule lets through.
     #[schemars(with = "Option<RawApproval>")]

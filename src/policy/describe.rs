@@ -107,8 +107,14 @@ impl Policy {
                 if kind == "tool" && rule.arguments.is_some() {
                     line.push_str("  arguments constrained");
                 }
-                if let (Some(approval), "tool") = (&rule.approval, kind) {
-                    let _ = write!(line, "  approval: {}", approval.describe());
+                match (&rule.flow, &rule.approval, kind) {
+                    (Some(flow), _, "tool") => {
+                        let _ = write!(line, "  {}", flow_text(flow, rule));
+                    }
+                    (None, Some(approval), "tool") => {
+                        let _ = write!(line, "  approval: {}", approval.describe());
+                    }
+                    _ => {}
                 }
                 if let Some(when) = &rule.when {
                     let _ = write!(line, "  when {:?}", when.source());
@@ -138,8 +144,10 @@ fn uses(rules: &[&Rule], kind: &str, globs_of: GlobsOf) -> Vec<String> {
         .filter(|r| r.action == Action::Allow)
         .collect();
     let tool = kind == "tool";
-    let adds =
-        |r: &Rule| r.rate.is_some() || (tool && (r.arguments.is_some() || r.approval.is_some()));
+    let adds = |r: &Rule| {
+        r.rate.is_some()
+            || (tool && (r.arguments.is_some() || r.approval.is_some() || r.flow.is_some()))
+    };
     let patterns = distinct(allows.iter().flat_map(|r| globs_of(r)));
     if patterns.is_empty() || !allows.iter().any(|r| adds(r) && !globs_of(r).is_empty()) {
         return Vec::new();
@@ -178,7 +186,23 @@ fn uses(rules: &[&Rule], kind: &str, globs_of: GlobsOf) -> Vec<String> {
             for r in allowed.iter().filter(|r| r.rule.arguments.is_some()) {
                 items.push(format!("arguments constrained{}", r.suffix()));
             }
-            items.extend(approvals(&allowed));
+            // A flow rule's approval is asked only once its labels are held.
+            let always: Vec<&Reach<'_>> = allowed
+                .iter()
+                .copied()
+                .filter(|r| {
+                    !r.rule
+                        .flow
+                        .as_ref()
+                        .is_some_and(|f| f.then == crate::flow::Then::Approval)
+                })
+                .collect();
+            items.extend(approvals(&always));
+            for r in &allowed {
+                if let Some(flow) = &r.rule.flow {
+                    items.push(format!("{}{}", flow_text(flow, r.rule), r.suffix()));
+                }
+            }
         }
         if items.is_empty() {
             items.push("allowed, nothing more".to_owned());
@@ -190,6 +214,19 @@ fn uses(rules: &[&Rule], kind: &str, globs_of: GlobsOf) -> Vec<String> {
         }
     }
     lines
+}
+
+/// `flow: calls to egress tools refused once the session holds private + untrusted`.
+fn flow_text(flow: &crate::flow::FlowRule, rule: &Rule) -> String {
+    let holds: Vec<&str> = flow.holds.iter().map(|l| l.as_str()).collect();
+    let then = match (flow.then, &rule.approval) {
+        (crate::flow::Then::Approval, Some(a)) => format!("need approval {}", a.describe()),
+        _ => "are refused".to_owned(),
+    };
+    format!(
+        "flow: calls to egress tools {then} once the session holds {}",
+        holds.join(" + ")
+    )
 }
 
 /// The approval a use of the pattern needs: the strictest of the rules that

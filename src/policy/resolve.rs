@@ -101,7 +101,14 @@ impl Policy {
             decision
                 .allow_rules
                 .iter()
-                .filter_map(|i| self.rules[*i].approval.as_ref()),
+                .map(|i| &self.rules[*i])
+                // A flow rule's approval is asked only once the session holds its labels.
+                .filter(|r| {
+                    !r.flow
+                        .as_ref()
+                        .is_some_and(|f| f.then == crate::flow::Then::Approval)
+                })
+                .filter_map(|r| r.approval.as_ref()),
         )
     }
 

@@ -40,6 +40,9 @@ pub struct Rule {
     pub approval: Option<crate::approval::Requirement>,
     /// `when = "…"`: the rule matches only where this CEL expression is true (tool rules only).
     pub when: Option<super::expression::Expression>,
+    /// `flow = { holds, then }`: what the rule's calls to a sink get once the
+    /// session holds the labels named.
+    pub flow: Option<crate::flow::FlowRule>,
 }
 
 /// What a rule does with what it matches.

@@ -293,6 +293,7 @@ mod index_agrees_with_a_scan {
                 .into_iter()
                 .enumerate()
                 .map(|(index, (clients, servers, tools, prompts, deny))| Rule {
+                    flow: None,
                     index,
                     clients,
                     servers,

@@ -8,6 +8,7 @@
 
 use super::approve;
 use super::exchange::{Exchange, observe_or_enforce, param_str, recipient};
+use super::flow;
 use super::forward::{Forward, upstream};
 use super::rate::{Spend, rate_limit, take};
 use super::refusals::{
@@ -179,6 +180,9 @@ pub(super) async fn call_tool(
     };
     let mut to = recipient(forward.live, ex, server, Some(name.clone()));
     to.call = facts;
+    let session = flow::key(ex, client, server_name, message);
+    let (store, labels) = (&forward.state.flows, &forward.live.config.flow);
+    to.flow = flow::recording(store, labels, session, server_name, &name);
     match checked {
         Some(Checked {
             approval: Some(requirement),
@@ -323,6 +327,10 @@ pub(super) async fn check_call(
         .policy
         .check_arguments(&decision, &arguments)
         .map_err(|(rule, v)| argument_not_permitted(name, rule, &v))?;
+    ex.trail.stage("flow");
+    let session = flow::key(ex, client, server_name, message);
+    let flows = (&*state.flows, &config.policy, &config.flow);
+    let held = flow::check(flows, ex, &session, server_name, name, &decision)?;
     ex.trail.stage("rate_limit");
     let subject = Subject::Tool(name);
     rate_limit(state, live, client, server, subject, &decision, Spend::Peek).await?;
@@ -349,6 +357,7 @@ pub(super) async fn check_call(
             return Err(error::secret_in_arguments(name, &found));
         }
     }
-    let approval = config.policy.approval(&decision).cloned();
+    let approval = config.policy.approval(&decision).into_iter().chain(held);
+    let approval = config.policy.strictest_approval(approval).cloned();
     Ok(Checked { approval, decision })
 }

@@ -128,6 +128,7 @@ pub(super) fn recipient(
         sanitize: live.sanitize.clone(),
         call: CallFacts::default(),
         trail: ex.trail.clone(),
+        flow: None,
     }
 }
 

@@ -57,6 +57,9 @@ pub(crate) struct AppState {
     pub approvals: Arc<Approvals>,
     /// Where its spans are exported (when `[telemetry] otlp_endpoint` is set).
     pub traces: Arc<Traces>,
+    /// The flow labels each session holds: they outlive a configuration, so
+    /// a reload keeps them (a reload that removes a flow rule releases its hold).
+    pub flows: Arc<dyn crate::flow::FlowStore>,
 }
 
 /// One configuration in force, with the state of its servers.
@@ -123,6 +126,7 @@ impl AppState {
             traces,
             loopback,
             next_id: AtomicU64::new(1),
+            flows: Arc::new(crate::flow::MemoryFlows::default()),
         })
     }
 

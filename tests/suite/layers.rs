@@ -24,6 +24,7 @@ const LAYERS: &[&[&str]] = &[
     &[
         "approval",
         "auth",
+        "flow",
         "identity",
         "pins",
         "policy",

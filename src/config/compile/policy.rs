@@ -27,6 +27,7 @@ impl Ctx<'_> {
         rules: &[RawRule],
         clients: &BTreeSet<String>,
         servers: &BTreeMap<String, Arc<ServerSettings>>,
+        flow_sources: &BTreeSet<crate::flow::Label>,
     ) -> Result<Policy> {
         let server_names: BTreeSet<String> = servers.keys().cloned().collect();
         let mut compiled = Vec::new();
@@ -91,9 +92,12 @@ impl Ctx<'_> {
                     )
                 })?),
             };
+            let allow_with_tools = action == Action::Allow && !tools.is_empty();
+            let flow = self.flow_rule(raw, &key, allow_with_tools, flow_sources)?;
             compiled.push(Rule {
                 index: i,
                 when,
+                flow,
                 approval,
                 clients,
                 servers,

@@ -60,6 +60,8 @@ pub(crate) struct Recipient {
     pub trail: Arc<Trail>,
     /// Whose tasks this reply may show, and whether it may create one.
     pub tasks: Option<TaskScope>,
+    /// The flow label a successful result sets in the caller's session.
+    pub flow: Option<crate::flow::Recording>,
 }
 
 impl Recipient {
@@ -97,6 +99,7 @@ impl Recipient {
             .and_then(|id| scope.store.owned(&self.server, id, &scope.client));
         let mut judge = self.clone();
         judge.tasks = None;
+        judge.flow = None;
         // A result the gateway cannot attribute is still checked, with no schema.
         let (tool, facts) =
             task.map_or((String::new(), CallFacts::default()), |t| (t.tool, t.facts));
@@ -342,6 +345,12 @@ impl Recipient {
         self.log(&report);
         if let (Ok(()), Some(tasks)) = (&outcome, &self.tasks) {
             tasks.learn(&self.reader(), &message);
+        }
+        if let (Ok(()), Some(flow)) = (&outcome, &self.flow) {
+            // Only a result the client receives brings its content into the session.
+            flow.record();
+            let line = format!("flow: sets {}", flow.mark.label);
+            self.trail.note(|e| e.violations.push(line));
         }
         match outcome {
             Ok(()) if report.is_empty() => None,

@@ -1,0 +1,147 @@
+//! The flow step of a tool call: whose session it belongs to, what that
+//! session holds, whether a flow rule stops a call to a sink, and what a
+//! successful call to a source will set.
+//!
+//! Place: in the call check after the access decision and the rules'
+//! `arguments`, before the rate limit (a call a flow rule denies takes no
+//! token); the mark is recorded by the reply's recipient once the result
+//! came back successful. Invariants: the session key always contains the
+//! client, so no client reads or sets another's labels; a client-chosen
+//! conversation key is bounded before it is kept.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use super::exchange::Exchange;
+use crate::approval::Requirement;
+use crate::auth::ClientId;
+use crate::error::{Rejection, ToolRefusal};
+use crate::flow::{FlowStore, Mark, Recording, SessionKey, Then, triggered};
+use crate::mcp::jsonrpc::Message;
+use crate::mcp::version::Era;
+use crate::policy::{Decision, Policy};
+
+/// The `_meta` key a 2026-era client names its conversation with.
+pub(crate) const CONVERSATION_META: &str = "io.portcullis/conversation";
+
+/// Longest conversation key kept (bytes); a longer one is cut.
+const MAX_CONVERSATION: usize = 128;
+
+/// The session of this call: the handshake-era session the client presented
+/// (the merged view's own in the merged view), or in the 2026 era the
+/// conversation it names in `_meta`; else the client alone.
+pub(super) fn key(ex: &Exchange, client: &ClientId, server: &str, message: &Message) -> SessionKey {
+    let scope = match (ex.era, &ex.client_session) {
+        (Era::Legacy, Some(id)) if !ex.prefix.is_empty() => format!("merged:{id}"),
+        (Era::Legacy, Some(id)) => format!("session:{server}:{id}"),
+        (Era::Legacy, None) => String::new(),
+        (Era::Modern, _) => message
+            .params()
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get(CONVERSATION_META))
+            .and_then(Value::as_str)
+            .filter(|c| !c.is_empty())
+            .map(|c| format!("conversation:{}", cut(c)))
+            .unwrap_or_default(),
+    };
+    SessionKey {
+        client: client.clone(),
+        scope,
+    }
+}
+
+fn cut(text: &str) -> &str {
+    let mut end = text.len().min(MAX_CONVERSATION);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// What a call to `tool` on `server` meets of the flow rules: refused
+/// (`flow_denied`) when a deny flow rule's labels are all held, the
+/// strictest approval of the approval flow rules whose labels are held, or
+/// nothing. Only a tool labelled as a sink is ever stopped.
+pub(super) fn check<'p>(
+    (store, policy, flow): (&dyn FlowStore, &'p Policy, &crate::flow::FlowSettings),
+    ex: &Exchange,
+    key: &SessionKey,
+    server: &str,
+    tool: &str,
+    decision: &'p Decision,
+) -> Result<Option<&'p Requirement>, Rejection> {
+    if flow.labels(server, tool).sink.is_none() {
+        return Ok(None);
+    }
+    let mut flows = policy.flows(decision).peekable();
+    if flows.peek().is_none() {
+        return Ok(None);
+    }
+    let held = store.held(key);
+    let mut approvals = Vec::new();
+    for of in flows {
+        let Some(marks) = triggered(of.flow, &held) else {
+            continue;
+        };
+        let lines: Vec<String> = marks
+            .iter()
+            .map(|m| format!("flow: holds {}", m.describe()))
+            .collect();
+        ex.trail.note(|e| e.violations.extend(lines));
+        match of.flow.then {
+            Then::Deny => return Err(denied(tool, of.rule, &marks)),
+            Then::Approval => approvals.extend(of.approval),
+        }
+    }
+    Ok(policy.strictest_approval(approvals))
+}
+
+/// What a call to `tool` on `server` will set in `key`'s session when it
+/// succeeds (a tool labelled as a source).
+pub(super) fn recording(
+    store: &Arc<dyn FlowStore>,
+    flow: &crate::flow::FlowSettings,
+    key: SessionKey,
+    server: &str,
+    tool: &str,
+) -> Option<Recording> {
+    let label = flow.labels(server, tool).source?;
+    Some(Recording {
+        store: store.clone(),
+        key,
+        mark: Mark {
+            label,
+            server: server.to_owned(),
+            tool: tool.to_owned(),
+        },
+    })
+}
+
+/// `flow_denied`: which earlier calls set which labels, and what to do.
+fn denied(tool: &str, rule: usize, marks: &[&Mark]) -> Rejection {
+    let held: Vec<String> = marks.iter().map(|m| m.describe()).collect();
+    let text = format!(
+        "The call to `{tool}` was not run: `{tool}` can send data out of this conversation, and this session \
+         has already read {} through earlier calls. This gateway's flow rule (rules[{rule}]) refuses such calls \
+         once a session holds all of these, so that private data cannot leave on instructions from untrusted content. \
+         Nothing was sent. To go on, start a new session or conversation that has not read these, or ask an operator \
+         to change the rule; retrying in this session will not help.",
+        held.join(" and ")
+    );
+    let mut detail = Map::new();
+    detail.insert("tool".into(), tool.into());
+    detail.insert("rule".into(), format!("rules[{rule}]").into());
+    detail.insert(
+        "holds".into(),
+        marks
+            .iter()
+            .map(|m| json!({"label": m.label.as_str(), "server": m.server, "tool": m.tool}))
+            .collect(),
+    );
+    Rejection::Tool(ToolRefusal {
+        code: "flow_denied",
+        text,
+        detail,
+    })
+}
