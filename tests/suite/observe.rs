@@ -6,6 +6,7 @@
 
 use crate::support;
 use support::Config;
+use support::tiers::{self, Tier};
 use support::tools_call;
 
 use std::time::Duration;
@@ -68,6 +69,9 @@ async fn observe_mode_lets_refusable_calls_through_and_lists_everything() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transport_checks_stay_enforced_in_observe_mode() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let up = InProcess::demo().await;
     let gw = TestGateway::start_raw(&config(&server("s", &up.url, None), "observe")).await;
     let url = gw.url("s");
@@ -168,6 +172,9 @@ async fn get_json(url: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_would_be_refusal_is_in_the_audit_row_the_dashboard_and_the_metrics() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let up = PeerServer::start(Peer::Python).await;
     let dir = tempfile::tempdir().expect("dir");
     let audit = dir.path().join("audit.db");

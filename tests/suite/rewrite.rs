@@ -12,6 +12,7 @@
 
 use crate::support;
 use support::Config;
+use support::tiers::{self, Tier};
 
 use serde_json::{Value, json};
 use support::misbehaving::{CANARY_PASSWORD, Misbehaving};
@@ -113,11 +114,17 @@ async fn misbehaving_row(name: &str, tool: &str, code: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_error_internal() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     misbehaving_row("upstream_error_internal", "rpc_internal", "upstream_error").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_error_server_error() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     misbehaving_row(
         "upstream_error_server_error",
         "rpc_server_error",
@@ -128,6 +135,9 @@ async fn upstream_error_server_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_error_unknown_tool() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     misbehaving_row(
         "upstream_error_unknown_tool",
         "rpc_unknown_tool",
@@ -138,6 +148,9 @@ async fn upstream_error_unknown_tool() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_error_invalid_params() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     misbehaving_row(
         "upstream_error_invalid_params",
         "rpc_invalid_params",
@@ -168,21 +181,33 @@ async fn explode(peer: Peer, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_tool_failed_python_opaque() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     explode(Peer::Python, "upstream_tool_failed_python_opaque").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_tool_failed_fastmcp() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     explode(Peer::FastMcp, "upstream_tool_failed_fastmcp").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_tool_failed_typescript() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     explode(Peer::TypeScript, "upstream_tool_failed_typescript").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_tool_failed_opaque_in_raw_bytes() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     misbehaving_row(
         "upstream_tool_failed_opaque_raw",
         "python_opaque",
@@ -195,6 +220,9 @@ async fn upstream_tool_failed_opaque_in_raw_bytes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_timeout() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let up = PeerServer::start(Peer::Python).await;
     let gateway = TestGateway::start_raw(&config(&[("s", &up.url)], "2s", "")).await;
     let r = sdk(
@@ -215,6 +243,9 @@ async fn upstream_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_timeout_drip() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     misbehaving_row("upstream_timeout_drip", "drip", "upstream_timeout").await;
 }
 
@@ -222,6 +253,9 @@ async fn upstream_timeout_drip() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_unavailable_refused() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let up = Misbehaving::start().await;
     let gateway = TestGateway::start_raw(&config(&[("s", &up.url)], "2s", "")).await;
     // The gateway learns the tools, then the server goes away.
@@ -239,6 +273,9 @@ async fn upstream_unavailable_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_unavailable_before_the_tool_list() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("port")
@@ -257,6 +294,9 @@ async fn upstream_unavailable_before_the_tool_list() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_unavailable_html_502() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     misbehaving_row(
         "upstream_unavailable_html_502",
         "html_502",
@@ -267,6 +307,9 @@ async fn upstream_unavailable_html_502() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_unavailable_reset_mid_stream() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     misbehaving_row(
         "upstream_unavailable_reset",
         "reset",
@@ -279,6 +322,9 @@ async fn upstream_unavailable_reset_mid_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_protocol_garbage_json() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     misbehaving_row(
         "upstream_protocol_garbage_json",
         "garbage_json",
@@ -289,6 +335,9 @@ async fn upstream_protocol_garbage_json() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_protocol_wrong_id() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     misbehaving_row(
         "upstream_protocol_wrong_id",
         "wrong_id",
@@ -299,6 +348,9 @@ async fn upstream_protocol_wrong_id() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_protocol_sse_wrong_id() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     misbehaving_row(
         "upstream_protocol_sse_wrong_id",
         "sse_wrong_id",
@@ -309,6 +361,9 @@ async fn upstream_protocol_sse_wrong_id() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_protocol_truncated_sse() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     misbehaving_row(
         "upstream_protocol_truncated_sse",
         "truncated_sse",
@@ -319,6 +374,9 @@ async fn upstream_protocol_truncated_sse() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_protocol_sse_without_response() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     misbehaving_row(
         "upstream_protocol_sse_no_response",
         "sse_no_response",
@@ -331,6 +389,9 @@ async fn upstream_protocol_sse_without_response() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_withheld() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let up = PeerServer::start(Peer::TypeScript).await;
     let gateway = TestGateway::start_raw(&config(
         &[("s", &up.url)],
@@ -356,6 +417,9 @@ async fn output_withheld() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_schema_violation_after_redaction() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     misbehaving_row(
         "output_schema_violation_redacted",
         "schema_redacted",
@@ -366,6 +430,9 @@ async fn output_schema_violation_after_redaction() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_schema_violation_as_sent() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     misbehaving_row(
         "output_schema_violation_as_sent",
         "schema_wrong",
@@ -378,6 +445,9 @@ async fn output_schema_violation_as_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn argument_not_permitted_for_a_secret() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let up = PeerServer::start(Peer::Python).await;
     let gateway = TestGateway::start_raw(&config(&[("s", &up.url)], "10s", "")).await;
     let key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n-----END OPENSSH PRIVATE KEY-----";
@@ -402,6 +472,9 @@ async fn argument_not_permitted_for_a_secret() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sequence_split_across_sse_events_is_removed_from_both() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let up = Misbehaving::start().await;
     let gateway = TestGateway::start_raw(&config(&[("s", &up.url)], "2s", "")).await;
     let result = raw_call(&gateway, "split_escape").await;

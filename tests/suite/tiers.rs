@@ -1,0 +1,275 @@
+//! The test tiers: the one line a plain `cargo test` prints about the tiers it
+//! did not run, and a reading of the suite's source that keeps every test
+//! which starts a peer behind its gate (see `tests/support/tiers.rs`).
+//!
+//! The reading is textual, as `layers` reads `src/`: each `tests/suite/*.rs`
+//! file is cut into its functions; a test needs a tier when its body, or the
+//! body of a function of the same file it calls (to any depth), names what
+//! starts that tier's peer (the markers in [`MARKERS`]). Such a test must open
+//! with `if !tiers::ready(&[Tier::…]) {` naming every tier it needs, so a new
+//! test cannot forget its gate and fail on a machine with only Rust.
+
+use crate::support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+use std::path::Path;
+
+use support::tiers::{self, Tier};
+
+/// Text that, in a test or a function it calls, means a tier's peer starts.
+/// The harness's peer kinds name their tier (`Peer::Python`, `Sdk::TypeScript`);
+/// a test that spawns a program itself names the program or its folder.
+const MARKERS: &[(&str, Tier)] = &[
+    ("Peer::Python", Tier::Python),
+    ("Peer::FastMcp", Tier::Python),
+    ("Sdk::Python", Tier::Python),
+    ("IdentityPeer::start", Tier::Python),
+    ("venv/bin/python", Tier::Python),
+    ("Peer::TypeScript", Tier::Node),
+    ("Peer::Everything", Tier::Node),
+    ("Sdk::TypeScript", Tier::Node),
+    ("Command::new(\"node\")", Tier::Node),
+    ("join(\"inspector\")", Tier::Node),
+    ("AuthServer::start", Tier::Authz),
+    ("RedisServer::start", Tier::Redis),
+    ("Command::new(\"podman\")", Tier::Podman),
+    ("chromium", Tier::Chromium),
+    ("portcullis-conformance", Tier::Conformance),
+];
+
+/// The one line, once per run of the suite: which tiers did not run and how to
+/// run them. Written to the process's stderr handle itself, which libtest
+/// does not capture (it captures only the `print!` family), so it shows in a
+/// plain `cargo test`.
+#[test]
+fn summary() {
+    let skipped = tiers::not_run();
+    if skipped.is_empty() {
+        return;
+    }
+    let names: Vec<&str> = skipped.iter().map(|t| t.name()).collect();
+    let line = format!(
+        "\ntiers not run: {} — run `bash tests/run.sh` to install the peers and run them\n",
+        names.join(", ")
+    );
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
+/// `PORTCULLIS_TIERS=all` (what `tests/run.sh` exports) requires every tier,
+/// so a missing peer fails instead of skipping.
+#[test]
+fn tests_run_sh_requires_every_tier() {
+    let script =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/run.sh"))
+            .expect("tests/run.sh");
+    assert!(
+        script
+            .lines()
+            .any(|l| l.trim() == "export PORTCULLIS_TIERS=all"),
+        "tests/run.sh must export PORTCULLIS_TIERS=all: the test command runs every tier"
+    );
+}
+
+/// Every test that starts a tier's peer opens with the gate naming that tier.
+#[test]
+fn every_test_that_starts_a_peer_is_gated() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/suite");
+    let mut problems = Vec::new();
+    let mut gated = 0;
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("tests/suite")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .collect();
+    files.sort();
+    for path in files {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if name == "tiers.rs" {
+            continue; // its markers are the scan's own table
+        }
+        let text = without_comments(&std::fs::read_to_string(&path).expect("read"));
+        let fns = functions(&text);
+        for test in tests(&text) {
+            let need = needs(&test, &fns);
+            if need.is_empty() {
+                continue;
+            }
+            let have = gate(&fns[&test][0]);
+            let missing: Vec<&str> = need
+                .iter()
+                .filter(|t| !have.contains(t))
+                .map(|t| t.name())
+                .collect();
+            if missing.is_empty() {
+                gated += 1;
+            } else {
+                problems.push(format!(
+                    "{name}: `{test}` needs tier {} but does not open with \
+                     `if !tiers::ready(&[{}]) {{ return; }}`",
+                    missing.join(", "),
+                    need.iter()
+                        .map(|t| format!("Tier::{t:?}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(gated > 0, "the scan found no gated test: it reads nothing");
+}
+
+/// The tiers `test` needs: the markers in its body and in the bodies of the
+/// file's functions it calls, to any depth.
+fn needs(test: &str, fns: &BTreeMap<String, Vec<String>>) -> BTreeSet<Tier> {
+    let mut seen = BTreeSet::from([test.to_owned()]);
+    let mut todo = vec![test.to_owned()];
+    let mut need = BTreeSet::new();
+    while let Some(f) = todo.pop() {
+        for body in &fns[&f] {
+            for (marker, tier) in MARKERS {
+                if body.contains(marker) {
+                    need.insert(*tier);
+                }
+            }
+            for callee in calls(body) {
+                if fns.contains_key(&callee) && seen.insert(callee.clone()) {
+                    todo.push(callee);
+                }
+            }
+        }
+    }
+    need
+}
+
+/// The tiers named by the gate `body` opens with (none without one).
+fn gate(body: &str) -> BTreeSet<Tier> {
+    let body = body.trim_start_matches('{').trim_start();
+    let Some(rest) = body
+        .strip_prefix("if !tiers::ready(&[")
+        .or_else(|| body.strip_prefix("if !support::tiers::ready(&["))
+    else {
+        return BTreeSet::new();
+    };
+    let list = rest.split("])").next().unwrap_or_default();
+    Tier::ALL
+        .into_iter()
+        .filter(|t| list.contains(&format!("Tier::{t:?}")))
+        .collect()
+}
+
+/// Names of the test functions of a file (`#[test]`, `#[tokio::test…]`).
+fn tests(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("#[") {
+        rest = &rest[at + 2..];
+        let attr = rest.split(']').next().unwrap_or_default();
+        if attr == "test" || attr.starts_with("tokio::test") {
+            if let Some(name) = next_fn(rest) {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
+/// The name of the next `fn` in `text`.
+fn next_fn(text: &str) -> Option<String> {
+    let at = word(text, "fn")?;
+    let name: String = text[at + 2..]
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    (!name.is_empty()).then_some(name)
+}
+
+/// Every function of a file (methods too) by name, with its body (braces
+/// included); a name defined twice keeps both bodies.
+fn functions(text: &str) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut from = 0;
+    while let Some(at) = word(&text[from..], "fn") {
+        let start = from + at;
+        from = start + 2;
+        let Some(name) = next_fn(&text[start..]) else {
+            continue;
+        };
+        // The body: from the first `{` (a declaration ending in `;` has none).
+        let after = &text[start..];
+        let (Some(open), semi) = (after.find('{'), after.find(';')) else {
+            continue;
+        };
+        if semi.is_some_and(|s| s < open) {
+            continue;
+        }
+        let body = braced(&after[open..]);
+        out.entry(name).or_default().push(body.to_owned());
+    }
+    out
+}
+
+/// The `{…}` block `text` starts with.
+fn braced(text: &str) -> &str {
+    let mut depth = 0usize;
+    for (i, c) in text.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return &text[..=i];
+                }
+            }
+            _ => {}
+        }
+    }
+    text
+}
+
+/// The identifiers in `body` followed by `(`: what it may call.
+fn calls(body: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut ident = String::new();
+    for c in body.chars() {
+        if c.is_alphanumeric() || c == '_' {
+            ident.push(c);
+        } else {
+            if c == '(' && !ident.is_empty() {
+                out.insert(ident.clone());
+            }
+            ident.clear();
+        }
+    }
+    out
+}
+
+/// Where the keyword `kw` first stands as a word in `text`.
+fn word(text: &str, kw: &str) -> Option<usize> {
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut from = 0;
+    while let Some(at) = text[from..].find(kw) {
+        let i = from + at;
+        let before = text[..i].chars().next_back();
+        let after = text[i + kw.len()..].chars().next();
+        if !before.is_some_and(is_ident) && !after.is_some_and(is_ident) {
+            return Some(i);
+        }
+        from = i + kw.len();
+    }
+    None
+}
+
+/// The text without `//` comments (string literals kept: markers live there).
+fn without_comments(text: &str) -> String {
+    text.lines()
+        .map(|l| match l.find("//") {
+            // A `//` inside a string (a URL) is kept.
+            Some(i) if l[..i].matches('"').count() % 2 == 0 => &l[..i],
+            _ => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
