@@ -71,6 +71,68 @@ fn tests_run_sh_requires_every_tier() {
     );
 }
 
+/// Runs this test binary again on the `--exact` test `name` with nothing
+/// installed (an empty peers folder, conformance folder and `PATH`) and
+/// `tiers` as `PORTCULLIS_TIERS`: whether it passed, and its stdout and stderr.
+fn rerun(name: &str, tiers: Option<&str>) -> (bool, String) {
+    let empty = tempfile::tempdir().expect("temp dir");
+    let mut cmd = std::process::Command::new(std::env::current_exe().expect("the test binary"));
+    cmd.args([name, "--exact", "--nocapture", "--test-threads", "1"])
+        .env("PORTCULLIS_PEERS", empty.path())
+        .env("PORTCULLIS_CONFORMANCE", empty.path())
+        .env("PATH", empty.path())
+        .env_remove("PORTCULLIS_TIERS");
+    if let Some(tiers) = tiers {
+        cmd.env("PORTCULLIS_TIERS", tiers);
+    }
+    let out = cmd.output().expect("the test binary runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// With nothing installed the summary names every tier in one line; with
+/// every tier required it says nothing.
+#[test]
+fn the_summary_names_every_tier_not_run() {
+    let (passed, text) = rerun("tiers::summary", None);
+    assert!(passed, "{text}");
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("tiers not run:"))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "tiers not run: python, node, authz, redis, podman, chromium, conformance \
+          — run `bash tests/run.sh` to install the peers and run them"
+        ],
+        "{text}"
+    );
+    let (passed, text) = rerun("tiers::summary", Some("all"));
+    assert!(passed && !text.contains("tiers not run"), "{text}");
+}
+
+/// A gated test passes without its peer, noting the skip; the same test with
+/// its tier required (`tests/run.sh`) fails on the missing peer.
+#[test]
+fn a_gated_test_skips_without_its_peer_and_fails_when_its_tier_is_required() {
+    let test = "sdk::python_client_legacy_to_python_server";
+    let (passed, text) = rerun(test, None);
+    assert!(passed, "{text}");
+    assert!(text.contains("skipped: tier python not ready"), "{text}");
+    for required in ["all", "python", "redis, python"] {
+        let (passed, text) = rerun(test, Some(required));
+        assert!(!passed, "PORTCULLIS_TIERS={required}: {text}");
+        assert!(text.contains("the Python SDK venv is missing"), "{text}");
+    }
+    let (passed, text) = rerun(test, Some("redis"));
+    assert!(passed && text.contains("skipped: tier python"), "{text}");
+}
+
 /// Every test that starts a tier's peer opens with the gate naming that tier.
 #[test]
 fn every_test_that_starts_a_peer_is_gated() {
