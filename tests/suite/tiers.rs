@@ -228,10 +228,10 @@ fn tests(text: &str) -> Vec<String> {
     while let Some(at) = rest.find("#[") {
         rest = &rest[at + 2..];
         let attr = rest.split(']').next().unwrap_or_default();
-        if attr == "test" || attr.starts_with("tokio::test") {
-            if let Some(name) = next_fn(rest) {
-                out.push(name);
-            }
+        if (attr == "test" || attr.starts_with("tokio::test"))
+            && let Some(name) = next_fn(rest)
+        {
+            out.push(name);
         }
     }
     out
