@@ -38,6 +38,19 @@ const MARKERS: &[(&str, Tier)] = &[
     ("portcullis-conformance", Tier::Conformance),
 ];
 
+/// The harness's functions that start a peer. A test that reaches one must
+/// be gated even when no marker tells the tier (a peer kind read from a table
+/// outside any function, say): then the scan asks for a gate all the same.
+const STARTERS: &[&str] = &[
+    "PeerServer::start",
+    "StdioPeer::new",
+    "sdk(",
+    "eliciting(",
+    "AuthServer::start",
+    "IdentityPeer::start",
+    "RedisServer::start",
+];
+
 /// The one line, once per run of the suite: which tiers did not run and how to
 /// run them. Written to the process's stderr handle itself, which libtest
 /// does not capture (it captures only the `print!` family), so it shows in a
@@ -150,46 +163,112 @@ fn every_test_that_starts_a_peer_is_gated() {
         if name == "tiers.rs" {
             continue; // its markers are the scan's own table
         }
-        let text = without_comments(&std::fs::read_to_string(&path).expect("read"));
-        let fns = functions(&text);
-        for test in tests(&text) {
-            let need = needs(&test, &fns);
-            if need.is_empty() {
-                continue;
-            }
-            let have = gate(&fns[&test][0]);
-            let missing: Vec<&str> = need
-                .iter()
-                .filter(|t| !have.contains(t))
-                .map(|t| t.name())
-                .collect();
-            if missing.is_empty() {
-                gated += 1;
-            } else {
-                problems.push(format!(
-                    "{name}: `{test}` needs tier {} but does not open with \
-                     `if !tiers::ready(&[{}]) {{ return; }}`",
-                    missing.join(", "),
-                    need.iter()
-                        .map(|t| format!("Tier::{t:?}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-            }
-        }
+        let (found, ok) = check(&name, &std::fs::read_to_string(&path).expect("read"));
+        problems.extend(found);
+        gated += ok;
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     assert!(gated > 0, "the scan found no gated test: it reads nothing");
 }
 
+/// The checker on small files: it sees a missing gate, a gate that names
+/// too few tiers, a peer reached through a helper of the file, and a peer
+/// started with no marker; it passes a gated test and one that starts nothing.
+#[test]
+fn the_checker_sees_an_ungated_test() {
+    let file = r#"
+fn helper() { let _ = RedisServer::start(); }
+fn peer(kind: Peer) { let _ = PeerServer::start(kind); }
+#[test]
+fn bare() { let _ = PeerServer::start(Peer::Python); }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_few() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    sdk(Sdk::TypeScript, Mode::Modern, "", "", list()).await;
+}
+#[test]
+fn through_a_helper() { helper(); }
+#[test]
+fn unknown_kind() { peer(KINDS[0]); }
+#[test]
+fn gated() {
+    if !tiers::ready(&[Tier::Redis]) {
+        return;
+    }
+    helper();
+}
+#[test]
+fn nothing() { let _ = run_sdk(1); }
+"#;
+    let (problems, gated) = check("x.rs", file);
+    let named: Vec<&str> = problems
+        .iter()
+        .map(|p| p.split('`').nth(1).unwrap_or_default())
+        .collect();
+    assert_eq!(
+        named,
+        ["bare", "too_few", "through_a_helper", "unknown_kind"],
+        "{problems:#?}"
+    );
+    assert!(problems[1].contains("needs tier node"), "{}", problems[1]);
+    assert_eq!(gated, 1);
+}
+
+/// The problems of the file `name` with `text`, and how many tests it gates
+/// as they should be.
+fn check(name: &str, text: &str) -> (Vec<String>, usize) {
+    let text = without_comments(text);
+    let fns = functions(&text);
+    let mut problems = Vec::new();
+    let mut gated = 0;
+    for test in tests(&text) {
+        let (need, starts) = needs(&test, &fns);
+        let have = gate(&fns[&test][0]);
+        if need.is_empty() {
+            if starts && have.is_empty() {
+                problems.push(format!(
+                    "{name}: `{test}` starts a peer through the harness but names no tier's \
+                     marker; open it with `if !tiers::ready(&[Tier::…]) {{ return; }}` \
+                     naming the tiers it needs"
+                ));
+            }
+            continue;
+        }
+        let missing: Vec<&str> = need
+            .iter()
+            .filter(|t| !have.contains(t))
+            .map(|t| t.name())
+            .collect();
+        if missing.is_empty() {
+            gated += 1;
+        } else {
+            problems.push(format!(
+                "{name}: `{test}` needs tier {} but does not open with \
+                 `if !tiers::ready(&[{}]) {{ return; }}`",
+                missing.join(", "),
+                need.iter()
+                    .map(|t| format!("Tier::{t:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    (problems, gated)
+}
+
 /// The tiers `test` needs: the markers in its body and in the bodies of the
-/// file's functions it calls, to any depth.
-fn needs(test: &str, fns: &BTreeMap<String, Vec<String>>) -> BTreeSet<Tier> {
+/// file's functions it calls, to any depth; and whether those bodies call one
+/// of the harness's [`STARTERS`].
+fn needs(test: &str, fns: &BTreeMap<String, Vec<String>>) -> (BTreeSet<Tier>, bool) {
     let mut seen = BTreeSet::from([test.to_owned()]);
     let mut todo = vec![test.to_owned()];
     let mut need = BTreeSet::new();
+    let mut starts = false;
     while let Some(f) = todo.pop() {
         for body in &fns[&f] {
+            starts |= STARTERS.iter().any(|s| calls_starter(body, s));
             for (marker, tier) in MARKERS {
                 if body.contains(marker) {
                     need.insert(*tier);
@@ -202,7 +281,17 @@ fn needs(test: &str, fns: &BTreeMap<String, Vec<String>>) -> BTreeSet<Tier> {
             }
         }
     }
-    need
+    (need, starts)
+}
+
+/// Whether `body` calls `starter` (`sdk(` as a word, not `run_sdk(`).
+fn calls_starter(body: &str, starter: &str) -> bool {
+    body.match_indices(starter).any(|(i, _)| {
+        !body[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
 }
 
 /// The tiers named by the gate `body` opens with (none without one).
