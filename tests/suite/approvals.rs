@@ -178,7 +178,7 @@ const IN_BAND: &[InBand] = &[
 /// server.
 #[tokio::test]
 async fn the_users_answer_decides_whether_the_call_runs_in_both_eras() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+    if !tiers::ready(&[Tier::Python]) {
         return;
     }
     let upstream = PeerServer::start(Peer::Python).await;
@@ -480,7 +480,7 @@ async fn an_operator_approves_a_retried_call_through_the_admin_api() {
 
 #[tokio::test]
 async fn a_held_call_runs_when_an_operator_approves_and_not_when_denied() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+    if !tiers::ready(&[Tier::Python]) {
         return;
     }
     let upstream = PeerServer::start(Peer::Python).await;
@@ -526,7 +526,7 @@ async fn a_held_call_runs_when_an_operator_approves_and_not_when_denied() {
 
 #[tokio::test]
 async fn the_merged_view_puts_calls_to_approval_too() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+    if !tiers::ready(&[Tier::Python]) {
         return;
     }
     let a = PeerServer::start(Peer::Python).await;
@@ -578,7 +578,7 @@ async fn the_merged_view_puts_calls_to_approval_too() {
 
 #[tokio::test]
 async fn observe_mode_records_that_it_would_ask_and_lets_the_call_through() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+    if !tiers::ready(&[Tier::Python]) {
         return;
     }
     let upstream = PeerServer::start(Peer::Python).await;
@@ -690,7 +690,7 @@ async fn check_shows_which_calls_need_approval_and_by_whom() {
 /// `requestState` and answers come back to it across the gateway's question.
 #[tokio::test]
 async fn the_servers_own_input_round_survives_the_gateways_question() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+    if !tiers::ready(&[Tier::Python]) {
         return;
     }
     let upstream = PeerServer::start(Peer::Python).await;
@@ -749,7 +749,7 @@ async fn the_servers_own_input_round_survives_the_gateways_question() {
 /// approval can no longer be given.
 #[tokio::test]
 async fn a_held_call_nobody_decides_expires_unrun() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+    if !tiers::ready(&[Tier::Python]) {
         return;
     }
     let upstream = PeerServer::start(Peer::Python).await;
@@ -924,7 +924,7 @@ async fn a_server_request_posing_as_an_approval_question_is_dropped() {
 /// never put to a person.
 #[tokio::test]
 async fn only_a_call_that_would_be_forwarded_is_put_to_a_person() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+    if !tiers::ready(&[Tier::Python]) {
         return;
     }
     let upstream = PeerServer::start(Peer::Python).await;

@@ -458,7 +458,7 @@ struct ModeCase {
 // On the current thread: the log capture reads the events of this thread.
 #[tokio::test]
 async fn the_clients_own_token_never_reaches_the_server_nor_a_minted_one_the_log_in_any_mode() {
-    if !tiers::ready(&[Tier::Python, Tier::Authz]) {
+    if !tiers::ready(&[Tier::Authz]) {
         return;
     }
     let dir = tempfile::tempdir().expect("dir");

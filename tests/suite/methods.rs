@@ -175,6 +175,9 @@ async fn unknown_methods_are_refused_for_every_client_and_never_reach_the_server
 
 #[tokio::test]
 async fn subscribing_to_a_hidden_resource_is_refused_in_both_eras() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let up = Misbehaving::start().await;
     let rules = "[[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\nresources = [\"file:///public/*\"]\naction = \"allow\"\n";
     let gateway = TestGateway::start(&[("m", &up.url)], &format!("{}{rules}", clients())).await;

@@ -69,9 +69,6 @@ async fn observe_mode_lets_refusable_calls_through_and_lists_everything() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transport_checks_stay_enforced_in_observe_mode() {
-    if !tiers::ready(&[Tier::Python]) {
-        return;
-    }
     let up = InProcess::demo().await;
     let gw = TestGateway::start_raw(&config(&server("s", &up.url, None), "observe")).await;
     let url = gw.url("s");

@@ -114,17 +114,11 @@ async fn misbehaving_row(name: &str, tool: &str, code: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_error_internal() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     misbehaving_row("upstream_error_internal", "rpc_internal", "upstream_error").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_error_server_error() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     misbehaving_row(
         "upstream_error_server_error",
         "rpc_server_error",
@@ -135,9 +129,6 @@ async fn upstream_error_server_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_error_unknown_tool() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     misbehaving_row(
         "upstream_error_unknown_tool",
         "rpc_unknown_tool",
@@ -148,9 +139,6 @@ async fn upstream_error_unknown_tool() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_error_invalid_params() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     misbehaving_row(
         "upstream_error_invalid_params",
         "rpc_invalid_params",
@@ -205,9 +193,6 @@ async fn upstream_tool_failed_typescript() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_tool_failed_opaque_in_raw_bytes() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     misbehaving_row(
         "upstream_tool_failed_opaque_raw",
         "python_opaque",
@@ -243,9 +228,6 @@ async fn upstream_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_timeout_drip() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     misbehaving_row("upstream_timeout_drip", "drip", "upstream_timeout").await;
 }
 
@@ -253,9 +235,6 @@ async fn upstream_timeout_drip() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_unavailable_refused() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     let up = Misbehaving::start().await;
     let gateway = TestGateway::start_raw(&config(&[("s", &up.url)], "2s", "")).await;
     // The gateway learns the tools, then the server goes away.
@@ -273,9 +252,6 @@ async fn upstream_unavailable_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_unavailable_before_the_tool_list() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("port")
@@ -294,9 +270,6 @@ async fn upstream_unavailable_before_the_tool_list() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_unavailable_html_502() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     misbehaving_row(
         "upstream_unavailable_html_502",
         "html_502",
@@ -307,9 +280,6 @@ async fn upstream_unavailable_html_502() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_unavailable_reset_mid_stream() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     misbehaving_row(
         "upstream_unavailable_reset",
         "reset",
@@ -322,9 +292,6 @@ async fn upstream_unavailable_reset_mid_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_protocol_garbage_json() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     misbehaving_row(
         "upstream_protocol_garbage_json",
         "garbage_json",
@@ -335,9 +302,6 @@ async fn upstream_protocol_garbage_json() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_protocol_wrong_id() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     misbehaving_row(
         "upstream_protocol_wrong_id",
         "wrong_id",
@@ -348,9 +312,6 @@ async fn upstream_protocol_wrong_id() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_protocol_sse_wrong_id() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     misbehaving_row(
         "upstream_protocol_sse_wrong_id",
         "sse_wrong_id",
@@ -361,9 +322,6 @@ async fn upstream_protocol_sse_wrong_id() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_protocol_truncated_sse() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     misbehaving_row(
         "upstream_protocol_truncated_sse",
         "truncated_sse",
@@ -374,9 +332,6 @@ async fn upstream_protocol_truncated_sse() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_protocol_sse_without_response() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     misbehaving_row(
         "upstream_protocol_sse_no_response",
         "sse_no_response",
@@ -417,9 +372,6 @@ async fn output_withheld() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_schema_violation_after_redaction() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     misbehaving_row(
         "output_schema_violation_redacted",
         "schema_redacted",
@@ -430,9 +382,6 @@ async fn output_schema_violation_after_redaction() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_schema_violation_as_sent() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     misbehaving_row(
         "output_schema_violation_as_sent",
         "schema_wrong",
@@ -472,9 +421,6 @@ async fn argument_not_permitted_for_a_secret() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sequence_split_across_sse_events_is_removed_from_both() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     let up = Misbehaving::start().await;
     let gateway = TestGateway::start_raw(&config(&[("s", &up.url)], "2s", "")).await;
     let result = raw_call(&gateway, "split_escape").await;

@@ -172,13 +172,22 @@ fn every_test_that_starts_a_peer_is_gated() {
 }
 
 /// The checker on small files: it sees a missing gate, a gate that names
-/// too few tiers, a peer reached through a helper of the file, and a peer
-/// started with no marker; it passes a gated test and one that starts nothing.
+/// too few tiers or too many, a peer reached through a helper of the file, and
+/// a peer started with no marker; a brace in a string opens no block; it
+/// passes a gated test and one that starts nothing.
 #[test]
 fn the_checker_sees_an_ungated_test() {
     let file = r#"
 fn helper() { let _ = RedisServer::start(); }
 fn peer(kind: Peer) { let _ = PeerServer::start(kind); }
+#[test]
+fn too_many() {
+    if !tiers::ready(&[Tier::Redis, Tier::Node]) {
+        return;
+    }
+    let _ = "\"error\":{";
+    helper();
+}
 #[test]
 fn bare() { let _ = PeerServer::start(Peer::Python); }
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -186,6 +195,7 @@ async fn too_few() {
     if !tiers::ready(&[Tier::Python]) {
         return;
     }
+    let _ = PeerServer::start(Peer::Python).await;
     sdk(Sdk::TypeScript, Mode::Modern, "", "", list()).await;
 }
 #[test]
@@ -209,10 +219,17 @@ fn nothing() { let _ = run_sdk(1); }
         .collect();
     assert_eq!(
         named,
-        ["bare", "too_few", "through_a_helper", "unknown_kind"],
+        [
+            "too_many",
+            "bare",
+            "too_few",
+            "through_a_helper",
+            "unknown_kind"
+        ],
         "{problems:#?}"
     );
-    assert!(problems[1].contains("needs tier node"), "{}", problems[1]);
+    assert!(problems[0].contains("does not need"), "{}", problems[0]);
+    assert!(problems[2].contains("needs tier node"), "{}", problems[2]);
     assert_eq!(gated, 1);
 }
 
@@ -223,9 +240,21 @@ fn check(name: &str, text: &str) -> (Vec<String>, usize) {
     let fns = functions(&text);
     let mut problems = Vec::new();
     let mut gated = 0;
-    for test in tests(&text) {
+    for test in tests(&blank_literals(&text)) {
         let (need, starts) = needs(&test, &fns);
         let have = gate(&fns[&test][0]);
+        let extra: Vec<&str> = have
+            .iter()
+            .filter(|t| !need.contains(t))
+            .map(|t| t.name())
+            .collect();
+        if !extra.is_empty() && !(need.is_empty() && starts) {
+            problems.push(format!(
+                "{name}: `{test}` is gated on tier {} that it does not need: it would be \
+                 skipped where it could run",
+                extra.join(", ")
+            ));
+        }
         if need.is_empty() {
             if starts && have.is_empty() {
                 problems.push(format!(
@@ -242,7 +271,7 @@ fn check(name: &str, text: &str) -> (Vec<String>, usize) {
             .map(|t| t.name())
             .collect();
         if missing.is_empty() {
-            gated += 1;
+            gated += usize::from(extra.is_empty());
         } else {
             problems.push(format!(
                 "{name}: `{test}` needs tier {} but does not open with \
@@ -340,26 +369,125 @@ fn next_fn(text: &str) -> Option<String> {
 /// Every function of a file (methods too) by name, with its body (braces
 /// included); a name defined twice keeps both bodies.
 fn functions(text: &str) -> BTreeMap<String, Vec<String>> {
+    // Items and braces are found in `code`, where literals are blanked; the
+    // bodies are cut from `text` at the same offsets, markers and all.
+    let code = blank_literals(text);
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut from = 0;
-    while let Some(at) = word(&text[from..], "fn") {
+    while let Some(at) = word(&code[from..], "fn") {
         let start = from + at;
         from = start + 2;
-        let Some(name) = next_fn(&text[start..]) else {
+        let Some(name) = next_fn(&code[start..]) else {
             continue;
         };
         // The body: from the first `{` (a declaration ending in `;` has none).
-        let after = &text[start..];
+        let after = &code[start..];
         let (Some(open), semi) = (after.find('{'), after.find(';')) else {
             continue;
         };
         if semi.is_some_and(|s| s < open) {
             continue;
         }
-        let body = braced(&after[open..]);
+        let len = braced(&after[open..]).len();
+        let body = &text[start + open..start + open + len];
         out.entry(name).or_default().push(body.to_owned());
     }
     out
+}
+
+/// `text` with the inside of every string and char literal replaced by
+/// spaces of the same byte length, so a `{` in `"\"error\":{"` or `'{'`
+/// opens no block.
+fn blank_literals(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let chars: Vec<char> = text.chars().collect();
+    let blank = |out: &mut String, c: char| out.push_str(&" ".repeat(c.len_utf8()));
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        // A raw string: r"…", r#"…"# (any number of #), br"…".
+        if c == 'r' && !ident_before(&chars, i) {
+            let hashes = chars[i + 1..].iter().take_while(|h| **h == '#').count();
+            if chars.get(i + 1 + hashes) == Some(&'"') {
+                for &h in &chars[i..i + 2 + hashes] {
+                    out.push(h);
+                }
+                i += 2 + hashes;
+                let close: String = std::iter::once('"')
+                    .chain(std::iter::repeat_n('#', hashes))
+                    .collect();
+                while i < chars.len() {
+                    let rest: String = chars[i..(i + close.len()).min(chars.len())]
+                        .iter()
+                        .collect();
+                    if rest == close {
+                        out.push_str(&close);
+                        i += close.len();
+                        break;
+                    }
+                    blank(&mut out, chars[i]);
+                    i += 1;
+                }
+                continue;
+            }
+        }
+        if c == '"' {
+            out.push(c);
+            i += 1;
+            while i < chars.len() {
+                match chars[i] {
+                    '\\' => {
+                        blank(&mut out, chars[i]);
+                        if let Some(&n) = chars.get(i + 1) {
+                            blank(&mut out, n);
+                        }
+                        i += 2;
+                    }
+                    '"' => {
+                        out.push('"');
+                        i += 1;
+                        break;
+                    }
+                    other => {
+                        blank(&mut out, other);
+                        i += 1;
+                    }
+                }
+            }
+            continue;
+        }
+        // A char literal ('{', '\n'); a lifetime ('a) has no closing quote.
+        if c == '\'' {
+            let len = if chars.get(i + 1) == Some(&'\\') {
+                4
+            } else {
+                3
+            };
+            if chars.get(i + len - 1) == Some(&'\'') {
+                out.push('\'');
+                for &inner in &chars[i + 1..i + len - 1] {
+                    blank(&mut out, inner);
+                }
+                out.push('\'');
+                i += len;
+                continue;
+            }
+        }
+        out.push(c);
+        i += 1;
+    }
+    out
+}
+
+/// Whether an identifier character stands before `chars[i]` (the `b` of a
+/// byte string `br"…"` does not count).
+fn ident_before(chars: &[char], i: usize) -> bool {
+    let is_ident = |c: &char| c.is_alphanumeric() || *c == '_';
+    match i.checked_sub(1).map(|p| (p, chars[p])) {
+        None => false,
+        Some((p, 'b')) => p.checked_sub(1).is_some_and(|q| is_ident(&chars[q])),
+        Some((_, c)) => is_ident(&c),
+    }
 }
 
 /// The `{…}` block `text` starts with.
