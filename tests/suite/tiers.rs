@@ -248,7 +248,7 @@ fn check(name: &str, text: &str) -> (Vec<String>, usize) {
             .filter(|t| !need.contains(t))
             .map(|t| t.name())
             .collect();
-        if !extra.is_empty() && !(need.is_empty() && starts) {
+        if !extra.is_empty() && (!need.is_empty() || !starts) {
             problems.push(format!(
                 "{name}: `{test}` is gated on tier {} that it does not need: it would be \
                  skipped where it could run",
