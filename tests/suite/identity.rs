@@ -334,7 +334,7 @@ fn assertion_config(upstream: &str, keys: &[&std::path::Path]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn assertions_name_each_client_and_a_key_rotation_fails_no_call() {
-    if !tiers::ready(&[Tier::Python]) {
+    if !tiers::ready(&[Tier::Python, Tier::Authz]) {
         return;
     }
     let dir = tempfile::tempdir().expect("dir");

@@ -228,6 +228,9 @@ async fn upstream_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_timeout_drip() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     misbehaving_row("upstream_timeout_drip", "drip", "upstream_timeout").await;
 }
 

@@ -200,8 +200,16 @@ async fn too_few() {
 }
 #[test]
 fn through_a_helper() { helper(); }
+const KINDS: &[Sdk] = &[Sdk::TypeScript];
 #[test]
-fn unknown_kind() { peer(KINDS[0]); }
+fn unknown_kind() { peer(UNKNOWN[0]); }
+#[test]
+fn from_a_table() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    peer(KINDS[0]);
+}
 #[test]
 fn gated() {
     if !tiers::ready(&[Tier::Redis]) {
@@ -224,7 +232,9 @@ fn nothing() { let _ = run_sdk(1); }
             "bare",
             "too_few",
             "through_a_helper",
-            "unknown_kind"
+            "unknown_kind",
+            "from_a_table",
+            "from_a_table"
         ],
         "{problems:#?}"
     );
@@ -346,7 +356,11 @@ fn tests(text: &str) -> Vec<String> {
     while let Some(at) = rest.find("#[") {
         rest = &rest[at + 2..];
         let attr = rest.split(']').next().unwrap_or_default();
+        // A proptest case (`fn name(x in strategy)`) cannot return early; none
+        // starts a peer.
+        let args = rest.split(')').next().unwrap_or_default();
         if (attr == "test" || attr.starts_with("tokio::test"))
+            && !args.contains(" in ")
             && let Some(name) = next_fn(rest)
         {
             out.push(name);
@@ -358,8 +372,14 @@ fn tests(text: &str) -> Vec<String> {
 /// The name of the next `fn` in `text`.
 fn next_fn(text: &str) -> Option<String> {
     let at = word(text, "fn")?;
-    let name: String = text[at + 2..]
-        .trim_start()
+    ident_after(&text[at + 2..])
+}
+
+/// The identifier `text` starts with, after blanks (`mut` skipped).
+fn ident_after(text: &str) -> Option<String> {
+    let text = text.trim_start();
+    let text = text.strip_prefix("mut ").unwrap_or(text).trim_start();
+    let name: String = text
         .chars()
         .take_while(|c| c.is_alphanumeric() || *c == '_')
         .collect();
@@ -374,6 +394,21 @@ fn functions(text: &str) -> BTreeMap<String, Vec<String>> {
     let code = blank_literals(text);
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut from = 0;
+    // A `const` or `static` (a table of peer kinds, say), up to its `;`.
+    for kw in ["const", "static"] {
+        let mut from = 0;
+        while let Some(at) = word(&code[from..], kw) {
+            let start = from + at;
+            from = start + kw.len();
+            let Some(name) = ident_after(&code[from..]) else {
+                continue;
+            };
+            let end = code[start..].find(";\n").map_or(code.len(), |e| start + e);
+            out.entry(name)
+                .or_default()
+                .push(text[start..end].to_owned());
+        }
+    }
     while let Some(at) = word(&code[from..], "fn") {
         let start = from + at;
         from = start + 2;
@@ -508,21 +543,12 @@ fn braced(text: &str) -> &str {
     text
 }
 
-/// The identifiers in `body` followed by `(`: what it may call.
+/// The identifiers in `body`: the functions it may call, the tables it reads.
 fn calls(body: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    let mut ident = String::new();
-    for c in body.chars() {
-        if c.is_alphanumeric() || c == '_' {
-            ident.push(c);
-        } else {
-            if c == '(' && !ident.is_empty() {
-                out.insert(ident.clone());
-            }
-            ident.clear();
-        }
-    }
-    out
+    body.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Where the keyword `kw` first stands as a word in `text`.
