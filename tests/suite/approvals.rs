@@ -6,6 +6,7 @@
 //! operator (admin API, dashboard).
 
 use crate::support;
+use support::tiers::{self, Tier};
 
 use std::time::Duration;
 
@@ -177,6 +178,9 @@ const IN_BAND: &[InBand] = &[
 /// server.
 #[tokio::test]
 async fn the_users_answer_decides_whether_the_call_runs_in_both_eras() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let gw = gateway(&upstream.url, BY_USER, "").await;
     let mut approved = 0;
@@ -292,6 +296,9 @@ async fn post_echo(gw: &TestGateway, key: &str, body: String) -> Value {
 
 #[tokio::test]
 async fn a_signed_state_runs_its_own_call_once_and_nothing_else() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let gw = gateway(&upstream.url, BY_USER, "").await;
     let asked = post_echo(&gw, ALICE, modern_echo(1, "/tmp/x", json!({}))).await;
@@ -364,6 +371,9 @@ async fn a_signed_state_runs_its_own_call_once_and_nothing_else() {
 
 #[tokio::test]
 async fn an_expired_approval_is_refused() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let gw = gateway(&upstream.url, r#"{ by = "user", timeout = "1s" }"#, "").await;
     let asked = post_echo(&gw, ALICE, modern_echo(1, "late", json!({}))).await;
@@ -381,6 +391,9 @@ async fn an_expired_approval_is_refused() {
 
 #[tokio::test]
 async fn an_operator_approves_a_retried_call_through_the_admin_api() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let approval =
         r#"{ by = "operator", pending = "retry", timeout = "5m", reason = "irreversible" }"#;
@@ -467,6 +480,9 @@ async fn an_operator_approves_a_retried_call_through_the_admin_api() {
 
 #[tokio::test]
 async fn a_held_call_runs_when_an_operator_approves_and_not_when_denied() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let gw = gateway(&upstream.url, r#"{ by = "operator", timeout = "1m" }"#, "").await;
     for (verb, text) in [("approve", "yes please"), ("deny", "no thanks")] {
@@ -510,6 +526,9 @@ async fn a_held_call_runs_when_an_operator_approves_and_not_when_denied() {
 
 #[tokio::test]
 async fn the_merged_view_puts_calls_to_approval_too() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let a = PeerServer::start(Peer::Python).await;
     let b = PeerServer::start(Peer::Python).await;
     let token = hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN));
@@ -559,6 +578,9 @@ async fn the_merged_view_puts_calls_to_approval_too() {
 
 #[tokio::test]
 async fn observe_mode_records_that_it_would_ask_and_lets_the_call_through() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let gw = gateway(&upstream.url, BY_USER, "mode = \"observe\"").await;
     let out = python(
@@ -590,6 +612,9 @@ async fn observe_mode_records_that_it_would_ask_and_lets_the_call_through() {
 
 #[tokio::test]
 async fn bad_approval_settings_are_refused_with_their_place() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     support::init();
     let load = |rest: &str| {
         let text = format!(
@@ -641,6 +666,9 @@ async fn bad_approval_settings_are_refused_with_their_place() {
 
 #[tokio::test]
 async fn check_shows_which_calls_need_approval_and_by_whom() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let file = support::ConfigFile::new(&format!(
         "[servers.files]\nurl = \"http://127.0.0.1:1/mcp\"\n{}\n\
          [[rules]]\nclients = [\"*\"]\nservers = [\"files\"]\ntools = [\"delete_*\"]\naction = \"allow\"\n\
@@ -668,6 +696,9 @@ async fn check_shows_which_calls_need_approval_and_by_whom() {
 /// `requestState` and answers come back to it across the gateway's question.
 #[tokio::test]
 async fn the_servers_own_input_round_survives_the_gateways_question() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let token = hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN));
     let text = format!(
@@ -724,6 +755,9 @@ async fn the_servers_own_input_round_survives_the_gateways_question() {
 /// approval can no longer be given.
 #[tokio::test]
 async fn a_held_call_nobody_decides_expires_unrun() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let gw = gateway(&upstream.url, r#"{ by = "operator", timeout = "1s" }"#, "").await;
     let out = python(
@@ -770,6 +804,9 @@ async fn a_held_call_nobody_decides_expires_unrun() {
 /// asked again on its next plain call.
 #[tokio::test]
 async fn a_state_from_before_a_restart_is_refused() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let key = "approvals-key-of-at-least-32-bytes!";
     let extra = format!("\n[approvals]\nkey = \"{key}\"\n");
@@ -806,6 +843,9 @@ async fn a_state_from_before_a_restart_is_refused() {
 /// answers none open for this session is refused (400, -31020), not relayed.
 #[tokio::test]
 async fn an_answer_to_no_open_question_is_refused() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let gw = gateway(&upstream.url, BY_USER, "").await;
     let url = gw.url("files");
@@ -841,6 +881,9 @@ async fn an_answer_to_no_open_question_is_refused() {
 /// gateway); one with any other id is relayed as before.
 #[tokio::test]
 async fn a_server_request_posing_as_an_approval_question_is_dropped() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let up = Misbehaving::start().await;
     let gw = TestGateway::start_raw(&format!(
         "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
@@ -890,6 +933,9 @@ async fn a_server_request_posing_as_an_approval_question_is_dropped() {
 /// never put to a person.
 #[tokio::test]
 async fn only_a_call_that_would_be_forwarded_is_put_to_a_person() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let gw = gateway(
         &upstream.url,

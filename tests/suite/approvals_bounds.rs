@@ -4,6 +4,7 @@
 //! server, and a server cannot pose as the gateway's question.
 
 use crate::support;
+use support::tiers::{self, Tier};
 
 use serde_json::{Value, json};
 use support::misbehaving::{Misbehaving, Scripted};
@@ -53,6 +54,9 @@ fn code(result: &Value) -> Option<&str> {
 
 #[tokio::test]
 async fn one_clients_used_states_never_block_another_clients_approval() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let extra = "[approvals]\nmax_used_states = 100\nmax_used_states_per_client = 2\n";
     let gw = gateway(&upstream.url, r#"{ by = "user" }"#, extra).await;
@@ -142,6 +146,9 @@ async fn legacy_echo(url: &str, key: &str, session: &str) -> String {
 
 #[tokio::test]
 async fn one_clients_sessions_never_push_out_another_clients() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let extra = "[approvals]\nmax_sessions = 3\nmax_sessions_per_client = 2\n";
     let gw = gateway(&upstream.url, r#"{ by = "user", timeout = "1s" }"#, extra).await;
@@ -166,6 +173,9 @@ async fn one_clients_sessions_never_push_out_another_clients() {
 
 #[tokio::test]
 async fn the_reserved_answer_key_never_reaches_the_server() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let gw = gateway(&upstream.url, r#"{ by = "user" }"#, "").await;
     let extra = json!({"inputResponses": {

@@ -6,6 +6,7 @@
 //! client and server; the server records every POST body as it arrived.
 
 use crate::support;
+use support::tiers::{self, Tier};
 
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
@@ -123,6 +124,9 @@ async fn admin_get(gw: &TestGateway, path: &str) -> Value {
 
 #[tokio::test]
 async fn the_person_sees_the_control_string_and_the_server_runs_exactly_what_was_shown() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let gw = gateway(&upstream.url, BY_USER, "").await;
     for mode in [Mode::Modern, Mode::Legacy] {
@@ -175,6 +179,9 @@ async fn the_person_sees_the_control_string_and_the_server_runs_exactly_what_was
 
 #[tokio::test]
 async fn a_key_and_a_value_past_the_old_limits_are_shown_whole() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let gw = gateway(&upstream.url, BY_USER, "").await;
     let long = format!("{}END", "x".repeat(4200));
@@ -208,6 +215,9 @@ async fn a_key_and_a_value_past_the_old_limits_are_shown_whole() {
 
 #[tokio::test]
 async fn a_call_too_large_to_show_is_refused_and_never_runs() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let extra = "[approvals]\nmax_question_chars = 1000\n";
     let gw = gateway(&upstream.url, BY_USER, extra).await;
@@ -275,6 +285,9 @@ async fn a_call_too_large_to_show_is_refused_and_never_runs() {
 
 #[tokio::test]
 async fn secrets_are_withheld_from_the_question_whatever_the_sanitizer_says() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let extra = "[sanitize]\nsecrets = \"off\"\narguments = \"off\"\n";
     let gw = gateway(
@@ -321,6 +334,9 @@ async fn secrets_are_withheld_from_the_question_whatever_the_sanitizer_says() {
 /// client's own spelling of the JSON (escapes, spaces, key order).
 #[tokio::test]
 async fn the_bound_digest_is_the_digest_of_the_bytes_the_server_received() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let gw = gateway(&upstream.url, BY_USER, "").await;
     let headers = modern_call_headers(ALICE, "echo");

@@ -11,6 +11,7 @@
 
 use crate::support;
 use support::Config;
+use support::tiers::{self, Tier};
 use support::tools_call;
 
 use std::path::PathBuf;
@@ -31,6 +32,9 @@ fn code(body: &Value) -> Option<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_in_chromium_shows_calls_and_approves_a_quarantined_tool() {
+    if !tiers::ready(&[Tier::Node, Tier::Chromium]) {
+        return;
+    }
     assert!(
         std::path::Path::new("/usr/bin/chromium").exists(),
         "Chromium is missing: apt-get install -y chromium chromium-driver (tests/run.sh does)"
@@ -133,6 +137,9 @@ async fn dashboard_in_chromium_shows_calls_and_approves_a_quarantined_tool() {
 /// operator's own page on loopback reads the events.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebinding_page_in_chromium_reads_nothing() {
+    if !tiers::ready(&[Tier::Node, Tier::Chromium]) {
+        return;
+    }
     let modules = support::peers_dir().join("browser/node_modules");
     assert!(
         std::path::Path::new("/usr/bin/chromium").exists()
@@ -230,6 +237,9 @@ async fn a_rebinding_page_in_chromium_reads_nothing() {
 /// from here: `docs/src/img/approvals-*.png`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_approval_queue_in_chromium_approves_a_held_call() {
+    if !tiers::ready(&[Tier::Node, Tier::Chromium]) {
+        return;
+    }
     let modules = support::peers_dir().join("browser/node_modules");
     assert!(
         std::path::Path::new("/usr/bin/chromium").exists()

@@ -16,6 +16,7 @@
 //! into that file (see CONFORMANCE.md for the exact command).
 
 use crate::support;
+use support::tiers::{self, Tier};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -371,6 +372,9 @@ fn write_block(path: &Path, mode: &str, block: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_scores_what_the_server_scores() {
+    if !tiers::ready(&[Tier::Python, Tier::Conformance]) {
+        return;
+    }
     let scenarios: Vec<(String, String)> = if full() {
         listed("--server").await
     } else {
@@ -416,6 +420,9 @@ async fn the_gateway_scores_what_the_server_scores() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_scores_the_same_through_the_gateway() {
+    if !tiers::ready(&[Tier::Python, Tier::Conformance]) {
+        return;
+    }
     let python = peers_dir().join("venv/bin/python");
     assert!(
         python.exists(),

@@ -13,6 +13,7 @@
 //! the dependency tree a second time inside the build.
 
 use crate::support;
+use support::tiers::{self, Tier};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -210,6 +211,9 @@ fn audit_rows(db: &Path) -> Vec<(String, Option<String>, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_image_serves_a_real_client_read_only_and_non_root_and_drains_on_sigterm() {
+    if !tiers::ready(&[Tier::Python, Tier::Podman]) {
+        return;
+    }
     let image = tokio::task::spawn_blocking(image).await.expect("built");
     let up = PeerServer::start(Peer::Python).await;
     let (gateway, admin) = (free_port(), free_port());
@@ -387,6 +391,9 @@ fn fill(text: &str, from: &str, to: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubernetes_manifests_play_as_a_sidecar_pod() {
+    if !tiers::ready(&[Tier::Python, Tier::Podman]) {
+        return;
+    }
     let image = tokio::task::spawn_blocking(image).await.expect("built");
     let (gateway, admin, server) = (free_port(), free_port(), free_port());
     let read = |p: &str| std::fs::read_to_string(Path::new(ROOT).join(p)).expect(p);
@@ -510,6 +517,9 @@ async fn the_kubernetes_manifests_play_as_a_sidecar_pod() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_compose_file_comes_up_with_podman_compose() {
+    if !tiers::ready(&[Tier::Python, Tier::Podman]) {
+        return;
+    }
     let image = tokio::task::spawn_blocking(image).await.expect("built");
     let compose = support::peers_dir().join("compose-venv/bin/podman-compose");
     assert!(

@@ -8,6 +8,7 @@
 
 use crate::support;
 use support::Config;
+use support::tiers::{self, Tier};
 
 use std::io::Write as _;
 use std::path::Path;
@@ -726,6 +727,9 @@ async fn still_open(stream: &mut reqwest::Response) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_that_revokes_ends_the_clients_streams_and_sessions() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let server = PeerServer::start(Peer::Python).await;
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("portcullis.toml");

@@ -2,6 +2,7 @@
 //! prompts `<server>__<name>`, while each server's rules still apply to it.
 
 use crate::support;
+use support::tiers::{self, Tier};
 
 use serde_json::{Value, json};
 use support::*;
@@ -28,6 +29,9 @@ fn names(listed: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn the_same_tool_on_two_servers_is_reachable_under_each_prefix_and_rules_apply_per_server() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let py = PeerServer::start(Peer::Python).await;
     let ts = PeerServer::start(Peer::TypeScript).await;
     let gateway = TestGateway::start(&[("py", &py.url), ("ts", &ts.url)], &rules()).await;
@@ -109,6 +113,9 @@ async fn the_same_tool_on_two_servers_is_reachable_under_each_prefix_and_rules_a
 
 #[tokio::test]
 async fn prompts_and_resources_of_every_server_are_merged_and_routed() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let py = PeerServer::start(Peer::Python).await;
     let everything = PeerServer::start(Peer::Everything).await;
     let gateway = TestGateway::start(
@@ -197,6 +204,9 @@ async fn prompts_and_resources_of_every_server_are_merged_and_routed() {
 
 #[tokio::test]
 async fn a_merged_session_belongs_to_its_client_and_an_unreachable_server_is_left_out() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let py = PeerServer::start(Peer::Python).await;
     // A port nobody listens on.
     let closed = {

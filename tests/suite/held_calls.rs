@@ -9,6 +9,7 @@
 //! declined call — with buckets in memory and in a real redis-server.
 
 use crate::support;
+use support::tiers::{self, Tier};
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -116,11 +117,17 @@ async fn one_token_is_taken_by_the_run_not_the_question(backend: Option<&str>) {
 
 #[tokio::test]
 async fn a_question_takes_no_token_in_memory() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     one_token_is_taken_by_the_run_not_the_question(None).await;
 }
 
 #[tokio::test]
 async fn a_question_takes_no_token_in_redis() {
+    if !tiers::ready(&[Tier::Python, Tier::Redis]) {
+        return;
+    }
     let redis = RedisServer::start();
     one_token_is_taken_by_the_run_not_the_question(Some(&redis.url())).await;
 }
@@ -131,6 +138,9 @@ async fn a_question_takes_no_token_in_redis() {
 /// its rate.
 #[tokio::test]
 async fn refusals_and_declined_calls_take_no_token() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let gw = TestGateway::start_config(&config(&upstream.url, BY_USER, true, false)).await;
     let url = gw.url("files");
@@ -217,6 +227,9 @@ async fn huge(url: &str, key: &str) -> Result<(), String> {
 /// `echo`; the yes that follows ends the call with `approval_expired`.
 #[tokio::test]
 async fn a_reload_denying_the_tool_ends_a_call_waiting_for_the_user() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     for mode in [Mode::Modern, Mode::Legacy] {
         let upstream = PeerServer::start(Peer::Python).await;
         let gw = Reloadable::start(&config(&upstream.url, BY_USER, false, false)).await;
@@ -253,6 +266,9 @@ async fn a_reload_denying_the_tool_ends_a_call_waiting_for_the_user() {
 /// under the configuration in force when the answer comes.
 #[tokio::test]
 async fn a_reload_that_still_allows_the_call_lets_it_run() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let upstream = PeerServer::start(Peer::Python).await;
     let gw = Reloadable::start(&config(&upstream.url, BY_USER, false, false)).await;
     let url = gw.gw.url("files");
@@ -316,6 +332,9 @@ async fn approve(gw: &TestGateway, id: &str) -> u16 {
 /// operator's yes that follows ends the call with `approval_expired`.
 #[tokio::test]
 async fn a_reload_denying_the_tool_or_removing_the_client_ends_a_call_held_for_an_operator() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     for change in ["deny the tool", "remove the client"] {
         let upstream = PeerServer::start(Peer::Python).await;
         let gw = Reloadable::start(&config(&upstream.url, BY_EITHER, false, false)).await;

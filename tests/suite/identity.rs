@@ -5,6 +5,7 @@
 //! before the upstream.
 
 use crate::support;
+use support::tiers::{self, Tier};
 
 use std::time::Duration;
 
@@ -77,6 +78,9 @@ fn everyone_may_call() -> &'static str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alice_and_bob_reach_the_server_as_themselves_in_both_eras_and_the_merged_view() {
+    if !tiers::ready(&[Tier::Python, Tier::Authz]) {
+        return;
+    }
     let auth = AuthServer::start(None).await;
     let files = verifying_peer(&auth).await;
     let mail = verifying_peer(&auth).await;
@@ -159,6 +163,9 @@ async fn alice_and_bob_reach_the_server_as_themselves_in_both_eras_and_the_merge
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_or_expired_subject_token_is_refused_and_the_server_is_not_called() {
+    if !tiers::ready(&[Tier::Python, Tier::Authz]) {
+        return;
+    }
     let auth = AuthServer::start(None).await;
     let files = verifying_peer(&auth).await;
     let text = Config::new()
@@ -243,6 +250,9 @@ async fn a_revoked_or_expired_subject_token_is_refused_and_the_server_is_not_cal
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_authorization_server_down_the_call_is_refused_before_the_server() {
+    if !tiers::ready(&[Tier::Python, Tier::Authz]) {
+        return;
+    }
     let auth = AuthServer::start(None).await;
     let files = verifying_peer(&auth).await;
     let text = Config::new()
@@ -324,6 +334,9 @@ fn assertion_config(upstream: &str, keys: &[&std::path::Path]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn assertions_name_each_client_and_a_key_rotation_fails_no_call() {
+    if !tiers::ready(&[Tier::Python, Tier::Authz]) {
+        return;
+    }
     let dir = tempfile::tempdir().expect("dir");
     let (old, new) = (
         signing_key(dir.path(), "old"),
@@ -445,6 +458,9 @@ struct ModeCase {
 // On the current thread: the log capture reads the events of this thread.
 #[tokio::test]
 async fn the_clients_own_token_never_reaches_the_server_nor_a_minted_one_the_log_in_any_mode() {
+    if !tiers::ready(&[Tier::Authz]) {
+        return;
+    }
     let dir = tempfile::tempdir().expect("dir");
     let key = signing_key(dir.path(), "gateway");
     let auth = AuthServer::start(Some(&key)).await;

@@ -78,6 +78,7 @@ mod stdio;
 mod stores;
 mod tasks;
 mod telemetry;
+mod tiers;
 mod upstream_failures;
 
 /// Every `tests/suite/*.rs` file is a module of this binary, and no test file

@@ -8,6 +8,7 @@
 //! list asked for.
 
 use crate::support;
+use support::tiers::{self, Tier};
 
 use serde_json::{Value, json};
 use support::misbehaving::Misbehaving;
@@ -174,6 +175,9 @@ async fn unknown_methods_are_refused_for_every_client_and_never_reach_the_server
 
 #[tokio::test]
 async fn subscribing_to_a_hidden_resource_is_refused_in_both_eras() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let up = Misbehaving::start().await;
     let rules = "[[rules]]\nclients = [\"*\"]\nservers = [\"*\"]\nresources = [\"file:///public/*\"]\naction = \"allow\"\n";
     let gateway = TestGateway::start(&[("m", &up.url)], &format!("{}{rules}", clients())).await;
@@ -262,6 +266,9 @@ async fn subscribing_to_a_hidden_resource_is_refused_in_both_eras() {
 
 #[tokio::test]
 async fn a_method_the_operator_names_is_forwarded_under_its_class_rules() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let py = PeerServer::start(Peer::PythonPaged).await;
     let rules = "[[rules]]\nclients = [\"alice\"]\nservers = [\"*\"]\ntools = [\"echo\"]\naction = \"allow\"\n";
     let echo = |name: Option<&str>| {
@@ -337,6 +344,9 @@ async fn a_method_the_operator_names_is_forwarded_under_its_class_rules() {
 /// eras and on the merged view.
 #[tokio::test]
 async fn a_tool_method_passes_exactly_the_checks_of_tools_call() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let py = PeerServer::start(Peer::PythonPaged).await;
     let config = format!(
         "{}[[rules]]\nclients = [\"alice\"]\nservers = [\"py\"]\ntools = [\"echo\"]\naction = \"allow\"\n\
@@ -443,6 +453,9 @@ async fn a_tool_method_passes_exactly_the_checks_of_tools_call() {
 
 #[tokio::test]
 async fn one_clients_cursor_never_becomes_the_servers_catalog() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let py = PeerServer::start(Peer::PythonPaged).await;
     let config = format!("{}{}", clients(), allow_all());
     let gateway = TestGateway::start(&[("py", &py.url)], &config).await;
@@ -577,6 +590,9 @@ async fn the_merged_view_refuses_unknown_methods_before_any_server() {
 /// table lacks.
 #[test]
 fn the_method_lists_are_the_published_schemas() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let python = peers_dir().join("venv/bin/python");
     assert!(
         python.exists(),

@@ -6,6 +6,7 @@
 
 use crate::support;
 use support::Config;
+use support::tiers::{self, Tier};
 use support::tools_call;
 
 use std::time::Duration;
@@ -168,6 +169,9 @@ async fn get_json(url: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_would_be_refusal_is_in_the_audit_row_the_dashboard_and_the_metrics() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let up = PeerServer::start(Peer::Python).await;
     let dir = tempfile::tempdir().expect("dir");
     let audit = dir.path().join("audit.db");

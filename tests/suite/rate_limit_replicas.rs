@@ -5,6 +5,7 @@
 
 use crate::support;
 use support::Config;
+use support::tiers::{self, Tier};
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -121,6 +122,9 @@ fn code(response: &Value) -> Option<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_share_one_bucket_through_redis() {
+    if !tiers::ready(&[Tier::Redis]) {
+        return;
+    }
     // Admissions are counted against the wall clock (see `support::exclusive`).
     let _alone = support::exclusive().await;
     const BURST: u64 = 5;
@@ -191,6 +195,9 @@ async fn two_replicas_share_one_bucket_through_redis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_follow_on_backend_error_while_redis_is_down_and_recover() {
+    if !tiers::ready(&[Tier::Redis]) {
+        return;
+    }
     let mut redis = RedisServer::start();
     let upstream = InProcess::demo().await;
     let rate = "{ burst = 1000, per_second = 100.0, key = \"client+tool\" }";

@@ -5,6 +5,7 @@
 //! validation; the refusal carries `Retry-After` and an exact wait.
 
 use crate::support;
+use support::tiers::{self, Tier};
 
 use std::time::Duration;
 
@@ -47,6 +48,9 @@ fn count(ran: &[String], tool: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_clients_get_rate_limited_and_the_upstream_runs_only_what_passed() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let server = PeerServer::start(Peer::Python).await;
     let gateway =
         TestGateway::start(&[("up", &server.url)], &format!("{}{RULES}", clients())).await;
@@ -172,6 +176,9 @@ async fn sdk_clients_get_rate_limited_and_the_upstream_runs_only_what_passed() {
 /// consumes only on calls as well.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_bucket_is_shared_by_all_clients() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let server = PeerServer::start(Peer::Python).await;
     let rules = r#"
 [[rules]]

@@ -4,6 +4,7 @@
 //! redis-server.
 
 use crate::support;
+use support::tiers::{self, Tier};
 
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -361,6 +362,9 @@ fn redis_limiter(server: &RedisServer, rt: &tokio::runtime::Runtime) -> RateLimi
 /// answers the same and writes nothing (the model sees only the takes).
 #[test]
 fn the_redis_script_matches_the_model_and_the_memory_backend() {
+    if !tiers::ready(&[Tier::Redis]) {
+        return;
+    }
     let server = RedisServer::start();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let limiter = redis_limiter(&server, &rt);
@@ -412,6 +416,9 @@ fn the_redis_script_matches_the_model_and_the_memory_backend() {
 /// admitted at it; the binding bucket and wait are reported exactly.
 #[test]
 fn redis_boundaries_are_exact() {
+    if !tiers::ready(&[Tier::Redis]) {
+        return;
+    }
     let server = RedisServer::start();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let limiter = redis_limiter(&server, &rt);
@@ -463,6 +470,9 @@ fn redis_boundaries_are_exact() {
 /// a wait no longer than the interval.
 #[test]
 fn redis_time_is_the_clock() {
+    if !tiers::ready(&[Tier::Redis]) {
+        return;
+    }
     let server = RedisServer::start();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let limiter = redis_limiter(&server, &rt);
@@ -499,6 +509,9 @@ fn redis_time_is_the_clock() {
 /// exactly `burst` pass.
 #[test]
 fn sixty_four_tasks_on_one_redis_key_admit_exactly_burst() {
+    if !tiers::ready(&[Tier::Redis]) {
+        return;
+    }
     let server = RedisServer::start();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -537,6 +550,9 @@ fn sixty_four_tasks_on_one_redis_key_admit_exactly_burst() {
 /// Redis back: the limiter reconnects by itself.
 #[test]
 fn redis_outage_follows_on_backend_error_and_recovers() {
+    if !tiers::ready(&[Tier::Redis]) {
+        return;
+    }
     let mut server = RedisServer::start();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (deny, allow) = {

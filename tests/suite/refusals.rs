@@ -7,6 +7,7 @@
 //! GET stream; raw requests for the answers no client sends on purpose.
 
 use crate::support;
+use support::tiers::{self, Tier};
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -172,6 +173,9 @@ const LEGACY_INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","para
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inspector_lists_and_calls_the_demo_tools_in_both_eras() {
+    if !tiers::ready(&[Tier::Node]) {
+        return;
+    }
     let (mut demo, url) = demo().await;
     let key = portcullis::demo::ANALYST_KEY;
     for era in ["legacy", "modern"] {
@@ -207,6 +211,9 @@ async fn the_inspector_lists_and_calls_the_demo_tools_in_both_eras() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inspector_works_through_the_gateway_in_front_of_python_servers() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     // With a GET stream (sessions, SSE), without one (stateless), and with JSON replies.
     for peer in [Peer::Python, Peer::PythonStateless, Peer::PythonJson] {
         let up = PeerServer::start(peer).await;
@@ -289,6 +296,9 @@ async fn a_get_stream_the_upstream_does_not_offer_is_answered_405_as_the_upstrea
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_python_servers_400_for_a_missing_session_is_relayed_under_the_request_id() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let up = PeerServer::start(Peer::Python).await;
     let gateway = TestGateway::start(&[("py", &up.url)], &policy()).await;
     let key = format!("Bearer {ALICE}");
@@ -333,6 +343,9 @@ async fn a_python_servers_400_for_a_missing_session_is_relayed_under_the_request
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delete_the_upstream_refuses_is_relayed_and_a_get_stream_it_offers_is_served() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let up = PeerServer::start(Peer::PythonStateless).await;
     let gateway = TestGateway::start(&[("py", &up.url)], &policy()).await;
     let url = gateway.url("py");
@@ -361,6 +374,9 @@ async fn a_delete_the_upstream_refuses_is_relayed_and_a_get_stream_it_offers_is_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_the_upstream_ended_is_answered_404_so_the_client_starts_a_new_one() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let up = PeerServer::start(Peer::Python).await;
     let gateway = TestGateway::start(&[("py", &up.url)], &policy()).await;
     let key = format!("Bearer {ALICE}");

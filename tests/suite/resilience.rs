@@ -7,6 +7,7 @@
 
 use crate::support;
 use support::misbehaving::Misbehaving;
+use support::tiers::{self, Tier};
 use support::{Config, Peer, PeerServer, TestGateway};
 
 use serde_json::{Value, json};
@@ -35,6 +36,9 @@ fn advice(result: &Value) -> &str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_of_the_server_is_invisible_to_the_client_of_an_idempotent_tool() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let mut peer = PeerServer::start(Peer::PythonStateless).await;
     let gateway = TestGateway::start_raw(&config(
         &peer.url,
@@ -65,6 +69,9 @@ async fn a_restart_of_the_server_is_invisible_to_the_client_of_an_idempotent_too
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_that_may_have_run_is_not_sent_again() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let mut peer = PeerServer::start(Peer::PythonStateless).await;
     let gateway = TestGateway::start_raw(&config(
         &peer.url,
@@ -181,6 +188,9 @@ fn code(result: &Value) -> &str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_breaker_opens_answers_without_the_server_half_opens_and_closes() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let mut peer = PeerServer::start(Peer::PythonStateless).await;
     let other = Misbehaving::start().await;
     let text_config = Config::new()

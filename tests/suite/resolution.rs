@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use crate::support;
+use support::tiers::{self, Tier};
 
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -214,6 +215,9 @@ fn expected(explained: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_explains_exactly_what_the_gateway_does() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let server = PeerServer::start(Peer::Python).await;
     let mut runner = TestRunner::new(ProptestConfig {
         cases: 40,

@@ -7,6 +7,7 @@
 
 use crate::support;
 use support::Config;
+use support::tiers::{self, Tier};
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -81,6 +82,9 @@ fn served(peer: &PeerServer) -> Vec<String> {
 
 #[tokio::test]
 async fn every_spelling_of_a_denied_resource_is_refused_in_both_eras() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let py = PeerServer::start(Peer::Python).await;
     let gateway = TestGateway::start(&[("py", &py.url)], &format!("{}{RULES}", clients())).await;
     for mode in [Mode::Legacy, Mode::Modern] {
@@ -134,6 +138,9 @@ async fn every_spelling_of_a_denied_resource_is_refused_in_both_eras() {
 
 #[tokio::test]
 async fn a_spelling_that_changes_structure_gets_an_explicit_answer_and_is_not_forwarded() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let py = PeerServer::start(Peer::Python).await;
     let gateway = TestGateway::start(&[("py", &py.url)], &format!("{}{RULES}", clients())).await;
     for uri in [
@@ -181,6 +188,9 @@ async fn a_spelling_that_changes_structure_gets_an_explicit_answer_and_is_not_fo
 /// that changes structure is refused in every mode.
 #[tokio::test]
 async fn observe_mode_still_refuses_a_spelling_that_changes_structure() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let py = PeerServer::start(Peer::Python).await;
     let text = Config::new()
         .gateway("mode", "observe")
@@ -204,6 +214,9 @@ async fn observe_mode_still_refuses_a_spelling_that_changes_structure() {
 
 #[tokio::test]
 async fn the_merged_view_routes_on_the_canonical_uri() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let a = PeerServer::start(Peer::Python).await;
     let b = PeerServer::start(Peer::PythonStateless).await;
     let gateway = TestGateway::start(
@@ -241,6 +254,9 @@ async fn the_merged_view_routes_on_the_canonical_uri() {
 
 #[tokio::test]
 async fn the_spellings_of_one_resource_share_one_rate_limit_bucket() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let py = PeerServer::start(Peer::Python).await;
     let rules = r#"
 [[rules]]
@@ -535,6 +551,9 @@ async fn sdk_resolves(uris: &[String]) -> Vec<Value> {
 /// decision (rules match the identity) and one bucket (keys are built from it).
 #[tokio::test]
 async fn spellings_the_sdk_resolves_alike_are_one_resource_to_the_gateway() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let mut runner = TestRunner::default();
     let mut uris = Vec::new();
     for _ in 0..100 {

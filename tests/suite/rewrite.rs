@@ -12,6 +12,7 @@
 
 use crate::support;
 use support::Config;
+use support::tiers::{self, Tier};
 
 use serde_json::{Value, json};
 use support::misbehaving::{CANARY_PASSWORD, Misbehaving};
@@ -168,16 +169,25 @@ async fn explode(peer: Peer, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_tool_failed_python_opaque() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     explode(Peer::Python, "upstream_tool_failed_python_opaque").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_tool_failed_fastmcp() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     explode(Peer::FastMcp, "upstream_tool_failed_fastmcp").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_tool_failed_typescript() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     explode(Peer::TypeScript, "upstream_tool_failed_typescript").await;
 }
 
@@ -195,6 +205,9 @@ async fn upstream_tool_failed_opaque_in_raw_bytes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_timeout() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let up = PeerServer::start(Peer::Python).await;
     let gateway = TestGateway::start_raw(&config(&[("s", &up.url)], "2s", "")).await;
     let r = sdk(
@@ -215,6 +228,9 @@ async fn upstream_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_timeout_drip() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     misbehaving_row("upstream_timeout_drip", "drip", "upstream_timeout").await;
 }
 
@@ -331,6 +347,9 @@ async fn upstream_protocol_sse_without_response() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_withheld() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let up = PeerServer::start(Peer::TypeScript).await;
     let gateway = TestGateway::start_raw(&config(
         &[("s", &up.url)],
@@ -378,6 +397,9 @@ async fn output_schema_violation_as_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn argument_not_permitted_for_a_secret() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let up = PeerServer::start(Peer::Python).await;
     let gateway = TestGateway::start_raw(&config(&[("s", &up.url)], "10s", "")).await;
     let key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n-----END OPENSSH PRIVATE KEY-----";

@@ -8,6 +8,7 @@
 
 use crate::support;
 use support::Config;
+use support::tiers::{self, Tier};
 
 use serde_json::json;
 use support::misbehaving::{Misbehaving, Scripted};
@@ -99,6 +100,9 @@ async fn sse_comments_ids_and_event_names_are_sanitized_or_dropped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateways_own_flags_quote_nothing_raw() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     use support::{Mode, Peer, PeerServer, Sdk, call, sdk};
     let up = PeerServer::start(Peer::Python).await;
     let config = Config::new()

@@ -2,6 +2,7 @@
 //! front and the official SDK servers (and server-everything) behind.
 
 use crate::support;
+use support::tiers::{self, Tier};
 
 use serde_json::json;
 use support::{
@@ -66,31 +67,49 @@ async fn story(peer: Peer, client: Sdk, mode: Mode) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_client_legacy_to_python_server() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     story(Peer::Python, Sdk::Python, Mode::Legacy).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_client_2026_to_python_server() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     story(Peer::Python, Sdk::Python, Mode::Modern).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_client_legacy_to_typescript_server() {
+    if !tiers::ready(&[Tier::Node]) {
+        return;
+    }
     story(Peer::TypeScript, Sdk::TypeScript, Mode::Legacy).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_client_2026_to_typescript_server() {
+    if !tiers::ready(&[Tier::Node]) {
+        return;
+    }
     story(Peer::TypeScript, Sdk::TypeScript, Mode::Modern).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_client_2026_to_python_server() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     story(Peer::Python, Sdk::TypeScript, Mode::Modern).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_client_2026_to_stateless_python_server() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     story(Peer::PythonStateless, Sdk::Python, Mode::Modern).await;
 }
 
@@ -98,6 +117,9 @@ async fn python_client_2026_to_stateless_python_server() {
 /// tool, and streams with priming events.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_everything_through_the_gateway() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let server = PeerServer::start(Peer::Everything).await;
     let gateway = gateway_for(&server).await;
     for client in [Sdk::Python, Sdk::TypeScript] {

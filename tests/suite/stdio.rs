@@ -4,6 +4,7 @@
 
 use crate::support;
 use support::Config;
+use support::tiers::{self, Tier};
 
 use std::time::Duration;
 
@@ -26,6 +27,9 @@ fn kill(pid: u64) {
 /// every client gets exactly its own answers back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_clients_share_one_process_and_get_their_own_answers() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let server = StdioPeer::new(Peer::Python, "py");
     let gw = gateway(&[&server]).await;
     let url = gw.url("py");
@@ -64,6 +68,9 @@ async fn twenty_clients_share_one_process_and_get_their_own_answers() {
 /// violates it is answered by the gateway and never written to the child.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_violating_call_never_reaches_the_child() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let server = StdioPeer::new(Peer::Python, "py");
     let gw = gateway(&[&server]).await;
     let valid =
@@ -102,6 +109,9 @@ async fn a_schema_violating_call_never_reaches_the_child() {
 /// client still gets HTTP 200 with the tool's result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stdio_answer_is_recorded_without_an_http_status() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let server = StdioPeer::new(Peer::Python, "py");
     let gw = gateway(&[&server]).await;
     let answered =
@@ -142,6 +152,9 @@ async fn a_stdio_answer_is_recorded_without_an_http_status() {
 /// the gateway starts a new process (and handshakes with it), and the next call works.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_killed_mid_call_is_reported_and_restarted() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let server = StdioPeer::new(Peer::Python, "py");
     let gw = gateway(&[&server]).await;
     let first = gw.running_pid("py", None).await;
@@ -194,6 +207,9 @@ async fn a_child_killed_mid_call_is_reported_and_restarted() {
 /// gateway, and the progress of its long-running tool reaches them as it runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_everything_on_stdio_streams_progress_to_the_client() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let server = StdioPeer::new(Peer::Everything, "everything");
     let gw = gateway(&[&server]).await;
     for client in [Sdk::Python, Sdk::TypeScript] {
@@ -232,6 +248,9 @@ async fn server_everything_on_stdio_streams_progress_to_the_client() {
 /// Shutting the gateway down stops its children.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_the_child() {
+    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+        return;
+    }
     let py = StdioPeer::new(Peer::Python, "py");
     let everything = StdioPeer::new(Peer::Everything, "everything");
     let gw = gateway(&[&py, &everything]).await;
@@ -252,6 +271,9 @@ async fn shutdown_stops_the_child() {
 /// line, with the server's name (the real binary, its JSON log).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stderr_lines_reach_the_gateway_log() {
+    if !tiers::ready(&[Tier::Node]) {
+        return;
+    }
     let everything = StdioPeer::new(Peer::Everything, "everything");
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("portcullis.toml");
@@ -291,6 +313,9 @@ async fn stderr_lines_reach_the_gateway_log() {
 /// the gateway's environment (here: the variables cargo sets for the test).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_child_gets_a_minimal_environment() {
+    if !tiers::ready(&[Tier::Node]) {
+        return;
+    }
     assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
     let mut everything = StdioPeer::new(Peer::Everything, "everything");
     everything
@@ -359,6 +384,9 @@ async fn a_failing_command_is_restarted_and_calls_do_not_hang() {
 /// stopped); a reload that leaves the server as it was keeps it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_replaces_only_a_changed_process() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let py = StdioPeer::new(Peer::Python, "py");
     let text = |timeout: &str, tools: &str| {
         Config::new()
@@ -433,6 +461,9 @@ async fn a_reload_replaces_only_a_changed_process() {
 /// serves the next call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_line_longer_than_the_cap_is_refused_and_the_process_serves_on() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let py = StdioPeer::new(Peer::Python, "py");
     let text = Config::new()
         .gateway("max_response_bytes", 65536)
@@ -467,6 +498,9 @@ async fn a_line_longer_than_the_cap_is_refused_and_the_process_serves_on() {
 /// first detaches a sleeper into a session of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grandchild_that_left_the_process_group_ends_at_shutdown() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
     let dir = tempfile::tempdir().expect("temp dir");
     let pid_file = dir.path().join("sleeper.pid");
     let python = support::peers_dir().join("venv/bin/python");

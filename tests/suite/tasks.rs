@@ -5,6 +5,7 @@
 //! (`support::tasks`), so only the gateway stands between Alice's task and Bob.
 
 use crate::support;
+use support::tiers::{self, Tier};
 
 use serde_json::{Value, json};
 use support::misbehaving::CANARY_FRAGMENTS;
@@ -333,6 +334,9 @@ async fn open_session(url: &str, key: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_sdk_servers_task_serves_its_creator_and_no_one_else() {
+    if !tiers::ready(&[Tier::Node]) {
+        return;
+    }
     // server-everything (TypeScript SDK v1 experimental tasks): `simulate-research-query`
     // runs as a task through four one-second stages.
     let server = PeerServer::start(Peer::Everything).await;

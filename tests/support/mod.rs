@@ -2,8 +2,11 @@
 //! started on loopback, the gateway started in-process in front of them, and
 //! real SDK clients driven through small scripts.
 //!
-//! A peer that is missing fails the test with the command that installs it
-//! (`bash tests/peers/setup.sh`); nothing is skipped silently.
+//! A test that starts a peer opens with its tier's gate ([`tiers`]): a plain
+//! `cargo test` skips it when the peer is absent and names the tiers it did
+//! not run in one line; under `tests/run.sh` (`PORTCULLIS_TIERS=all`) a peer
+//! that is missing fails the test with the command that installs it
+//! (`bash tests/peers/setup.sh`).
 
 pub mod config;
 pub mod fuzz;
@@ -15,6 +18,7 @@ pub mod otlp;
 pub mod process;
 pub mod redis;
 pub mod tasks;
+pub mod tiers;
 pub mod upstreams;
 
 use std::path::PathBuf;

@@ -1,8 +1,9 @@
 //! A real `redis-server` for tests: started on a free loopback port with no
 //! persistence (`--save "" --appendonly no`), stopped by its PID.
 //!
-//! A missing `redis-server` fails the test with the command that installs it;
-//! nothing is skipped.
+//! Its tests open with the `Redis` tier's gate (`support::tiers`); under
+//! `tests/run.sh` a missing `redis-server` fails them with the command that
+//! installs it.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
