@@ -140,32 +140,6 @@ async fn in_conversation(url: &str, conversation: &str, name: &str, args: Value)
         .refusal()
 }
 
-/// The events of the dashboard's live ring.
-async fn events(gw: &TestGateway) -> Vec<Value> {
-    let body: Value = support::http()
-        .get(format!("{}/api/events", gw.admin_url()))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .expect("events")
-        .text()
-        .await
-        .map(|t| serde_json::from_str(&t).unwrap_or(Value::Null))
-        .expect("JSON");
-    body["events"].as_array().cloned().unwrap_or_default()
-}
-
-async fn reload(gw: &TestGateway) {
-    let resp = support::http()
-        .post(format!("{}/api/reload", gw.admin_url()))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .expect("admin request");
-    let status = resp.status().as_u16();
-    assert_eq!(status, 200, "{}", resp.text().await.unwrap_or_default());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn labels_survive_a_reload_and_removing_the_flow_rule_releases_them() {
     if !tiers::ready(&[Tier::Python]) {
@@ -208,7 +182,7 @@ async fn labels_survive_a_reload_and_removing_the_flow_rule_releases_them() {
     };
     let mut recorded = Vec::new();
     for _ in 0..200 {
-        recorded = events(&gw).await;
+        recorded = gw.admin(ADMIN_TOKEN).events().await;
         if !lines(&recorded, "flow_denied").is_empty() {
             break;
         }
@@ -234,7 +208,7 @@ async fn labels_survive_a_reload_and_removing_the_flow_rule_releases_them() {
     );
 
     // The same configuration again: the conversation still holds its labels.
-    reload(&gw).await;
+    gw.admin(ADMIN_TOKEN).reloaded().await;
     let refused = in_conversation(&url, "c1", "book_flight", book.clone()).await;
     assert_eq!(
         refused.as_deref(),
@@ -244,7 +218,7 @@ async fn labels_survive_a_reload_and_removing_the_flow_rule_releases_them() {
 
     // Without the flow rule, nothing holds the call back.
     std::fs::write(&path, config(&upstream.url, None)).expect("write");
-    reload(&gw).await;
+    gw.admin(ADMIN_TOKEN).reloaded().await;
     assert_eq!(
         in_conversation(&url, "c1", "book_flight", book.clone()).await,
         None
@@ -252,7 +226,7 @@ async fn labels_survive_a_reload_and_removing_the_flow_rule_releases_them() {
 
     // The labels were kept: the rule back, the hold is back.
     std::fs::write(&path, config(&upstream.url, Some(DENY))).expect("write");
-    reload(&gw).await;
+    gw.admin(ADMIN_TOKEN).reloaded().await;
     let refused = in_conversation(&url, "c1", "book_flight", book).await;
     assert_eq!(refused.as_deref(), Some("flow_denied"));
     gw.stop().await;
