@@ -260,3 +260,48 @@ async fn a_flow_rule_asks_for_approval_only_once_the_session_holds_its_labels() 
     assert_eq!(booked, 1, "only the call before the trifecta ran");
     gw.stop().await;
 }
+
+/// A source tool whose call fails still brings its words into the session:
+/// the failure the client receives quotes the server's own text (FastMCP's
+/// `explode` passes its exception on; labelled untrusted here), so its label
+/// is set like a result's, and the trifecta holds the egress call (`hang`,
+/// labelled egress) back in both eras.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_source_whose_words_reach_the_client_still_sets_its_label() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let upstream = PeerServer::start(Peer::FastMcp).await;
+    let config = config(&upstream.url, Some(DENY))
+        .replace("\"leaky_text\" = {", "\"explode\" = {")
+        .replace("\"book_flight\" = {", "\"hang\" = {")
+        .replace("\"leaky_text\", \"book_flight\"]", "\"explode\", \"hang\"]");
+    let gw = TestGateway::start_raw(&config).await;
+    let url = gw.url("py");
+    let failing = call("explode", json!({}));
+    let egress = call("hang", json!({"seconds": 0}));
+    for (era, client) in [(Mode::Legacy, ALICE), (Mode::Modern, BOB)] {
+        let ops = json!([private(), failing.clone(), egress.clone()]);
+        let out = sdk(Sdk::Python, era, &url, client, ops).await;
+        ran(&out[0], "the private read");
+        assert_eq!(out[1]["isError"], true, "{}", out[1]);
+        let said = out[1]["text"].as_str().unwrap_or_default();
+        assert!(
+            said.contains("cannot connect"),
+            "the server's words reach the client: {said}"
+        );
+        assert_eq!(
+            gateway_code(&out[2]),
+            Some("flow_denied"),
+            "{era:?}: {}",
+            out[2]
+        );
+        let text = out[2]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("untrusted (explode on py)"), "{text}");
+    }
+    assert!(
+        !upstream.ran().iter().any(|t| t == "hang"),
+        "the refused calls never reached the server"
+    );
+    gw.stop().await;
+}
