@@ -4,7 +4,8 @@
 # FastMCP, an npm folder with the TypeScript SDK and server-everything, and the
 # official conformance suite with the Node 22 it needs, playwright-core and
 # Debian's Chromium for the dashboard test) into cache directories outside the
-# clone, and Debian's redis-server when running as root; later runs reuse them.
+# clone, and Debian's redis-server, postgresql and haproxy when running as
+# root; later runs reuse them.
 #
 #   bash tests/run.sh
 #
@@ -58,6 +59,19 @@ if ! command -v redis-server >/dev/null; then
   fi
 fi
 command -v redis-server || true
+
+step "PostgreSQL and HAProxy for the fleet tests (first use only)"
+# Debian's packages; the tests initialise their own cluster in a temp dir
+# (tests/support/postgres.rs) and run their own balancer (tests/support/haproxy.rs).
+have_postgres() { ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; }
+have_haproxy() { command -v haproxy >/dev/null || [[ -x /usr/sbin/haproxy ]]; }
+if ! have_postgres || ! have_haproxy; then
+  if [[ "$(id -u)" == 0 ]]; then
+    apt_install postgresql haproxy
+  else
+    echo "PostgreSQL or HAProxy is missing: run 'sudo apt-get install -y postgresql haproxy' (the fleet tests fail without them)"
+  fi
+fi
 
 step "format"
 cargo fmt --check

@@ -56,6 +56,21 @@ pub(crate) async fn readyz(State(state): State<Arc<AdminState>>) -> Response {
     json_response(status, &body)
 }
 
+/// `GET /healthz`: the process is alive (always 200), which replica it is,
+/// and the state of its stores (the audit store: `up`, or `down` with the
+/// events it buffers meanwhile and those it lost).
+pub(crate) async fn healthz(State(state): State<Arc<AdminState>>) -> Response {
+    let body = match &state.audit {
+        Some(audit) => serde_json::json!({
+            "status": "ok",
+            "replica": audit.replica(),
+            "stores": {"audit": audit.health()},
+        }),
+        None => serde_json::json!({"status": "ok"}),
+    };
+    json_response(StatusCode::OK, &body)
+}
+
 /// `GET /api/pins`.
 pub(crate) async fn pins(State(state): State<Arc<AdminState>>, headers: HeaderMap) -> Response {
     let config = state.config();

@@ -98,6 +98,8 @@ pub(crate) struct RawGateway {
     pub header_timeout: Option<Spanned<String>>,
     #[schemars(with = "Option<i64>")]
     pub max_connections: Option<Spanned<i64>>,
+    #[schemars(with = "Option<String>")]
+    pub replica: Option<Spanned<String>>,
 }
 
 /// `[servers.NAME]`: one upstream MCP server.
@@ -490,11 +492,19 @@ pub(crate) struct RawExemption {
     pub skip: Spanned<Vec<Spanned<String>>>,
 }
 
-/// `[audit]`: the SQLite audit trail.
+/// `[audit]`: the audit trail (SQLite, or PostgreSQL for a fleet).
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawAudit {
     pub enabled: Option<bool>,
+    #[schemars(with = "Option<String>")]
+    pub backend: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
+    pub url: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
+    pub spool: Option<Spanned<String>>,
+    #[schemars(with = "Option<i64>")]
+    pub buffer: Option<Spanned<i64>>,
     #[schemars(with = "Option<String>")]
     pub database: Option<Spanned<String>>,
     #[schemars(with = "Option<String>")]

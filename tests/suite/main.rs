@@ -44,6 +44,7 @@ mod docs;
 mod edges;
 mod expressions;
 mod federation;
+mod fleet;
 mod fleet_state;
 mod flow;
 mod fuzz;

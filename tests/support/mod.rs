@@ -10,12 +10,15 @@
 
 pub mod admin;
 pub mod config;
+pub mod fleet;
 pub mod fuzz;
+pub mod haproxy;
 pub mod identity;
 pub mod jwt;
 pub mod log;
 pub mod misbehaving;
 pub mod otlp;
+pub mod postgres;
 pub mod process;
 pub mod redis;
 pub mod tasks;
