@@ -13,7 +13,8 @@
 //! that waited for a person is decided again against the configuration in
 //! force when it would run ([`Held`]): one that no longer lets it through
 //! (the tool denied, its `arguments` refused, the client or server removed,
-//! another approver required) ends unrun with `approval_expired`, as does a
+//! a flow rule refusing it for what its session holds now, another approver
+//! required) ends unrun with `approval_expired`, as does a
 //! 2026-07-28 retry carrying the gateway's state for such a call ([`lapsed`]).
 //! Its rate-limit token is taken only then, right before it is forwarded.
 
@@ -27,6 +28,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Map, Value, json};
 
 use super::exchange::{Exchange, canonical_body, observe_or_enforce, rebuild};
+use super::flow;
 use super::forward::Forward;
 use super::rate::take;
 use super::state::{AppState, Live, ServerState};
@@ -35,11 +37,13 @@ use crate::approval::{Approver, Binding, Call, Gate, Refusal, Requirement, gate,
 use crate::auth::ClientId;
 use crate::config::{Config, Mode};
 use crate::error::{self, Rejection, RenderCtx};
+use crate::flow::SessionKey;
 use crate::identity::Caller;
 use crate::mcp::jsonrpc::Message;
 use crate::mcp::version::Era;
 use crate::policy::{Decision, Facts, Subject};
 use crate::proxy::respond::{self, Recipient};
+use crate::record::trail::Trail;
 
 /// The `_meta` key of 2026-era client capabilities.
 const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -132,7 +136,8 @@ pub(super) async fn approve(
         } => {
             note("asked");
             let held = Held::new(forward, client, headers, message, &arguments)
-                .with_claims(ex.token.as_ref().map(|t| t.claims().clone()));
+                .with_claims(ex.token.as_ref().map(|t| t.claims().clone()))
+                .in_session(flow::key(ex, client, &server, message));
             let held = held.refused_as(shown_tool.clone());
             match approvals.hold(&entry, decided, requirement.timeout).await {
                 Ok(()) => {
@@ -155,6 +160,7 @@ pub(super) async fn approve(
             let binding = call.binding.clone();
             let waited = Held::new(forward, client, headers, message, &arguments)
                 .with_claims(ex.token.as_ref().map(|t| t.claims().clone()))
+                .in_session(flow::key(ex, client, &server, message))
                 .refused_as(shown_tool);
             let rest = async move {
                 let got = approvals.await_answer(&binding, &id, answer, timeout).await;
@@ -188,6 +194,8 @@ struct Held {
     arguments: Value,
     /// The verified JWT's claims, for the rules' `when` when decided again.
     claims: Option<Map<String, Value>>,
+    /// Its session's flow labels, for the flow rules when decided again.
+    flow: SessionKey,
     session: Option<String>,
     era: Era,
     headers: HeaderMap,
@@ -224,6 +232,10 @@ impl Held {
             tool,
             arguments: arguments.clone(),
             claims: None,
+            flow: SessionKey {
+                client: client.clone(),
+                scope: String::new(),
+            },
             session: forward.session.map(str::to_owned),
             era: forward.ex_era,
             headers: headers.clone(),
@@ -237,18 +249,26 @@ impl Held {
         self
     }
 
+    fn in_session(mut self, flow: SessionKey) -> Self {
+        self.flow = flow;
+        self
+    }
+
     fn refused_as(mut self, shown_tool: String) -> Self {
         self.shown_tool = shown_tool;
         self
     }
 
     /// The call decided again against `live`, the configuration in force
-    /// now: its server, and the access decision whose rates it is charged.
-    /// Anything that no longer lets it through as it was approved ends it.
+    /// now, and its session's flow labels now: its server, and the access
+    /// decision whose rates it is charged. Anything that no longer lets it
+    /// through as it was approved ends it — a flow rule that refuses it
+    /// included.
     fn redecide(
         &self,
         live: &Live,
         answered_by: Approver,
+        trail: &Trail,
     ) -> Result<(Arc<ServerState>, Decision), Refusal> {
         let config = &live.config;
         let server = live.servers.get(&self.server).ok_or(Refusal::Reloaded)?;
@@ -277,8 +297,13 @@ impl Held {
             .policy
             .check_arguments(&decision, &self.arguments)
             .map_err(|_| Refusal::Reloaded)?;
-        // The answer given must still be one the live rule accepts.
-        if let Some(now) = config.policy.approval(&decision) {
+        let flows = (&*self.state.flows, &config.policy, &config.flow);
+        let (server_name, tool) = (self.server.as_str(), self.tool.as_str());
+        let held = flow::check(flows, trail, &self.flow, server_name, tool, &decision)
+            .map_err(|_| Refusal::Reloaded)?;
+        // The answer given must still be one the live rules accept.
+        let wanted = config.policy.approval(&decision).into_iter().chain(held);
+        if let Some(now) = config.policy.strictest_approval(wanted) {
             let accepted = match (now.by, answered_by) {
                 (Approver::Either, _) => true,
                 (wanted, by) => wanted == by,
@@ -294,7 +319,7 @@ impl Held {
     async fn run(self, answered_by: Approver, to: Recipient) -> Result<Response, Rejection> {
         let live = self.state.live.load_full();
         let (server, decision) = self
-            .redecide(&live, answered_by)
+            .redecide(&live, answered_by, &to.trail)
             .map_err(|r| error::approval_refused(&self.shown_tool, &self.server, &r))?;
         let forward = Forward {
             state: &self.state,

@@ -377,3 +377,79 @@ async fn a_reload_denying_the_tool_or_removing_the_client_ends_a_call_held_for_a
         upstream.stop().await;
     }
 }
+
+/// `echo` private, `leaky_text` untrusted, `book_flight` egress and held for
+/// an operator (`either`: a client that cannot be asked falls to one); with
+/// `flow`, the egress rule also refuses a session holding both labels.
+fn flow_config(upstream: &str, flow: bool) -> Config {
+    let config = Config::new()
+        .admin_token(ADMIN_TOKEN)
+        .server("files", upstream)
+        .set("timeout", "20s")
+        .set("pinning", "off")
+        .set_raw(
+            "labels",
+            r#"{ echo = { source = "private" }, leaky_text = { source = "untrusted" }, book_flight = { sink = "egress" } }"#,
+        )
+        .clients()
+        .allow(&["echo", "leaky_text"])
+        .allow(&["book_flight"])
+        .set_raw("approval", BY_EITHER);
+    match flow {
+        true => config.set_raw(
+            "flow",
+            r#"{ holds = ["private", "untrusted"], then = "deny" }"#,
+        ),
+        false => config,
+    }
+}
+
+/// A session reads private data and untrusted content, then its egress call
+/// waits for an operator; meanwhile a reload adds the flow rule that refuses
+/// such a session's egress calls. The operator's yes that follows ends the
+/// call with `approval_expired`: a held call meets the live flow rules as it
+/// meets the live access rules, and the server never runs it.
+#[tokio::test]
+async fn a_reload_adding_a_flow_rule_ends_an_egress_call_held_for_an_operator() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = Reloadable::start(&flow_config(&upstream.url, false)).await;
+    let url = gw.gw.url("files");
+    let booking =
+        json!({"origin": "CDG", "destination": "JFK", "date": "2026-12-24", "passengers": 1});
+    let client = {
+        let url = url.clone();
+        let ops = json!([
+            call("echo", json!({"text": "the quarterly numbers"})),
+            call("leaky_text", json!({})),
+            call("book_flight", booking),
+        ]);
+        tokio::spawn(async move { python(Mode::Legacy, &url, ALICE, "off", ops).await })
+    };
+    let id = first_pending(&gw.gw).await;
+    // The new file also allows `progress`: its answering shows the reload is in force.
+    let with_flow = flow_config(&upstream.url, true).allow(&["progress"]);
+    gw.reload(&with_flow, async || {
+        let raw = support::tools_call(&url, BOB, "progress", json!({"steps": 0}), &[]).await;
+        raw.refusal().is_none()
+    })
+    .await;
+    assert_eq!(approve(&gw.gw, &id).await, 200);
+    let out = client.await.expect("client");
+    assert_eq!(gateway_code(&out[0]), None, "{}", out[0]);
+    assert_eq!(gateway_code(&out[1]), None, "{}", out[1]);
+    assert_eq!(
+        gateway_code(&out[2]),
+        Some("approval_expired"),
+        "{}",
+        out[2]
+    );
+    assert!(
+        !upstream.calls().iter().any(|c| c["tool"] == "book_flight"),
+        "the server never ran the egress call"
+    );
+    gw.gw.stop().await;
+    upstream.stop().await;
+}
