@@ -57,7 +57,7 @@ pub(super) async fn approve(
     client: &ClientId,
     headers: &HeaderMap,
     message: &Message,
-    (requirement, decision): (&Requirement, &Decision),
+    (requirement, decision, annotations): (&Requirement, &Decision, Option<&Value>),
     to: Recipient,
 ) -> Result<Response, Rejection> {
     let approvals = forward.state.approvals.clone();
@@ -137,7 +137,8 @@ pub(super) async fn approve(
             note("asked");
             let held = Held::new(forward, client, headers, message, &arguments)
                 .with_claims(ex.token.as_ref().map(|t| t.claims().clone()))
-                .in_session(flow::key(ex, client, &server, message));
+                .in_session(flow::key(ex, client, &server, message))
+                .annotated(annotations);
             let held = held.refused_as(shown_tool.clone());
             match approvals.hold(&entry, decided, requirement.timeout).await {
                 Ok(()) => {
@@ -161,6 +162,7 @@ pub(super) async fn approve(
             let waited = Held::new(forward, client, headers, message, &arguments)
                 .with_claims(ex.token.as_ref().map(|t| t.claims().clone()))
                 .in_session(flow::key(ex, client, &server, message))
+                .annotated(annotations)
                 .refused_as(shown_tool);
             let rest = async move {
                 let got = approvals.await_answer(&binding, &id, answer, timeout).await;
@@ -194,6 +196,9 @@ struct Held {
     arguments: Value,
     /// The verified JWT's claims, for the rules' `when` when decided again.
     claims: Option<Map<String, Value>>,
+    /// The tool's annotations as the catalog held them when it was asked,
+    /// for the rules' `when` when decided again.
+    annotations: Option<Value>,
     /// Its session's flow labels, for the flow rules when decided again.
     flow: SessionKey,
     session: Option<String>,
@@ -232,6 +237,7 @@ impl Held {
             tool,
             arguments: arguments.clone(),
             claims: None,
+            annotations: None,
             flow: SessionKey {
                 client: client.clone(),
                 scope: String::new(),
@@ -246,6 +252,11 @@ impl Held {
 
     fn with_claims(mut self, claims: Option<Map<String, Value>>) -> Self {
         self.claims = claims;
+        self
+    }
+
+    fn annotated(mut self, annotations: Option<&Value>) -> Self {
+        self.annotations = annotations.cloned();
         self
     }
 
@@ -278,13 +289,11 @@ impl Held {
         {
             return Err(Refusal::Reloaded);
         }
-        // The tool's annotations are not kept with the call: a `when` that
-        // reads them sees an empty map, and one that then fails ends the call.
         let facts = Facts {
             claims: self.claims.as_ref(),
             method: "tools/call",
             arguments: &self.arguments,
-            annotations: None,
+            annotations: self.annotations.as_ref(),
         };
         let decision = config
             .policy

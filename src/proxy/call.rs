@@ -188,7 +188,10 @@ pub(super) async fn call_tool(
             approval: Some(requirement),
             decision,
         }) => {
-            let checked = (&requirement, &decision);
+            // Kept with a held call: the rules' `when` read them again when it is decided again.
+            let annotations =
+                (tools.tools.get(&name)).and_then(|e| e.definition.get("annotations"));
+            let checked = (&requirement, &decision, annotations);
             approve::approve(ex, forward, client, headers, message, checked, to).await
         }
         Some(Checked {

@@ -453,3 +453,63 @@ async fn a_reload_adding_a_flow_rule_ends_an_egress_call_held_for_an_operator() 
     gw.gw.stop().await;
     upstream.stop().await;
 }
+
+/// A call held for an operator; meanwhile a reload adds a deny rule whose
+/// condition reads the tool's annotations, guarded with `has(…)` as the book
+/// advises. The tool's annotations (the scripted server marks
+/// `rpc_server_error` idempotent) meet that rule: the operator's yes ends the
+/// call with `approval_expired`, as the same call made now would be refused.
+#[tokio::test]
+async fn a_reload_denying_the_tool_by_its_annotations_ends_a_held_call() {
+    let upstream = support::misbehaving::Misbehaving::start().await;
+    let base = || {
+        Config::new()
+            .admin_token(ADMIN_TOKEN)
+            .server("files", &upstream.url)
+            .set("timeout", "20s")
+            .set("pinning", "off")
+            .clients()
+            .allow(&["rpc_server_error"])
+            .set_raw("approval", BY_EITHER)
+    };
+    let gw = Reloadable::start(&base()).await;
+    let url = gw.gw.url("files");
+    let client = {
+        let url = url.clone();
+        tokio::spawn(async move {
+            support::tools_call(&url, ALICE, "rpc_server_error", json!({}), &[]).await
+        })
+    };
+    let id = first_pending(&gw.gw).await;
+    let denied = base()
+        .deny(&["rpc_server_error"])
+        .set(
+            "when",
+            "has(annotations.idempotentHint) && annotations.idempotentHint",
+        )
+        .allow(&["rpc_internal"]);
+    // `rpc_internal` stops being an unknown tool once the reload is in force.
+    gw.reload(&denied, async || {
+        let raw = support::tools_call(&url, BOB, "rpc_internal", json!({}), &[]).await;
+        raw.refusal().as_deref() != Some("unknown_tool")
+    })
+    .await;
+    let before = upstream.calls();
+    // The same call made now is refused by the new rule.
+    let now = support::tools_call(&url, BOB, "rpc_server_error", json!({}), &[]).await;
+    assert_eq!(now.refusal().as_deref(), Some("call_not_permitted"));
+    assert_eq!(approve(&gw.gw, &id).await, 200);
+    let held = client.await.expect("client");
+    let text = held.text.clone();
+    assert_eq!(
+        held.refusal().as_deref(),
+        Some("approval_expired"),
+        "{text}"
+    );
+    assert_eq!(
+        upstream.calls(),
+        before,
+        "the server never ran the held call"
+    );
+    gw.gw.stop().await;
+}
