@@ -13,8 +13,9 @@
 //! that waited for a person is decided again against the configuration in
 //! force when it would run ([`Held`]): one that no longer lets it through
 //! (the tool denied, its `arguments` refused, the client or server removed,
-//! a flow rule refusing it for what its session holds now, another approver
-//! required) ends unrun with `approval_expired`, as does a
+//! a flow rule refusing it for what its session holds now, a credential in
+//! its arguments now blocked, another approver required) ends unrun with
+//! `approval_expired`, as does a
 //! 2026-07-28 retry carrying the gateway's state for such a call ([`lapsed`]).
 //! Its rate-limit token is taken only then, right before it is forwarded.
 
@@ -35,7 +36,7 @@ use super::state::{AppState, Live, ServerState};
 use crate::approval::state::Signer;
 use crate::approval::{Approver, Binding, Call, Gate, Refusal, Requirement, gate, inband, render};
 use crate::auth::ClientId;
-use crate::config::{Config, Mode};
+use crate::config::{ArgumentScan, Config, Mode};
 use crate::error::{self, Rejection, RenderCtx};
 use crate::flow::SessionKey;
 use crate::identity::Caller;
@@ -44,6 +45,7 @@ use crate::mcp::version::Era;
 use crate::policy::{Decision, Facts, Subject};
 use crate::proxy::respond::{self, Recipient};
 use crate::record::trail::Trail;
+use crate::sanitize::Sanitizer;
 
 /// The `_meta` key of 2026-era client capabilities.
 const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -306,6 +308,15 @@ impl Held {
             .policy
             .check_arguments(&decision, &self.arguments)
             .map_err(|_| Refusal::Reloaded)?;
+        // The outgoing secret scan as it stands now (a reload may have turned it on).
+        let sanitize = &live.sanitize;
+        let skip = sanitize.skip_for(&self.server, &self.tool);
+        if sanitize.arguments == ArgumentScan::Block
+            && !skip.arguments
+            && !(Sanitizer::new(sanitize, skip).find_outgoing(&self.arguments, "", &[])).is_empty()
+        {
+            return Err(Refusal::Reloaded);
+        }
         let flows = (&*self.state.flows, &config.policy, &config.flow);
         let (server_name, tool) = (self.server.as_str(), self.tool.as_str());
         let held = flow::check(flows, trail, &self.flow, server_name, tool, &decision)

@@ -513,3 +513,56 @@ async fn a_reload_denying_the_tool_by_its_annotations_ends_a_held_call() {
     );
     gw.gw.stop().await;
 }
+
+/// A call whose arguments carry a credential is held for an operator while
+/// `[sanitize] arguments = "off"` lets it out; a reload restores the default
+/// (`block`), under which the same call made now is refused. The operator's
+/// yes that follows ends the held call with `approval_expired`, and the
+/// credential never reaches the server.
+#[tokio::test]
+async fn a_reload_blocking_secrets_in_arguments_ends_a_held_call_carrying_one() {
+    let upstream = support::misbehaving::Misbehaving::start().await;
+    let config = |scan: &str| {
+        Config::new()
+            .admin_token(ADMIN_TOKEN)
+            .server("files", &upstream.url)
+            .set("timeout", "20s")
+            .set("pinning", "off")
+            .clients()
+            .allow(&["rpc_server_error"])
+            .set_raw("approval", BY_EITHER)
+            .allow(&["rpc_internal"])
+            .section("sanitize")
+            .set("arguments", scan)
+    };
+    let gw = Reloadable::start(&config("off")).await;
+    let url = gw.gw.url("files");
+    let secret = support::misbehaving::CANARIES[0];
+    let client = {
+        let url = url.clone();
+        tokio::spawn(async move {
+            support::tools_call(&url, ALICE, "rpc_server_error", json!({"x": secret}), &[]).await
+        })
+    };
+    let id = first_pending(&gw.gw).await;
+    // Another credential shows the reload in force: refused instead of sent.
+    let probe = support::misbehaving::CANARIES[1];
+    gw.reload(&config("block"), async || {
+        let raw = support::tools_call(&url, BOB, "rpc_internal", json!({"x": probe}), &[]).await;
+        raw.refusal().as_deref() == Some("argument_not_permitted")
+    })
+    .await;
+    assert_eq!(approve(&gw.gw, &id).await, 200);
+    let held = client.await.expect("client");
+    let text = held.text.clone();
+    assert_eq!(
+        held.refusal().as_deref(),
+        Some("approval_expired"),
+        "{text}"
+    );
+    assert!(
+        !upstream.received(secret),
+        "the credential never reached the server"
+    );
+    gw.gw.stop().await;
+}
