@@ -13,7 +13,9 @@
 //! that waited for a person is decided again against the configuration in
 //! force when it would run ([`Held`]): one that no longer lets it through
 //! (the tool denied, its `arguments` refused, the client or server removed,
-//! another approver required) ends unrun with `approval_expired`, as does a
+//! a flow rule refusing it for what its session holds now, a credential in
+//! its arguments now blocked, another approver required) ends unrun with
+//! `approval_expired`, as does a
 //! 2026-07-28 retry carrying the gateway's state for such a call ([`lapsed`]).
 //! Its rate-limit token is taken only then, right before it is forwarded.
 
@@ -27,19 +29,23 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Map, Value, json};
 
 use super::exchange::{Exchange, canonical_body, observe_or_enforce, rebuild};
+use super::flow;
 use super::forward::Forward;
 use super::rate::take;
 use super::state::{AppState, Live, ServerState};
 use crate::approval::state::Signer;
 use crate::approval::{Approver, Binding, Call, Gate, Refusal, Requirement, gate, inband, render};
 use crate::auth::ClientId;
-use crate::config::{Config, Mode};
+use crate::config::{ArgumentScan, Config, Mode};
 use crate::error::{self, Rejection, RenderCtx};
+use crate::flow::SessionKey;
 use crate::identity::Caller;
 use crate::mcp::jsonrpc::Message;
 use crate::mcp::version::Era;
 use crate::policy::{Decision, Facts, Subject};
 use crate::proxy::respond::{self, Recipient};
+use crate::record::trail::Trail;
+use crate::sanitize::Sanitizer;
 
 /// The `_meta` key of 2026-era client capabilities.
 const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
@@ -53,7 +59,7 @@ pub(super) async fn approve(
     client: &ClientId,
     headers: &HeaderMap,
     message: &Message,
-    (requirement, decision): (&Requirement, &Decision),
+    (requirement, decision, annotations): (&Requirement, &Decision, Option<&Value>),
     to: Recipient,
 ) -> Result<Response, Rejection> {
     let approvals = forward.state.approvals.clone();
@@ -132,7 +138,9 @@ pub(super) async fn approve(
         } => {
             note("asked");
             let held = Held::new(forward, client, headers, message, &arguments)
-                .with_claims(ex.token.as_ref().map(|t| t.claims().clone()));
+                .with_claims(ex.token.as_ref().map(|t| t.claims().clone()))
+                .in_session(flow::key(ex, client, &server, message))
+                .annotated(annotations);
             let held = held.refused_as(shown_tool.clone());
             match approvals.hold(&entry, decided, requirement.timeout).await {
                 Ok(()) => {
@@ -155,6 +163,8 @@ pub(super) async fn approve(
             let binding = call.binding.clone();
             let waited = Held::new(forward, client, headers, message, &arguments)
                 .with_claims(ex.token.as_ref().map(|t| t.claims().clone()))
+                .in_session(flow::key(ex, client, &server, message))
+                .annotated(annotations)
                 .refused_as(shown_tool);
             let rest = async move {
                 let got = approvals.await_answer(&binding, &id, answer, timeout).await;
@@ -188,6 +198,11 @@ struct Held {
     arguments: Value,
     /// The verified JWT's claims, for the rules' `when` when decided again.
     claims: Option<Map<String, Value>>,
+    /// The tool's annotations as the catalog held them when it was asked,
+    /// for the rules' `when` when decided again.
+    annotations: Option<Value>,
+    /// Its session's flow labels, for the flow rules when decided again.
+    flow: SessionKey,
     session: Option<String>,
     era: Era,
     headers: HeaderMap,
@@ -224,6 +239,11 @@ impl Held {
             tool,
             arguments: arguments.clone(),
             claims: None,
+            annotations: None,
+            flow: SessionKey {
+                client: client.clone(),
+                scope: String::new(),
+            },
             session: forward.session.map(str::to_owned),
             era: forward.ex_era,
             headers: headers.clone(),
@@ -237,18 +257,31 @@ impl Held {
         self
     }
 
+    fn annotated(mut self, annotations: Option<&Value>) -> Self {
+        self.annotations = annotations.cloned();
+        self
+    }
+
+    fn in_session(mut self, flow: SessionKey) -> Self {
+        self.flow = flow;
+        self
+    }
+
     fn refused_as(mut self, shown_tool: String) -> Self {
         self.shown_tool = shown_tool;
         self
     }
 
     /// The call decided again against `live`, the configuration in force
-    /// now: its server, and the access decision whose rates it is charged.
-    /// Anything that no longer lets it through as it was approved ends it.
+    /// now, and its session's flow labels now: its server, and the access
+    /// decision whose rates it is charged. Anything that no longer lets it
+    /// through as it was approved ends it — a flow rule that refuses it
+    /// included.
     fn redecide(
         &self,
         live: &Live,
         answered_by: Approver,
+        trail: &Trail,
     ) -> Result<(Arc<ServerState>, Decision), Refusal> {
         let config = &live.config;
         let server = live.servers.get(&self.server).ok_or(Refusal::Reloaded)?;
@@ -258,13 +291,11 @@ impl Held {
         {
             return Err(Refusal::Reloaded);
         }
-        // The tool's annotations are not kept with the call: a `when` that
-        // reads them sees an empty map, and one that then fails ends the call.
         let facts = Facts {
             claims: self.claims.as_ref(),
             method: "tools/call",
             arguments: &self.arguments,
-            annotations: None,
+            annotations: self.annotations.as_ref(),
         };
         let decision = config
             .policy
@@ -277,8 +308,22 @@ impl Held {
             .policy
             .check_arguments(&decision, &self.arguments)
             .map_err(|_| Refusal::Reloaded)?;
-        // The answer given must still be one the live rule accepts.
-        if let Some(now) = config.policy.approval(&decision) {
+        // The outgoing secret scan as it stands now (a reload may have turned it on).
+        let sanitize = &live.sanitize;
+        let skip = sanitize.skip_for(&self.server, &self.tool);
+        if sanitize.arguments == ArgumentScan::Block
+            && !skip.arguments
+            && !(Sanitizer::new(sanitize, skip).find_outgoing(&self.arguments, "", &[])).is_empty()
+        {
+            return Err(Refusal::Reloaded);
+        }
+        let flows = (&*self.state.flows, &config.policy, &config.flow);
+        let (server_name, tool) = (self.server.as_str(), self.tool.as_str());
+        let held = flow::check(flows, trail, &self.flow, server_name, tool, &decision)
+            .map_err(|_| Refusal::Reloaded)?;
+        // The answer given must still be one the live rules accept.
+        let wanted = config.policy.approval(&decision).into_iter().chain(held);
+        if let Some(now) = config.policy.strictest_approval(wanted) {
             let accepted = match (now.by, answered_by) {
                 (Approver::Either, _) => true,
                 (wanted, by) => wanted == by,
@@ -294,7 +339,7 @@ impl Held {
     async fn run(self, answered_by: Approver, to: Recipient) -> Result<Response, Rejection> {
         let live = self.state.live.load_full();
         let (server, decision) = self
-            .redecide(&live, answered_by)
+            .redecide(&live, answered_by, &to.trail)
             .map_err(|r| error::approval_refused(&self.shown_tool, &self.server, &r))?;
         let forward = Forward {
             state: &self.state,

@@ -8,7 +8,10 @@
 //!
 //! Invariants: while open, nothing is sent to the server except the one probe
 //! per cool-down; a reply of any kind other than a transport failure or HTTP
-//! 502/503/504 counts as the server being up (a tool's own error included).
+//! 502/503 counts as the server being up (a tool's own error, a timeout and
+//! a proxy's 504 included: a client can provoke those, see
+//! [`super::retry::broken`]); a probe abandoned before its outcome is handed
+//! back.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

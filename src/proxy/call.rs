@@ -188,7 +188,10 @@ pub(super) async fn call_tool(
             approval: Some(requirement),
             decision,
         }) => {
-            let checked = (&requirement, &decision);
+            // Kept with a held call: the rules' `when` read them again when it is decided again.
+            let annotations =
+                (tools.tools.get(&name)).and_then(|e| e.definition.get("annotations"));
+            let checked = (&requirement, &decision, annotations);
             approve::approve(ex, forward, client, headers, message, checked, to).await
         }
         Some(Checked {
@@ -330,7 +333,7 @@ pub(super) async fn check_call(
     ex.trail.stage("flow");
     let session = flow::key(ex, client, server_name, message);
     let flows = (&*state.flows, &config.policy, &config.flow);
-    let held = flow::check(flows, ex, &session, server_name, name, &decision)?;
+    let held = flow::check(flows, &ex.trail, &session, server_name, name, &decision)?;
     ex.trail.stage("rate_limit");
     let subject = Subject::Tool(name);
     rate_limit(state, live, client, server, subject, &decision, Spend::Peek).await?;

@@ -21,6 +21,7 @@ use crate::flow::{FlowStore, Mark, Recording, SessionKey, Then, triggered};
 use crate::mcp::jsonrpc::Message;
 use crate::mcp::version::Era;
 use crate::policy::{Decision, Policy};
+use crate::record::trail::Trail;
 
 /// The `_meta` key a 2026-era client names its conversation with.
 pub(crate) const CONVERSATION_META: &str = "io.portcullis/conversation";
@@ -65,7 +66,7 @@ fn cut(text: &str) -> &str {
 /// nothing. Only a tool labelled as a sink is ever stopped.
 pub(super) fn check<'p>(
     (store, policy, flow): (&dyn FlowStore, &'p Policy, &crate::flow::FlowSettings),
-    ex: &Exchange,
+    trail: &Trail,
     key: &SessionKey,
     server: &str,
     tool: &str,
@@ -88,7 +89,7 @@ pub(super) fn check<'p>(
             .iter()
             .map(|m| format!("flow: holds {}", m.describe()))
             .collect();
-        ex.trail.note(|e| e.violations.extend(lines));
+        trail.note(|e| e.violations.extend(lines));
         match of.flow.then {
             Then::Deny => return Err(denied(tool, of.rule, &marks)),
             Then::Approval => approvals.extend(of.approval),

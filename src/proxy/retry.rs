@@ -159,14 +159,27 @@ impl<'a> Retries<'a> {
     }
 }
 
-/// A transport failure, or HTTP 502/503/504: what the breaker counts. A
-/// timeout is not one (the server may be busy, not gone), nor is any answer
-/// of the server's own (a JSON-RPC error, an `isError` result), nor a refusal
-/// by the gateway's own bound (`busy`), which any client can provoke.
+/// A transport failure, or HTTP 502/503: what the breaker counts. A timeout
+/// is not one (the server may be busy, not gone), nor is HTTP 504 (a proxy in
+/// front of the server gave up waiting, the same thing: a client calling a
+/// slow tool on purpose must not open the breaker for everyone), nor any
+/// answer of the server's own (a JSON-RPC error, an `isError` result), nor a
+/// refusal by the gateway's own bound (`busy`), which any client can provoke.
 pub(crate) fn broken(outcome: &Result<Reply, UpstreamError>) -> bool {
     match outcome {
         Err(e) => e.kind == UpstreamKind::Unavailable && !e.busy,
-        Ok(reply) => gateway_status(reply),
+        Ok(reply) => status(reply).is_some_and(|s| {
+            s == StatusCode::BAD_GATEWAY.as_u16() || s == StatusCode::SERVICE_UNAVAILABLE.as_u16()
+        }),
+    }
+}
+
+fn status(reply: &Reply) -> Option<u16> {
+    match reply {
+        Reply::Json { status, .. } | Reply::Sse { status, .. } | Reply::Empty { status, .. } => {
+            status.code()
+        }
+        Reply::Other { status, .. } => Some(status.as_u16()),
     }
 }
 
@@ -176,13 +189,7 @@ fn gateway_status(reply: &Reply) -> bool {
         StatusCode::SERVICE_UNAVAILABLE,
         StatusCode::GATEWAY_TIMEOUT,
     ];
-    let status = match reply {
-        Reply::Json { status, .. } | Reply::Sse { status, .. } | Reply::Empty { status, .. } => {
-            status.code()
-        }
-        Reply::Other { status, .. } => Some(status.as_u16()),
-    };
-    status.is_some_and(|status| GATEWAY.iter().any(|s| s.as_u16() == status))
+    status(reply).is_some_and(|status| GATEWAY.iter().any(|s| s.as_u16() == status))
 }
 
 /// A reply that says the server failed for now: HTTP 502, 503 or 504, or a
@@ -313,6 +320,26 @@ mod tests {
         let mut r = Retries::new(&s, &b, true, far());
         assert!(r.after(&failed()).is_some());
         assert!(r.after(&failed()).is_none());
+    }
+
+    #[test]
+    fn only_the_servers_own_failures_count_for_the_breaker() {
+        let status = |code: u16| -> Result<Reply, UpstreamError> {
+            Ok(Reply::Empty {
+                status: super::super::reply::Framing::Http(StatusCode::from_u16(code).unwrap()),
+                headers: http::HeaderMap::new(),
+            })
+        };
+        assert!(broken(&refused()));
+        assert!(broken(&status(502)));
+        assert!(broken(&status(503)));
+        // A proxy's timeout, like the gateway's own, says the server is slow.
+        assert!(!broken(&status(504)));
+        let timeout = UpstreamError::new(UpstreamKind::Timeout, "no response");
+        assert!(!broken(&Err(timeout)));
+        for code in [200, 400, 404, 429, 500] {
+            assert!(!broken(&status(code)), "{code}");
+        }
     }
 
     #[test]

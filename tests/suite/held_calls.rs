@@ -347,3 +347,192 @@ async fn a_reload_denying_the_tool_or_removing_the_client_ends_a_call_held_for_a
         upstream.stop().await;
     }
 }
+
+/// `echo` private, `leaky_text` untrusted, `book_flight` egress and held for
+/// an operator (`either`: a client that cannot be asked falls to one); with
+/// `flow`, the egress rule also refuses a session holding both labels.
+fn flow_config(upstream: &str, flow: bool) -> Config {
+    let config = Config::new()
+        .admin_token(ADMIN_TOKEN)
+        .server("files", upstream)
+        .set("timeout", "20s")
+        .set("pinning", "off")
+        .set_raw(
+            "labels",
+            r#"{ echo = { source = "private" }, leaky_text = { source = "untrusted" }, book_flight = { sink = "egress" } }"#,
+        )
+        .clients()
+        .allow(&["echo", "leaky_text"])
+        .allow(&["book_flight"])
+        .set_raw("approval", BY_EITHER);
+    match flow {
+        true => config.set_raw(
+            "flow",
+            r#"{ holds = ["private", "untrusted"], then = "deny" }"#,
+        ),
+        false => config,
+    }
+}
+
+/// A session reads private data and untrusted content, then its egress call
+/// waits for an operator; meanwhile a reload adds the flow rule that refuses
+/// such a session's egress calls. The operator's yes that follows ends the
+/// call with `approval_expired`: a held call meets the live flow rules as it
+/// meets the live access rules, and the server never runs it.
+#[tokio::test]
+async fn a_reload_adding_a_flow_rule_ends_an_egress_call_held_for_an_operator() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let upstream = PeerServer::start(Peer::Python).await;
+    let gw = Reloadable::start(&flow_config(&upstream.url, false)).await;
+    let url = gw.gw.url("files");
+    let booking =
+        json!({"origin": "CDG", "destination": "JFK", "date": "2026-12-24", "passengers": 1});
+    let client = {
+        let url = url.clone();
+        let ops = json!([
+            call("echo", json!({"text": "the quarterly numbers"})),
+            call("leaky_text", json!({})),
+            call("book_flight", booking),
+        ]);
+        tokio::spawn(async move { python(Mode::Legacy, &url, ALICE, "off", ops).await })
+    };
+    let id = first_pending(&gw.gw).await;
+    // The new file also allows `progress`: its answering shows the reload is in force.
+    let with_flow = flow_config(&upstream.url, true).allow(&["progress"]);
+    gw.reload(&with_flow, async || {
+        let raw = support::tools_call(&url, BOB, "progress", json!({"steps": 0}), &[]).await;
+        raw.refusal().is_none()
+    })
+    .await;
+    assert_eq!(approve(&gw.gw, &id).await, 200);
+    let out = client.await.expect("client");
+    assert_eq!(gateway_code(&out[0]), None, "{}", out[0]);
+    assert_eq!(gateway_code(&out[1]), None, "{}", out[1]);
+    assert_eq!(
+        gateway_code(&out[2]),
+        Some("approval_expired"),
+        "{}",
+        out[2]
+    );
+    assert!(
+        !upstream.calls().iter().any(|c| c["tool"] == "book_flight"),
+        "the server never ran the egress call"
+    );
+    gw.gw.stop().await;
+    upstream.stop().await;
+}
+
+/// A call held for an operator; meanwhile a reload adds a deny rule whose
+/// condition reads the tool's annotations, guarded with `has(…)` as the book
+/// advises. The tool's annotations (the scripted server marks
+/// `rpc_server_error` idempotent) meet that rule: the operator's yes ends the
+/// call with `approval_expired`, as the same call made now would be refused.
+#[tokio::test]
+async fn a_reload_denying_the_tool_by_its_annotations_ends_a_held_call() {
+    let upstream = support::misbehaving::Misbehaving::start().await;
+    let base = || {
+        Config::new()
+            .admin_token(ADMIN_TOKEN)
+            .server("files", &upstream.url)
+            .set("timeout", "20s")
+            .set("pinning", "off")
+            .clients()
+            .allow(&["rpc_server_error"])
+            .set_raw("approval", BY_EITHER)
+    };
+    let gw = Reloadable::start(&base()).await;
+    let url = gw.gw.url("files");
+    let client = {
+        let url = url.clone();
+        tokio::spawn(async move {
+            support::tools_call(&url, ALICE, "rpc_server_error", json!({}), &[]).await
+        })
+    };
+    let id = first_pending(&gw.gw).await;
+    let denied = base()
+        .deny(&["rpc_server_error"])
+        .set(
+            "when",
+            "has(annotations.idempotentHint) && annotations.idempotentHint",
+        )
+        .allow(&["rpc_internal"]);
+    // `rpc_internal` stops being an unknown tool once the reload is in force.
+    gw.reload(&denied, async || {
+        let raw = support::tools_call(&url, BOB, "rpc_internal", json!({}), &[]).await;
+        raw.refusal().as_deref() != Some("unknown_tool")
+    })
+    .await;
+    let before = upstream.calls();
+    // The same call made now is refused by the new rule.
+    let now = support::tools_call(&url, BOB, "rpc_server_error", json!({}), &[]).await;
+    assert_eq!(now.refusal().as_deref(), Some("call_not_permitted"));
+    assert_eq!(approve(&gw.gw, &id).await, 200);
+    let held = client.await.expect("client");
+    let text = held.text.clone();
+    assert_eq!(
+        held.refusal().as_deref(),
+        Some("approval_expired"),
+        "{text}"
+    );
+    assert_eq!(
+        upstream.calls(),
+        before,
+        "the server never ran the held call"
+    );
+    gw.gw.stop().await;
+}
+
+/// A call whose arguments carry a credential is held for an operator while
+/// `[sanitize] arguments = "off"` lets it out; a reload restores the default
+/// (`block`), under which the same call made now is refused. The operator's
+/// yes that follows ends the held call with `approval_expired`, and the
+/// credential never reaches the server.
+#[tokio::test]
+async fn a_reload_blocking_secrets_in_arguments_ends_a_held_call_carrying_one() {
+    let upstream = support::misbehaving::Misbehaving::start().await;
+    let config = |scan: &str| {
+        Config::new()
+            .admin_token(ADMIN_TOKEN)
+            .server("files", &upstream.url)
+            .set("timeout", "20s")
+            .set("pinning", "off")
+            .clients()
+            .allow(&["rpc_server_error"])
+            .set_raw("approval", BY_EITHER)
+            .allow(&["rpc_internal"])
+            .section("sanitize")
+            .set("arguments", scan)
+    };
+    let gw = Reloadable::start(&config("off")).await;
+    let url = gw.gw.url("files");
+    let secret = support::misbehaving::CANARIES[0];
+    let client = {
+        let url = url.clone();
+        tokio::spawn(async move {
+            support::tools_call(&url, ALICE, "rpc_server_error", json!({"x": secret}), &[]).await
+        })
+    };
+    let id = first_pending(&gw.gw).await;
+    // Another credential shows the reload in force: refused instead of sent.
+    let probe = support::misbehaving::CANARIES[1];
+    gw.reload(&config("block"), async || {
+        let raw = support::tools_call(&url, BOB, "rpc_internal", json!({"x": probe}), &[]).await;
+        raw.refusal().as_deref() == Some("argument_not_permitted")
+    })
+    .await;
+    assert_eq!(approve(&gw.gw, &id).await, 200);
+    let held = client.await.expect("client");
+    let text = held.text.clone();
+    assert_eq!(
+        held.refusal().as_deref(),
+        Some("approval_expired"),
+        "{text}"
+    );
+    assert!(
+        !upstream.received(secret),
+        "the credential never reached the server"
+    );
+    gw.gw.stop().await;
+}
