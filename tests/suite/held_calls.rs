@@ -398,7 +398,9 @@ async fn a_reload_adding_a_flow_rule_ends_an_egress_call_held_for_an_operator() 
         ]);
         tokio::spawn(async move { python(Mode::Legacy, &url, ALICE, "off", ops).await })
     };
-    let id = first_pending(&gw.gw).await;
+    let operator = gw.gw.admin(ADMIN_TOKEN);
+    let entry = operator.first_pending().await;
+    let id = entry["id"].as_str().expect("queued id");
     // The new file also allows `progress`: its answering shows the reload is in force.
     let with_flow = flow_config(&upstream.url, true).allow(&["progress"]);
     gw.reload(&with_flow, async || {
@@ -406,7 +408,7 @@ async fn a_reload_adding_a_flow_rule_ends_an_egress_call_held_for_an_operator() 
         raw.refusal().is_none()
     })
     .await;
-    assert_eq!(approve(&gw.gw, &id).await, 200);
+    assert_eq!(operator.decide(id, "approve").await.0, 200);
     let out = client.await.expect("client");
     assert_eq!(gateway_code(&out[0]), None, "{}", out[0]);
     assert_eq!(gateway_code(&out[1]), None, "{}", out[1]);
@@ -450,7 +452,9 @@ async fn a_reload_denying_the_tool_by_its_annotations_ends_a_held_call() {
             support::tools_call(&url, ALICE, "rpc_server_error", json!({}), &[]).await
         })
     };
-    let id = first_pending(&gw.gw).await;
+    let operator = gw.gw.admin(ADMIN_TOKEN);
+    let entry = operator.first_pending().await;
+    let id = entry["id"].as_str().expect("queued id");
     let denied = base()
         .deny(&["rpc_server_error"])
         .set(
@@ -468,7 +472,7 @@ async fn a_reload_denying_the_tool_by_its_annotations_ends_a_held_call() {
     // The same call made now is refused by the new rule.
     let now = support::tools_call(&url, BOB, "rpc_server_error", json!({}), &[]).await;
     assert_eq!(now.refusal().as_deref(), Some("call_not_permitted"));
-    assert_eq!(approve(&gw.gw, &id).await, 200);
+    assert_eq!(operator.decide(id, "approve").await.0, 200);
     let held = client.await.expect("client");
     let text = held.text.clone();
     assert_eq!(
@@ -514,7 +518,9 @@ async fn a_reload_blocking_secrets_in_arguments_ends_a_held_call_carrying_one() 
             support::tools_call(&url, ALICE, "rpc_server_error", json!({"x": secret}), &[]).await
         })
     };
-    let id = first_pending(&gw.gw).await;
+    let operator = gw.gw.admin(ADMIN_TOKEN);
+    let entry = operator.first_pending().await;
+    let id = entry["id"].as_str().expect("queued id");
     // Another credential shows the reload in force: refused instead of sent.
     let probe = support::misbehaving::CANARIES[1];
     gw.reload(&config("block"), async || {
@@ -522,7 +528,7 @@ async fn a_reload_blocking_secrets_in_arguments_ends_a_held_call_carrying_one() 
         raw.refusal().as_deref() == Some("argument_not_permitted")
     })
     .await;
-    assert_eq!(approve(&gw.gw, &id).await, 200);
+    assert_eq!(operator.decide(id, "approve").await.0, 200);
     let held = client.await.expect("client");
     let text = held.text.clone();
     assert_eq!(
