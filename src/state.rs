@@ -4,14 +4,17 @@
 //!
 //! Place in the path: in the decisions layer, beneath the approval gate,
 //! which asks it to use a 2026-era `requestState` nonce once across the
-//! fleet ([`SharedState::use_once`]); `/readyz` reports it
+//! fleet ([`SharedState::use_once`]), and beneath the task store, which
+//! binds a task to its creator for every replica ([`SharedState::bind_task`],
+//! [`SharedState::task`]); `/readyz` reports it
 //! ([`SharedState::health`]).
 //!
 //! Invariants: every shared key is `portcullis:<namespace>:<kind>:<id>` with
 //! a namespace that holds no `:` and a fixed kind, so two deployments sharing
 //! one Redis never read each other's keys ([`key`]); every key written has a
-//! TTL and every value is bounded (a used nonce is the value `1`, the sets
-//! that bound how many there are hold at most the configured limits); a
+//! TTL and every value is bounded (a used nonce is the value `1`, a task
+//! binding at most [`MAX_TASK_BYTES`], the sets that bound how many there
+//! are hold at most the configured limits); a
 //! store that cannot answer within [`CALL_TIMEOUT`] is an [`Unavailable`]
 //! error the caller refuses on (fail closed), never a panic or a yes. Redis
 //! Cluster is not supported (a script touches keys in several slots).
@@ -34,7 +37,14 @@ pub enum Kind {
     UsedNonces,
     /// One client's used nonces, scored by expiry (the per-client bound).
     UsedNoncesOf,
+    /// A task's binding to its creator (JSON, at most [`MAX_TASK_BYTES`]).
+    Task,
+    /// One client's task bindings, scored by creation (the per-client bound).
+    TasksOf,
 }
+
+/// Longest task binding written (client, tool, era, expiry as JSON).
+pub const MAX_TASK_BYTES: usize = 2048;
 
 impl Kind {
     fn as_str(self) -> &'static str {
@@ -42,6 +52,8 @@ impl Kind {
             Kind::Nonce => "nonce",
             Kind::UsedNonces => "nonces",
             Kind::UsedNoncesOf => "nonces-of",
+            Kind::Task => "task",
+            Kind::TasksOf => "tasks-of",
         }
     }
 }
@@ -178,6 +190,63 @@ impl SharedState {
         }
     }
 
+    /// Binds task `task_id` of `server` for the fleet: `value` (at most
+    /// [`MAX_TASK_BYTES`], else nothing is written) for `ttl_ms`, at most
+    /// `per_client` bindings of `client` (its oldest forgotten first).
+    /// Nothing to do for the memory store.
+    pub async fn bind_task(
+        &self,
+        (server, task_id, client): (&str, &str, &str),
+        value: &str,
+        (ttl_ms, max_ttl_ms): (i64, i64),
+        now_ms: i64,
+        per_client: usize,
+    ) -> Result<(), Unavailable> {
+        match &self.backend {
+            Backend::Memory => Ok(()),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(_) if value.len() > MAX_TASK_BYTES => Ok(()),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(redis) => {
+                let keys = [
+                    self.task_key(server, task_id),
+                    key(
+                        &self.namespace,
+                        Kind::TasksOf,
+                        &hex::encode(client.as_bytes()),
+                    ),
+                ];
+                let written = redis
+                    .bind_task(&keys, value, (ttl_ms, max_ttl_ms), now_ms, per_client)
+                    .await;
+                self.observe(written)
+            }
+        }
+    }
+
+    /// The fleet's binding of task `task_id` of `server`, when it has one
+    /// (never for the memory store).
+    pub async fn task(&self, server: &str, task_id: &str) -> Result<Option<String>, Unavailable> {
+        match &self.backend {
+            Backend::Memory => Ok(None),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(redis) => {
+                let found = redis.get(&self.task_key(server, task_id)).await;
+                self.observe(found)
+            }
+        }
+    }
+
+    #[cfg_attr(not(feature = "redis-ratelimit"), allow(dead_code))]
+    fn task_key(&self, server: &str, task_id: &str) -> String {
+        let id = format!(
+            "{}.{}",
+            hex::encode(server.as_bytes()),
+            hex::encode(task_id.as_bytes())
+        );
+        key(&self.namespace, Kind::Task, &id)
+    }
+
     /// For `/readyz`: the store, and whether it answers now.
     pub async fn health(&self) -> serde_json::Value {
         let reachable = match &self.backend {
@@ -233,7 +302,9 @@ mod tests {
         prop_oneof![
             Just(Kind::Nonce),
             Just(Kind::UsedNonces),
-            Just(Kind::UsedNoncesOf)
+            Just(Kind::UsedNoncesOf),
+            Just(Kind::Task),
+            Just(Kind::TasksOf)
         ]
     }
 
