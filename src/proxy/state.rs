@@ -122,12 +122,13 @@ impl AppState {
                     config.gateway.max_tasks_per_client,
                     config.gateway.max_task_ttl,
                 )
-                .shared(shared),
+                .shared(shared.clone()),
             ),
             sessions: SessionTable::new(
                 config.gateway.max_sessions,
                 config.gateway.max_sessions_per_client,
-            ),
+            )
+            .shared(shared.clone()),
             pins,
             sinks,
             traces,

@@ -1,5 +1,5 @@
--- Binds a task to its creator for the fleet (src/state/redis.rs).
--- KEYS[1] the task's key, KEYS[2] the client's tasks (a sorted set of task
+-- Binds a task or a 2025-era session to its client for the fleet (src/state/redis.rs).
+-- KEYS[1] the binding's key, KEYS[2] the client's bindings of that kind (a sorted set of
 -- keys scored by creation time).
 -- ARGV: value, ttl_ms, now_ms, max_per_client, max_ttl_ms.
 -- Past max_per_client, the client's own oldest bindings are forgotten (their

@@ -133,6 +133,18 @@ impl RedisState {
         in_time(redis::cmd("GET").arg(key).query_async(&mut connection)).await
     }
 
+    /// DEL.
+    pub(crate) async fn del(&self, key: &str) -> Result<(), RedisError> {
+        let mut connection = self.connection.clone();
+        in_time(
+            redis::cmd("DEL")
+                .arg(key)
+                .query_async::<i64>(&mut connection),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// PING.
     pub(crate) async fn ping(&self) -> Result<(), RedisError> {
         let mut connection = self.connection.clone();

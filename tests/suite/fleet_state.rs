@@ -9,7 +9,8 @@
 //! is back. A task created through one replica is its creator's through
 //! every other, and unknown to everyone else; with Redis stopped a replica
 //! that must ask the store refuses (`state_unavailable`, 503) and forwards
-//! nothing.
+//! nothing. A 2025-era session opened through one replica continues through
+//! another, for its own client only.
 
 use crate::support;
 use support::tiers::{self, Tier};
@@ -355,6 +356,80 @@ async fn with_redis_stopped_a_task_another_replica_created_is_refused_not_forwar
     // The replica that created it still knows it.
     let own = get_task(&fleet[0], ALICE, &id).await;
     assert_eq!(own.body["result"]["status"], "completed", "{}", own.text);
+}
+
+/// A 2025-11-25 request by alice (or `key`) in `session` through `replica`.
+async fn in_session(replica: &Observed, key: &str, session: &str, body: Value) -> Raw {
+    let auth = format!("Bearer {key}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("mcp-session-id", session),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    raw_post(&replica.url("t"), &headers, body.to_string()).await
+}
+
+fn legacy_echo(id: u64, text: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+           "params": {"name": "echo", "arguments": {"text": text}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2025_session_opened_through_one_replica_continues_through_another() {
+    if !tiers::ready(&[Tier::Python, Tier::Redis]) {
+        return;
+    }
+    let mut redis = RedisServer::start();
+    let upstream = PeerServer::start(Peer::Python).await;
+    let fleet = task_replicas(3, &upstream.url, &redis.url()).await;
+    let auth = format!("Bearer {ALICE}");
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let opened = raw_post(
+        &fleet[0].url("t"),
+        &[("authorization", &auth)],
+        init.to_string(),
+    )
+    .await;
+    let session = opened.headers["mcp-session-id"]
+        .to_str()
+        .expect("a session")
+        .to_owned();
+    // Written as the answer left: wait until Redis has it.
+    for _ in 0..50 {
+        if redis
+            .command("KEYS portcullis:tasks:session:*")
+            .starts_with("*1")
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let ack = in_session(&fleet[1], ALICE, &session, initialized).await;
+    assert_eq!(ack.status, 202, "{}", ack.text);
+    let echoed = in_session(&fleet[1], ALICE, &session, legacy_echo(2, "across")).await;
+    assert_eq!(echoed.body["result"]["isError"], false, "{}", echoed.text);
+    assert!(echoed.text.contains("across"), "{}", echoed.text);
+    assert_eq!(echoes(&upstream), 1);
+
+    // Another client presenting it, and an id nobody opened: unknown.
+    let stolen = in_session(&fleet[2], BOB, &session, legacy_echo(3, "x")).await;
+    assert_eq!(stolen.status, 404, "{}", stolen.text);
+    let made_up = in_session(&fleet[2], ALICE, "made-up", legacy_echo(4, "x")).await;
+    assert_eq!(made_up.status, 404, "{}", made_up.text);
+    assert_eq!(echoes(&upstream), 1);
+
+    // Redis stopped: a replica that must ask refuses, 503, and forwards nothing;
+    // the replicas that know the session still serve it.
+    redis.stop();
+    let refused = in_session(&fleet[2], ALICE, &session, legacy_echo(5, "x")).await;
+    assert_eq!(refused.status, 503, "{}", refused.text);
+    assert_eq!(refused.body["error"]["data"]["code"], "state_unavailable");
+    assert_eq!(echoes(&upstream), 1);
+    let known = in_session(&fleet[1], ALICE, &session, legacy_echo(6, "still")).await;
+    assert!(known.text.contains("still"), "{}", known.text);
 }
 
 /// Under any interleaving of replicas using any nonces, concurrently, each
