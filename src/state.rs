@@ -4,14 +4,19 @@
 //!
 //! Place in the path: in the decisions layer, beneath the approval gate,
 //! which asks it to use a 2026-era `requestState` nonce once across the
-//! fleet ([`SharedState::use_once`]); `/readyz` reports it
+//! fleet ([`SharedState::use_once`]), and beneath the task store and the
+//! session table, which bind a task or a 2025-era session to its client for
+//! every replica ([`SharedState::bind_task`], [`SharedState::task`],
+//! [`SharedState::bind_session`], [`SharedState::session`]); `/readyz`
+//! reports it
 //! ([`SharedState::health`]).
 //!
 //! Invariants: every shared key is `portcullis:<namespace>:<kind>:<id>` with
 //! a namespace that holds no `:` and a fixed kind, so two deployments sharing
 //! one Redis never read each other's keys ([`key`]); every key written has a
-//! TTL and every value is bounded (a used nonce is the value `1`, the sets
-//! that bound how many there are hold at most the configured limits); a
+//! TTL and every value is bounded (a used nonce is the value `1`, a task or
+//! session binding at most [`MAX_TASK_BYTES`], the sets that bound how many there
+//! are hold at most the configured limits); a
 //! store that cannot answer within [`CALL_TIMEOUT`] is an [`Unavailable`]
 //! error the caller refuses on (fail closed), never a panic or a yes. Redis
 //! Cluster is not supported (a script touches keys in several slots).
@@ -34,7 +39,23 @@ pub enum Kind {
     UsedNonces,
     /// One client's used nonces, scored by expiry (the per-client bound).
     UsedNoncesOf,
+    /// A task's binding to its creator (JSON, at most [`MAX_TASK_BYTES`]).
+    Task,
+    /// One client's task bindings, scored by creation (the per-client bound).
+    TasksOf,
+    /// A 2025-era upstream session's binding to its client (JSON, bounded).
+    Session,
+    /// One client's session bindings, scored by creation (the per-client bound).
+    SessionsOf,
 }
+
+/// How long a 2025-era session binding is kept in the shared store (a
+/// session older than this continues on the replicas that know it; another
+/// replica answers it as unknown, and the client starts a new one).
+pub const SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Longest task binding written (client, tool, era, expiry as JSON).
+pub const MAX_TASK_BYTES: usize = 2048;
 
 impl Kind {
     fn as_str(self) -> &'static str {
@@ -42,6 +63,10 @@ impl Kind {
             Kind::Nonce => "nonce",
             Kind::UsedNonces => "nonces",
             Kind::UsedNoncesOf => "nonces-of",
+            Kind::Task => "task",
+            Kind::TasksOf => "tasks-of",
+            Kind::Session => "session",
+            Kind::SessionsOf => "sessions-of",
         }
     }
 }
@@ -178,6 +203,128 @@ impl SharedState {
         }
     }
 
+    /// Binds task `task_id` of `server` for the fleet: `value` (at most
+    /// [`MAX_TASK_BYTES`], else nothing is written) for `ttl_ms`, at most
+    /// `per_client` bindings of `client` (its oldest forgotten first).
+    /// Nothing to do for the memory store.
+    pub async fn bind_task(
+        &self,
+        ids: (&str, &str, &str),
+        value: &str,
+        ttls: (i64, i64),
+        now_ms: i64,
+        per_client: usize,
+    ) -> Result<(), Unavailable> {
+        self.bind(Kind::Task, ids, value, ttls, now_ms, per_client)
+            .await
+    }
+
+    /// Binds 2025-era session `session` of `server` to `client` for the
+    /// fleet ([`SESSION_TTL`], at most `per_client` of the client's).
+    pub async fn bind_session(
+        &self,
+        ids: (&str, &str, &str),
+        value: &str,
+        now_ms: i64,
+        per_client: usize,
+    ) -> Result<(), Unavailable> {
+        let ttl = SESSION_TTL.as_millis() as i64;
+        self.bind(Kind::Session, ids, value, (ttl, ttl), now_ms, per_client)
+            .await
+    }
+
+    /// The fleet's binding of session `session` of `server`, if any.
+    pub async fn session(
+        &self,
+        server: &str,
+        session: &str,
+    ) -> Result<Option<String>, Unavailable> {
+        self.get(Kind::Session, server, session).await
+    }
+
+    /// Forgets session `session` of `server` fleet-wide (ended).
+    pub async fn forget_session(&self, server: &str, session: &str) -> Result<(), Unavailable> {
+        match &self.backend {
+            Backend::Memory => Ok(()),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(redis) => {
+                let gone = redis
+                    .del(&self.pair_key(Kind::Session, server, session))
+                    .await;
+                self.observe(gone)
+            }
+        }
+    }
+
+    /// `value` under the key of `kind` for (server, id), within the bound of
+    /// `client`'s bindings of that kind (the kind after it: `…Of`).
+    async fn bind(
+        &self,
+        kind: Kind,
+        (server, id, client): (&str, &str, &str),
+        value: &str,
+        (ttl_ms, max_ttl_ms): (i64, i64),
+        now_ms: i64,
+        per_client: usize,
+    ) -> Result<(), Unavailable> {
+        #[cfg(not(feature = "redis-ratelimit"))]
+        let _ = (
+            kind, server, id, client, ttl_ms, max_ttl_ms, now_ms, per_client,
+        );
+        match &self.backend {
+            Backend::Memory => Ok(()),
+            #[cfg(feature = "redis-ratelimit")]
+            // Larger than any binding the gateway makes: not written.
+            Backend::Redis(_) if value.len() > MAX_TASK_BYTES => Ok(()),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(redis) => {
+                let of = if kind == Kind::Task {
+                    Kind::TasksOf
+                } else {
+                    Kind::SessionsOf
+                };
+                let keys = [
+                    self.pair_key(kind, server, id),
+                    key(&self.namespace, of, &hex::encode(client.as_bytes())),
+                ];
+                let written = redis
+                    .bind_task(&keys, value, (ttl_ms, max_ttl_ms), now_ms, per_client)
+                    .await;
+                self.observe(written)
+            }
+        }
+    }
+
+    /// The fleet's binding of task `task_id` of `server`, when it has one
+    /// (never for the memory store).
+    pub async fn task(&self, server: &str, task_id: &str) -> Result<Option<String>, Unavailable> {
+        self.get(Kind::Task, server, task_id).await
+    }
+
+    async fn get(&self, kind: Kind, server: &str, id: &str) -> Result<Option<String>, Unavailable> {
+        #[cfg(not(feature = "redis-ratelimit"))]
+        let _ = (kind, server, id);
+        match &self.backend {
+            Backend::Memory => Ok(None),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(redis) => {
+                let found = redis.get(&self.pair_key(kind, server, id)).await;
+                self.observe(found)
+            }
+        }
+    }
+
+    /// The key of `kind` for `id` on `server` (both hex-encoded).
+    #[cfg_attr(not(feature = "redis-ratelimit"), allow(dead_code))]
+    fn pair_key(&self, kind: Kind, server: &str, id: &str) -> String {
+        let id = format!(
+            "{}.{}",
+            hex::encode(server.as_bytes()),
+            hex::encode(id.as_bytes())
+        );
+        key(&self.namespace, kind, &id)
+    }
+
     /// For `/readyz`: the store, and whether it answers now.
     pub async fn health(&self) -> serde_json::Value {
         let reachable = match &self.backend {
@@ -233,7 +380,11 @@ mod tests {
         prop_oneof![
             Just(Kind::Nonce),
             Just(Kind::UsedNonces),
-            Just(Kind::UsedNoncesOf)
+            Just(Kind::UsedNoncesOf),
+            Just(Kind::Task),
+            Just(Kind::TasksOf),
+            Just(Kind::Session),
+            Just(Kind::SessionsOf)
         ]
     }
 

@@ -52,6 +52,8 @@ pub(crate) mod codes {
     /// A client's JSON-RPC response names an approval question (its id has
     /// the gateway's question form) that is not open for this client and session.
     pub(crate) const APPROVAL_ANSWER_UNKNOWN: i64 = -31020;
+    /// The shared state store did not answer; nothing was forwarded.
+    pub(crate) const STATE_UNAVAILABLE: i64 = -31021;
 }
 
 /// Who a failure is attributed to.
@@ -118,6 +120,10 @@ pub(crate) enum Rejection {
     /// expired, or never created through the gateway — one answer for all, the
     /// spec's unknown-task error (JSON-RPC -32602).
     UnknownTask,
+    /// The shared state store (`redis`) did not answer, so whether the
+    /// request is the client's to make cannot be known (a task created
+    /// through another replica): HTTP 503, -31021; nothing was forwarded.
+    StateUnavailable(&'static str),
     /// A request other than `tools/call` (or a notification, or a response to
     /// the server) carrying what looks like a credential, with `sanitize.arguments
     /// = "block"`: JSON-RPC -32602 with the pointers and kinds, never the values.
@@ -367,7 +373,7 @@ impl Rejection {
             | Rejection::NonCanonicalUri { .. }
             | Rejection::SecretInParams(_)
             | Rejection::UnknownApprovalAnswer => Source::Client,
-            Rejection::UnknownTask => Source::Policy,
+            Rejection::UnknownTask | Rejection::StateUnavailable(_) => Source::Policy,
             Rejection::NotFound(_) | Rejection::Tool(_) | Rejection::RateLimited(_) => {
                 Source::Policy
             }
@@ -396,6 +402,7 @@ impl Rejection {
             Rejection::MethodNotFound(_) => "method_not_found",
             Rejection::SessionNotFound => "session_not_found",
             Rejection::UnknownTask => "unknown_task",
+            Rejection::StateUnavailable(_) => "state_unavailable",
             Rejection::SecretInParams(_) => "argument_not_permitted",
             Rejection::NotFound(_) => "not_found",
             Rejection::Tool(t) => t.code,

@@ -157,6 +157,17 @@ impl Rejection {
                 "Failed to retrieve task: Task not found",
                 None,
             ),
+            Rejection::StateUnavailable(store) => error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                id,
+                codes::STATE_UNAVAILABLE,
+                &format!(
+                    "the gateway's shared state store ({store}) did not answer, so whether this task is yours \
+                     cannot be checked; nothing was sent to the server. Retry shortly; if it keeps failing, tell \
+                     the gateway's operator that the {store} state store is unreachable"
+                ),
+                Some(serde_json::json!({"code": "state_unavailable", "store": store})),
+            ),
             Rejection::SecretInParams(s) => {
                 let (text, data) = secret_in_params(&s);
                 let status = match s.request {

@@ -52,7 +52,7 @@ pub(super) async fn post(
     ex.trail.stage("negotiate");
     let (era, _version) = negotiate(headers, &message)?;
     ex.era = era;
-    let session = session(state, server, client, headers, era)?;
+    let session = session(state, server, client, headers, era).await?;
     if ex.client_session.is_none() {
         ex.client_session = session.clone();
     }

@@ -163,8 +163,9 @@ pub(super) fn canonical_body(message: &Message) -> bytes::Bytes {
     bytes::Bytes::from(crate::util::canonical::to_vec(&rebuild(message)))
 }
 
-/// The session a legacy request presents must be this client's.
-pub(super) fn session(
+/// The session a legacy request presents must be this client's (known
+/// here, or to the fleet's shared state store).
+pub(super) async fn session(
     state: &AppState,
     server: &ServerState,
     client: &ClientId,
@@ -173,16 +174,18 @@ pub(super) fn session(
 ) -> Result<Option<String>, Rejection> {
     let presented =
         headers::single(headers, MCP_SESSION_ID).map_err(|m| Rejection::HeaderMismatch(m.0))?;
-    match (era, presented) {
+    let id = match (era, presented) {
         // 2026-07-28 has no sessions; a stray id is ignored (and not forwarded).
-        (Era::Modern, _) | (_, None) => Ok(None),
-        (Era::Legacy, Some(id))
-            if state
-                .sessions
-                .check(&server.upstream.settings.name, id, client) =>
-        {
-            Ok(Some(id.to_owned()))
-        }
-        (Era::Legacy, Some(_)) => Err(Rejection::SessionNotFound),
+        (Era::Modern, _) | (_, None) => return Ok(None),
+        (Era::Legacy, Some(id)) => id,
+    };
+    let known = state
+        .sessions
+        .check_in_fleet(&server.upstream.settings.name, id, client)
+        .await
+        .map_err(|e| Rejection::StateUnavailable(e.store))?;
+    match known {
+        true => Ok(Some(id.to_owned())),
+        false => Err(Rejection::SessionNotFound),
     }
 }

@@ -110,7 +110,7 @@ pub(super) async fn stream_or_end(
     if version.and_then(Era::of) == Some(Era::Modern) {
         return Err(Rejection::MethodNotAllowed("POST"));
     }
-    let session = session(state, server, client, &parts.headers, Era::Legacy)?;
+    let session = session(state, server, client, &parts.headers, Era::Legacy).await?;
     let accept = if parts.method == Method::GET {
         "text/event-stream"
     } else {

@@ -17,11 +17,21 @@
 //! is never refused: a client that lost sessions without ending them (a crash)
 //! must still be able to start again. `Mcp-Session-Id` is never an identity:
 //! it only narrows what an already authenticated client can reach.
+//!
+//! With a shared state store (`[state] backend = "redis"`), a server's own
+//! session binding is also written there as it is made (off the request's
+//! path; a failed write is logged and the session stays this replica's), and
+//! a session this replica does not know is looked up there
+//! ([`SessionTable::check_in_fleet`]): the same client's, it is served and
+//! remembered here; a store that cannot answer refuses the request
+//! (`state_unavailable`), never serves it. Merged-view sessions stay per
+//! replica.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::auth::ClientId;
+use crate::state::{SharedState, Unavailable};
 
 /// Sessions per (server, session id).
 #[derive(Debug)]
@@ -29,6 +39,26 @@ pub(crate) struct SessionTable {
     inner: Mutex<Inner>,
     max: usize,
     per_client: usize,
+    /// Where the fleet's bindings are (the memory store: nowhere else).
+    shared: Arc<SharedState>,
+}
+
+/// A binding as the shared store keeps it: client name, anonymous, unlisted.
+#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct SharedBinding {
+    c: String,
+    a: bool,
+    u: bool,
+}
+
+impl SharedBinding {
+    fn of(client: &ClientId) -> Self {
+        Self {
+            c: client.name().to_owned(),
+            a: client.is_anonymous(),
+            u: client.is_unlisted(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -89,12 +119,63 @@ impl SessionTable {
             inner: Mutex::new(Inner::default()),
             max,
             per_client: per_client.clamp(1, max.max(1)),
+            shared: Arc::new(SharedState::memory()),
         }
     }
 
-    /// Records that `session` on `server` belongs to `client`.
+    /// The table whose server sessions every replica sharing `shared` sees.
+    pub(crate) fn shared(mut self, shared: Arc<SharedState>) -> Self {
+        self.shared = shared;
+        self
+    }
+
+    /// Records that `session` on `server` belongs to `client` (and, with a
+    /// shared store, writes it there off the request's path).
     pub(crate) fn bind(&self, server: &str, session: &str, client: &ClientId) {
         self.insert(server, session, client, None);
+        if !self.shared.is_shared() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let value = serde_json::to_string(&SharedBinding::of(client)).unwrap_or_default();
+        let (shared, per_client) = (self.shared.clone(), self.per_client);
+        let (server, session, name) = (
+            server.to_owned(),
+            session.to_owned(),
+            client.name().to_owned(),
+        );
+        runtime.spawn(async move {
+            let now = crate::util::time::now_ms();
+            let ids = (server.as_str(), session.as_str(), name.as_str());
+            if let Err(e) = shared.bind_session(ids, &value, now, per_client).await {
+                tracing::warn!(server = %server, error = %e,
+                    "a session's binding could not be shared: it is served by this replica only");
+            }
+        });
+    }
+
+    /// [`Self::check`], and with a shared store a session this replica does
+    /// not know is looked up there: the same client's, it is remembered here.
+    pub(crate) async fn check_in_fleet(
+        &self,
+        server: &str,
+        session: &str,
+        client: &ClientId,
+    ) -> Result<bool, Unavailable> {
+        if self.check(server, session, client) {
+            return Ok(true);
+        }
+        let Some(text) = self.shared.session(server, session).await? else {
+            return Ok(false);
+        };
+        let mine = serde_json::from_str::<SharedBinding>(&text)
+            .is_ok_and(|b| b == SharedBinding::of(client));
+        if mine {
+            self.insert(server, session, client, None);
+        }
+        Ok(mine)
     }
 
     /// Mints a merged-view session for `client` over the servers' own sessions.
@@ -183,10 +264,22 @@ impl SessionTable {
         }
     }
 
-    /// Forgets a session (ended, or expired upstream).
+    /// Forgets a session (ended, or expired upstream), fleet-wide with a
+    /// shared store (off the request's path).
     pub(crate) fn remove(&self, server: &str, session: &str) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.drop_key(&(server.to_owned(), session.to_owned()));
+        drop(inner);
+        if let (true, Ok(runtime)) = (
+            self.shared.is_shared(),
+            tokio::runtime::Handle::try_current(),
+        ) {
+            let shared = self.shared.clone();
+            let (server, session) = (server.to_owned(), session.to_owned());
+            runtime.spawn(async move {
+                let _ = shared.forget_session(&server, &session).await;
+            });
+        }
     }
 
     /// Ends every session whose client `revoked` says has lost `server` (a

@@ -98,10 +98,11 @@ impl AppState {
         let limiter = RateLimiter::from_settings(&config.rate_limit).map_err(io::Error::other)?;
         let shared =
             crate::state::SharedState::from_settings(&config.state).map_err(io::Error::other)?;
+        let shared = Arc::new(shared);
         let approvals = Arc::new(Approvals::with_store(
             &config.approvals,
             approval_sink(sinks.clone()),
-            Arc::new(shared),
+            shared.clone(),
         ));
         let asks = config.policy.rules.iter().any(|r| r.approval.is_some());
         if approvals.key_generated && asks {
@@ -115,15 +116,19 @@ impl AppState {
             live: ArcSwap::from_pointee(live),
             limiter,
             streams: Arc::default(),
-            tasks: Arc::new(TaskStore::new(
-                config.gateway.max_tasks,
-                config.gateway.max_tasks_per_client,
-                config.gateway.max_task_ttl,
-            )),
+            tasks: Arc::new(
+                TaskStore::new(
+                    config.gateway.max_tasks,
+                    config.gateway.max_tasks_per_client,
+                    config.gateway.max_task_ttl,
+                )
+                .shared(shared.clone()),
+            ),
             sessions: SessionTable::new(
                 config.gateway.max_sessions,
                 config.gateway.max_sessions_per_client,
-            ),
+            )
+            .shared(shared.clone()),
             pins,
             sinks,
             traces,

@@ -5,13 +5,17 @@
 //!
 //! Place: the task branch of dispatch, before forward. Invariants: another
 //! client's task, an expired one and one the gateway never saw created all
-//! get the answer an unknown task gets, and the upstream is not called.
+//! get the answer an unknown task gets, and the upstream is not called; a
+//! task created through another replica of the deployment is found in the
+//! shared state store, and when that store cannot answer the method is
+//! refused (`state_unavailable`), never forwarded.
 
 use axum::response::Response;
 use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::{Value, json};
 
+use super::catalog::CallFacts;
 use super::forward::{Forward, Pages};
 use super::respond::{self, Recipient};
 use super::tasks::{TaskMethod, TaskStore};
@@ -51,9 +55,30 @@ pub(super) async fn serve(
             ))
         })?;
     let policy = &forward.live.config.policy;
+    let task = match store.owned(&server, task_id, client) {
+        Some(task) => Some(task),
+        None => {
+            // Maybe created through another replica: what this one's catalog
+            // knows of the tool is what its result is checked against.
+            let tools = forward
+                .tool_set(headers, message, to.id.as_ref())
+                .await
+                .ok();
+            let sanitize = &forward.live.sanitize;
+            let facts = |tool: &str| {
+                let entry = tools.as_ref().and_then(|t| t.tools.get(tool));
+                entry.map_or_else(CallFacts::default, |e| {
+                    CallFacts::of(e, sanitize.skip_for(&server, tool))
+                })
+            };
+            store
+                .owned_in_fleet(&server, task_id, client, facts)
+                .await
+                .map_err(|e| Rejection::StateUnavailable(e.store))?
+        }
+    };
     // A task whose tool the client may no longer call is not its to read.
-    let task = store
-        .owned(&server, task_id, client)
+    let task = task
         .filter(|t| t.era == to.era)
         .filter(|t| {
             policy

@@ -20,9 +20,15 @@
 //! (`gateway.max_tasks_per_client`; past it, that client's own oldest task is
 //! forgotten, never another's; when the whole store is full, the client
 //! holding the most tasks loses its oldest). A binding lasts the task's own
-//! ttl, at most `gateway.max_task_ttl`. The store is in memory: after a
+//! ttl, at most `gateway.max_task_ttl`. With the memory state store, after a
 //! restart the gateway knows no task, so every task created before it is
-//! answered as unknown (fail closed) and must be started again. Anonymous
+//! answered as unknown (fail closed) and must be started again. With a
+//! shared one (`[state] backend = "redis"`), each binding is also written to
+//! it as the reply leaves ([`TaskStore::bind`]; a failed write is logged and
+//! the task stays known to this replica only), and a task this replica does
+//! not know is looked up there ([`TaskStore::owned_in_fleet`]): found and the
+//! caller's, it is served and remembered here; a store that cannot answer
+//! refuses the task method (`state_unavailable`), never serves it. Anonymous
 //! requests bind to the one anonymous identity when anonymous access is
 //! configured, so anonymous callers share their tasks with each other.
 
@@ -36,6 +42,7 @@ use super::catalog::CallFacts;
 use crate::auth::ClientId;
 use crate::mcp::version::Era;
 use crate::sanitize::{Report, SanitizeSettings, Sanitizer};
+use crate::state::{SharedState, Unavailable};
 
 /// `_meta` key naming the task a message belongs to (2025-11-25).
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
@@ -89,6 +96,23 @@ pub(crate) struct TaskStore {
     max: usize,
     per_client: usize,
     max_ttl: Duration,
+    /// Where the fleet's bindings are (the memory store: nowhere else).
+    shared: Arc<SharedState>,
+}
+
+/// A binding as the shared store keeps it (JSON, bounded).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Shared {
+    /// Client name, anonymous, unlisted.
+    c: String,
+    a: bool,
+    u: bool,
+    /// Tool.
+    t: String,
+    /// Era (`Era::as_str`).
+    e: String,
+    /// Expiry, Unix ms.
+    x: i64,
 }
 
 #[derive(Debug, Default)]
@@ -151,13 +175,106 @@ impl TaskStore {
             max: max.max(1),
             per_client: per_client.clamp(1, max.max(1)),
             max_ttl,
+            shared: Arc::new(SharedState::memory()),
         }
     }
 
-    /// Binds a task to its creator; a task id seen again is bound anew.
+    /// The store whose bindings every replica sharing `shared` sees.
+    pub(crate) fn shared(mut self, shared: Arc<SharedState>) -> Self {
+        self.shared = shared;
+        self
+    }
+
+    /// Binds a task to its creator; a task id seen again is bound anew. With
+    /// a shared state store the binding is written there too, off the
+    /// request's path (inside a Tokio runtime).
     pub(crate) fn bind(&self, c: Created<'_>) {
-        let now = Instant::now();
         let ttl = c.ttl.map_or(self.max_ttl, |t| t.min(self.max_ttl));
+        self.bind_here(&c, ttl);
+        if !self.shared.is_shared() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let now_ms = crate::util::time::now_ms();
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 4);
+        let max_ttl_ms = i64::try_from(self.max_ttl.as_millis()).unwrap_or(i64::MAX / 4);
+        let value = serde_json::to_string(&Shared {
+            c: c.client.name().to_owned(),
+            a: c.client.is_anonymous(),
+            u: c.client.is_unlisted(),
+            t: c.tool.to_owned(),
+            e: c.era.as_str().to_owned(),
+            x: now_ms.saturating_add(ttl_ms),
+        })
+        .unwrap_or_default();
+        let (shared, per_client) = (self.shared.clone(), self.per_client);
+        let (server, task_id) = (c.server.to_owned(), c.task_id.to_owned());
+        let client = c.client.name().to_owned();
+        runtime.spawn(async move {
+            let ids = (server.as_str(), task_id.as_str(), client.as_str());
+            let written = shared
+                .bind_task(ids, &value, (ttl_ms, max_ttl_ms), now_ms, per_client)
+                .await;
+            if let Err(e) = written {
+                tracing::warn!(server = %server, error = %e,
+                    "a task's binding could not be shared: it is known to this replica only");
+            }
+        });
+    }
+
+    /// The task `task_id` on `server` when `client` created it, known here or
+    /// to the fleet's shared store (then remembered here, with `facts`: what
+    /// this replica's catalog knows of its tool).
+    pub(crate) async fn owned_in_fleet(
+        &self,
+        server: &str,
+        task_id: &str,
+        client: &ClientId,
+        facts: impl FnOnce(&str) -> CallFacts,
+    ) -> Result<Option<Task>, Unavailable> {
+        if let Some(task) = self.owned(server, task_id, client) {
+            return Ok(Some(task));
+        }
+        let Some(text) = self.shared.task(server, task_id).await? else {
+            return Ok(None);
+        };
+        let Ok(found) = serde_json::from_str::<Shared>(&text) else {
+            return Ok(None);
+        };
+        let era = match found.e.as_str() {
+            e if e == Era::Modern.as_str() => Era::Modern,
+            e if e == Era::Legacy.as_str() => Era::Legacy,
+            _ => return Ok(None),
+        };
+        let left = found.x - crate::util::time::now_ms();
+        let mine = found.c == client.name()
+            && found.a == client.is_anonymous()
+            && found.u == client.is_unlisted();
+        if !mine || left <= 0 {
+            return Ok(None);
+        }
+        let facts = facts(&found.t);
+        let created = Created {
+            server,
+            task_id,
+            client,
+            tool: &found.t,
+            era,
+            facts: &facts,
+            ttl: None,
+        };
+        self.bind_here(
+            &created,
+            Duration::from_millis(left as u64).min(self.max_ttl),
+        );
+        Ok(self.owned(server, task_id, client))
+    }
+
+    /// Binds a task in this process only.
+    fn bind_here(&self, c: &Created<'_>, ttl: Duration) {
+        let now = Instant::now();
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let key = (c.server.to_owned(), c.task_id.to_owned());
         inner.drop_key(&key);

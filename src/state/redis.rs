@@ -54,6 +54,7 @@ pub(crate) async fn in_time<T>(
 pub(crate) struct RedisState {
     connection: ConnectionManager,
     use_once: Script,
+    bind_task: Script,
 }
 
 impl RedisState {
@@ -61,6 +62,7 @@ impl RedisState {
         Ok(Self {
             connection: connect(url)?,
             use_once: Script::new(include_str!("use_once.lua")),
+            bind_task: Script::new(include_str!("bind_task.lua")),
         })
     }
 
@@ -100,6 +102,47 @@ impl RedisState {
                 "unexpected reply from the nonce script",
             ))),
         }
+    }
+
+    /// Runs `bind_task.lua`: `value` under `keys[0]` for `ttl_ms`, within
+    /// the client's bound (`keys[1]`).
+    pub(crate) async fn bind_task(
+        &self,
+        keys: &[String; 2],
+        value: &str,
+        (ttl_ms, max_ttl_ms): (i64, i64),
+        now_ms: i64,
+        per_client: usize,
+    ) -> Result<(), RedisError> {
+        let mut invocation = self.bind_task.prepare_invoke();
+        invocation.key(&keys[0]).key(&keys[1]);
+        invocation
+            .arg(value)
+            .arg(ttl_ms.max(1))
+            .arg(now_ms)
+            .arg(per_client)
+            .arg(max_ttl_ms.max(1));
+        let mut connection = self.connection.clone();
+        in_time(invocation.invoke_async::<i64>(&mut connection)).await?;
+        Ok(())
+    }
+
+    /// GET.
+    pub(crate) async fn get(&self, key: &str) -> Result<Option<String>, RedisError> {
+        let mut connection = self.connection.clone();
+        in_time(redis::cmd("GET").arg(key).query_async(&mut connection)).await
+    }
+
+    /// DEL.
+    pub(crate) async fn del(&self, key: &str) -> Result<(), RedisError> {
+        let mut connection = self.connection.clone();
+        in_time(
+            redis::cmd("DEL")
+                .arg(key)
+                .query_async::<i64>(&mut connection),
+        )
+        .await?;
+        Ok(())
     }
 
     /// PING.

@@ -6,7 +6,11 @@
 //! through one replica runs through another, once; the same `requestState`
 //! replayed through a third is refused; with Redis stopped the approval is
 //! refused (`state_unavailable`), never run, and is still usable once Redis
-//! is back.
+//! is back. A task created through one replica is its creator's through
+//! every other, and unknown to everyone else; with Redis stopped a replica
+//! that must ask the store refuses (`state_unavailable`, 503) and forwards
+//! nothing. A 2025-era session opened through one replica continues through
+//! another, for its own client only.
 
 use crate::support;
 use support::tiers::{self, Tier};
@@ -14,7 +18,11 @@ use support::tiers::{self, Tier};
 use serde_json::{Value, json};
 use support::process::Observed;
 use support::redis::RedisServer;
-use support::{ALICE, Peer, PeerServer, borrow, clients, modern_call_headers, raw_post};
+use support::tasks::TasksUpstream;
+use support::{
+    ALICE, BOB, Peer, PeerServer, Raw, allow_all, borrow, clients, modern_call_headers,
+    modern_meta, raw_post,
+};
 
 const KEY: &str = "fleet-approvals-key-of-at-least-32-bytes";
 const BY_USER: &str = r#"{ by = "user", timeout = "1m", reason = "echo writes here" }"#;
@@ -206,6 +214,222 @@ async fn answered(replica: &Observed, state: &str) -> Value {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     last
+}
+
+/// `n` replicas in front of the scripted tasks server `t`, every tool allowed.
+async fn task_replicas(n: usize, upstream: &str, redis: &str) -> Vec<Observed> {
+    let text = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+         [state]\nbackend = \"redis\"\nredis_url = \"{redis}\"\nnamespace = \"tasks\"\n\
+         [approvals]\nkey = \"{KEY}\"\n[servers.t]\nurl = \"{upstream}\"\n{}{}",
+        clients(),
+        allow_all()
+    );
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(Observed::start(&text).await);
+    }
+    out
+}
+
+/// A 2026-07-28 request of `method` by `key` to `replica`'s server `t`.
+async fn task_request(
+    replica: &Observed,
+    key: &str,
+    method: &str,
+    name: &str,
+    mut params: Value,
+) -> Raw {
+    params["_meta"] = modern_meta();
+    params["_meta"]["io.modelcontextprotocol/clientCapabilities"] =
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let auth = format!("Bearer {key}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", method),
+        ("mcp-name", name),
+    ];
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+    raw_post(&replica.url("t"), &headers, body.to_string()).await
+}
+
+/// Alice creates a task of `tool` through `replica`; its id.
+async fn create_task(replica: &Observed, tool: &str) -> String {
+    let r = task_request(
+        replica,
+        ALICE,
+        "tools/call",
+        tool,
+        json!({"name": tool, "arguments": {"topic": "tides"}}),
+    )
+    .await;
+    assert_eq!(r.body["result"]["resultType"], "task", "{}", r.text);
+    r.body["result"]["taskId"]
+        .as_str()
+        .expect("a task")
+        .to_owned()
+}
+
+/// `tasks/get` of `id` by `key` through `replica`.
+async fn get_task(replica: &Observed, key: &str, id: &str) -> Raw {
+    task_request(replica, key, "tasks/get", id, json!({"taskId": id})).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_created_through_one_replica_is_its_creators_through_another_only() {
+    if !tiers::ready(&[Tier::Redis]) {
+        return;
+    }
+    let redis = RedisServer::start();
+    let upstream = TasksUpstream::start().await;
+    let fleet = task_replicas(3, &upstream.url, &redis.url()).await;
+    let research = create_task(&fleet[0], "research").await;
+    let count = create_task(&fleet[0], "count").await;
+
+    // Bob, through any replica: the answer an unknown task gets, nothing forwarded.
+    let unknown = get_task(&fleet[1], BOB, "made-up").await;
+    assert_eq!(unknown.body["error"]["code"], -32602, "{}", unknown.text);
+    for replica in &fleet {
+        let stolen = get_task(replica, BOB, &research).await;
+        assert_eq!(stolen.body, unknown.body, "{}", stolen.text);
+    }
+    assert_eq!(
+        upstream.count("tasks/get"),
+        0,
+        "no tasks/get reached the upstream"
+    );
+
+    // Alice, through replicas that did not see it created.
+    let got = get_task(&fleet[1], ALICE, &research).await;
+    assert_eq!(got.body["result"]["status"], "completed", "{}", got.text);
+    assert_eq!(
+        got.body["result"]["result"]["content"][0]["text"], "report on tides",
+        "{}",
+        got.text
+    );
+    // The result passes the output checks of its tool as replica 3 knows it:
+    // `count` breaks its outputSchema.
+    let checked = get_task(&fleet[2], ALICE, &count).await;
+    assert_eq!(
+        checked.body["result"]["result"]["_meta"]["portcullis/error"]["code"],
+        "output_schema_violation",
+        "{}",
+        checked.text
+    );
+    assert_eq!(upstream.count("tasks/get"), 2);
+
+    // Every binding is a key with a TTL.
+    let keys = redis.command("KEYS portcullis:tasks:task:*");
+    assert!(keys.starts_with("*2\r\n"), "{keys:?}");
+    let key = keys.lines().nth(2).expect("a key").to_owned();
+    let ttl = redis.command(&format!("PTTL {key}"));
+    let ttl: i64 = ttl.trim().trim_start_matches(':').parse().expect("PTTL");
+    assert!(ttl > 0, "{ttl}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_stopped_a_task_another_replica_created_is_refused_not_forwarded() {
+    if !tiers::ready(&[Tier::Redis]) {
+        return;
+    }
+    let mut redis = RedisServer::start();
+    let upstream = TasksUpstream::start().await;
+    let fleet = task_replicas(2, &upstream.url, &redis.url()).await;
+    let id = create_task(&fleet[0], "research").await;
+    // Written as the reply left: wait until Redis has it before stopping it.
+    for _ in 0..50 {
+        if redis
+            .command("KEYS portcullis:tasks:task:*")
+            .starts_with("*1")
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    redis.stop();
+    let refused = get_task(&fleet[1], ALICE, &id).await;
+    assert_eq!(refused.status, 503, "{}", refused.text);
+    assert_eq!(refused.body["error"]["data"]["code"], "state_unavailable");
+    assert_eq!(refused.body["error"]["data"]["store"], "redis");
+    assert_eq!(upstream.count("tasks/get"), 0, "nothing was forwarded");
+    // The replica that created it still knows it.
+    let own = get_task(&fleet[0], ALICE, &id).await;
+    assert_eq!(own.body["result"]["status"], "completed", "{}", own.text);
+}
+
+/// A 2025-11-25 request by alice (or `key`) in `session` through `replica`.
+async fn in_session(replica: &Observed, key: &str, session: &str, body: Value) -> Raw {
+    let auth = format!("Bearer {key}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("mcp-session-id", session),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    raw_post(&replica.url("t"), &headers, body.to_string()).await
+}
+
+fn legacy_echo(id: u64, text: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+           "params": {"name": "echo", "arguments": {"text": text}}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2025_session_opened_through_one_replica_continues_through_another() {
+    if !tiers::ready(&[Tier::Python, Tier::Redis]) {
+        return;
+    }
+    let mut redis = RedisServer::start();
+    let upstream = PeerServer::start(Peer::Python).await;
+    let fleet = task_replicas(3, &upstream.url, &redis.url()).await;
+    let auth = format!("Bearer {ALICE}");
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    let opened = raw_post(
+        &fleet[0].url("t"),
+        &[("authorization", &auth)],
+        init.to_string(),
+    )
+    .await;
+    let session = opened.headers["mcp-session-id"]
+        .to_str()
+        .expect("a session")
+        .to_owned();
+    // Written as the answer left: wait until Redis has it.
+    for _ in 0..50 {
+        if redis
+            .command("KEYS portcullis:tasks:session:*")
+            .starts_with("*1")
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let ack = in_session(&fleet[1], ALICE, &session, initialized).await;
+    assert_eq!(ack.status, 202, "{}", ack.text);
+    let echoed = in_session(&fleet[1], ALICE, &session, legacy_echo(2, "across")).await;
+    assert_eq!(echoed.body["result"]["isError"], false, "{}", echoed.text);
+    assert!(echoed.text.contains("across"), "{}", echoed.text);
+    assert_eq!(echoes(&upstream), 1);
+
+    // Another client presenting it, and an id nobody opened: unknown.
+    let stolen = in_session(&fleet[2], BOB, &session, legacy_echo(3, "x")).await;
+    assert_eq!(stolen.status, 404, "{}", stolen.text);
+    let made_up = in_session(&fleet[2], ALICE, "made-up", legacy_echo(4, "x")).await;
+    assert_eq!(made_up.status, 404, "{}", made_up.text);
+    assert_eq!(echoes(&upstream), 1);
+
+    // Redis stopped: a replica that must ask refuses, 503, and forwards nothing;
+    // the replicas that know the session still serve it.
+    redis.stop();
+    let refused = in_session(&fleet[2], ALICE, &session, legacy_echo(5, "x")).await;
+    assert_eq!(refused.status, 503, "{}", refused.text);
+    assert_eq!(refused.body["error"]["data"]["code"], "state_unavailable");
+    assert_eq!(echoes(&upstream), 1);
+    let known = in_session(&fleet[1], ALICE, &session, legacy_echo(6, "still")).await;
+    assert!(known.text.contains("still"), "{}", known.text);
 }
 
 /// Under any interleaving of replicas using any nonces, concurrently, each
