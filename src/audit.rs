@@ -19,10 +19,11 @@
 //! every string a secret detector matches); everything queued is written
 //! before [`Audit::flush`] returns (PostgreSQL: while it is reachable).
 
+mod counters;
 mod postgres;
 mod spool;
 
-pub use postgres::{STATE_DOWN, STATE_STARTING, STATE_UP};
+pub use counters::{Counters, STATE_DOWN, STATE_STARTING, STATE_UP};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -81,24 +82,6 @@ const MIGRATIONS: &[&str] = &[
     // argument digest, who decided, when).
     "ALTER TABLE events ADD COLUMN approval TEXT;",
 ];
-
-/// What the audit trail has done so far.
-#[derive(Debug, Default)]
-pub struct Counters {
-    /// Events waiting in the queue.
-    pub queued: AtomicU64,
-    /// Events dropped because the queue was full.
-    pub dropped: AtomicU64,
-    /// Events written.
-    pub written: AtomicU64,
-    /// Events lost to a write error.
-    pub failed: AtomicU64,
-    /// The store's state ([`STATE_UP`], [`STATE_DOWN`], [`STATE_STARTING`]);
-    /// SQLite is always up.
-    pub store: std::sync::atomic::AtomicU8,
-    /// `[gateway] replica`, for the metrics.
-    pub replica: std::sync::OnceLock<String>,
-}
 
 enum Msg {
     Event(Arc<Event>),

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio_postgres::config::SslMode;
 
-use super::Counters;
+use super::counters::{Counters, STATE_DOWN, STATE_STARTING, STATE_UP};
 use super::spool::Spool;
 
 /// Most events in one insert.
@@ -34,13 +34,6 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 const RETENTION_EVERY: Duration = Duration::from_secs(60);
 /// The advisory lock key of the migrations (any constant the fleet shares).
 const MIGRATION_LOCK: i64 = 0x706f_7274_6375_6c6c;
-
-/// Store state, as `/healthz` reports it.
-pub const STATE_STARTING: u8 = 0;
-/// The last insert or connection attempt succeeded.
-pub const STATE_UP: u8 = 1;
-/// The database cannot be reached; events wait in the spool.
-pub const STATE_DOWN: u8 = 2;
 
 /// Schema versions of the fleet's table, applied in order, each once.
 const MIGRATIONS: &[&str] = &["CREATE TABLE portcullis_events (
