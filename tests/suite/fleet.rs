@@ -195,6 +195,60 @@ async fn three_replicas_behind_haproxy_answer_as_one_and_audit_into_one_database
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_dashboard_in_chromium_shows_the_events_of_every_replica() {
+    if !tiers::ready(&[Tier::Python, Tier::Postgres, Tier::Haproxy, Tier::Chromium]) {
+        return;
+    }
+    let pg = PostgresServer::start();
+    let upstream = PeerServer::start(Peer::PythonStateless).await;
+    let mut replicas = Vec::new();
+    for i in 1..=3 {
+        let text = replica_config(&format!("gw-{i}"), &upstream.url, &pg.url(), None, "");
+        replicas.push(Replica::start(&text).await);
+    }
+    let backends: Vec<String> = replicas.iter().map(|r| r.mcp.clone()).collect();
+    let balancer = Haproxy::start(&backends);
+    let http = support::http();
+    for n in 0..6 {
+        let text = format!("seen-{n}");
+        let r = echo(&http, &balancer.url("/mcp/demo"), &text)
+            .await
+            .expect("answer");
+        assert_eq!(echoed(&r), Some(text.as_str()), "{r}");
+    }
+    let replicas_in_db = "SELECT count(DISTINCT replica) FROM portcullis_events";
+    assert!(eventually(Duration::from_secs(20), || pg.count(replicas_in_db) == 3).await);
+
+    // The dashboard of replica 3 alone, in headless Chromium: its feed lists
+    // calls answered by each of the three.
+    let profile = tempfile::tempdir().expect("profile dir");
+    let page = format!("{}/#/feed", replicas[2].admin);
+    let dump = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::process::Command::new("chromium")
+            .args(["--headless", "--no-sandbox", "--disable-gpu"])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .args(["--virtual-time-budget=5000", "--dump-dom", &page])
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("Chromium renders the page in time")
+    .expect("Chromium runs");
+    let dom = String::from_utf8_lossy(&dump.stdout);
+    for i in 1..=3 {
+        assert!(
+            dom.contains(&format!(">@ gw-{i}<")),
+            "replica gw-{i} is missing from the dashboard:\n{dom}"
+        );
+    }
+    assert!(dom.contains("seen-") || dom.contains("echo"), "{dom}");
+    drop(balancer);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_killed_mid_load_loses_no_answered_call_and_an_outage_is_buffered() {
     if !tiers::ready(&[Tier::Python, Tier::Postgres, Tier::Haproxy]) {
         return;
