@@ -369,3 +369,83 @@ async fn a_replica_killed_mid_load_loses_no_answered_call_and_an_outage_is_buffe
     }
     assert_eq!(down, 0.0);
 }
+
+// === The configuration of a fleet ===
+
+/// A minimal configuration with `gateway` and `audit` lines added.
+fn fleet_text(gateway: &str, audit: &str) -> String {
+    let text = Config::new()
+        .server("demo", "http://127.0.0.1:9/mcp")
+        .clients()
+        .allow(&["echo"])
+        .render();
+    let text = text.replacen("[gateway]\n", &format!("[gateway]\n{gateway}"), 1);
+    format!("{text}\n[audit]\n{audit}")
+}
+
+fn refusal_of(text: &str) -> String {
+    portcullis::config::load_str(text, "fleet.toml", &|_| None)
+        .map(|_| ())
+        .expect_err("the configuration is refused")
+        .to_string()
+}
+
+#[test]
+fn a_postgres_audit_is_refused_without_its_url_and_its_keys_without_it() {
+    let no_url = refusal_of(&fleet_text("", "backend = \"postgres\"\n"));
+    assert!(
+        no_url.starts_with("fleet.toml:")
+            && no_url.contains("`audit.url`: backend = \"postgres\" needs `url`"),
+        "{no_url}"
+    );
+    let stray = refusal_of(&fleet_text("", "url = \"postgres://db/audit\"\n"));
+    assert!(
+        stray.contains("`audit.url`: this key belongs to backend = \"postgres\""),
+        "{stray}"
+    );
+    let bad_url = refusal_of(&fleet_text(
+        "",
+        "backend = \"postgres\"\nurl = \"postgres://db/audit?sslmode=sometimes\"\n",
+    ));
+    assert!(
+        bad_url.contains("`audit.url`: not a PostgreSQL connection URL"),
+        "{bad_url}"
+    );
+    let bad_buffer = refusal_of(&fleet_text(
+        "",
+        "backend = \"postgres\"\nurl = \"postgres://db/audit\"\nbuffer = 0\n",
+    ));
+    assert!(bad_buffer.contains("`audit.buffer`"), "{bad_buffer}");
+}
+
+#[test]
+fn a_replica_is_named_by_the_configuration_or_the_host_and_nothing_else() {
+    let bad = refusal_of(&fleet_text("replica = \"gw 1\"\n", ""));
+    assert!(
+        bad.contains("`gateway.replica`: expected 1 to 64 letters"),
+        "{bad}"
+    );
+    let text = fleet_text(
+        "replica = \"${POD_NAME}\"\n",
+        "backend = \"postgres\"\nurl = \"postgres://portcullis@db/audit?sslmode=require\"\n",
+    );
+    let config = portcullis::config::load_str(&text, "fleet.toml", &|name| {
+        (name == "POD_NAME").then(|| "gw-7".to_owned())
+    })
+    .expect("valid");
+    assert_eq!(config.audit.replica, "gw-7");
+    assert_eq!(config.telemetry.replica, "gw-7");
+    match &config.audit.backend {
+        portcullis::audit::AuditBackend::Postgres { spool, buffer, url } => {
+            assert_eq!(spool, "portcullis-audit-spool-gw-7.jsonl");
+            assert_eq!(*buffer, 100_000);
+            assert!(url.ends_with("sslmode=require"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Without a name, the host's.
+    let plain =
+        portcullis::config::load_str(&fleet_text("", ""), "fleet.toml", &|_| None).expect("valid");
+    assert!(!plain.audit.replica.is_empty());
+    assert_eq!(plain.audit.backend, portcullis::audit::AuditBackend::Sqlite);
+}
