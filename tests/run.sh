@@ -33,6 +33,15 @@ apt_install() {
   "${APT[@]}" install -y -qq "$@"
 }
 
+# The test build is the longest step on a fresh machine and needs only the CPU;
+# the installs below mostly wait on the network and the disk. So the build
+# starts first, in the background, and the installs run beside it.
+step "compiling the tests in the background"
+BUILD_LOG="$(mktemp)"
+cargo test --locked --no-run >"$BUILD_LOG" 2>&1 &
+BUILD_PID=$!
+trap 'kill "$BUILD_PID" 2>/dev/null || true; rm -f "$BUILD_LOG"' EXIT
+
 step "installing test peers and the conformance suite (first use only)"
 # Debian's Chromium for the dashboard's browser test (tests/suite/browser.rs).
 command -v chromium >/dev/null || apt_install chromium chromium-driver
@@ -66,6 +75,13 @@ fi
 
 step "format"
 cargo fmt --check
+
+step "waiting for the test build"
+if ! wait "$BUILD_PID"; then
+  cat "$BUILD_LOG"
+  exit 1
+fi
+tail -n 3 "$BUILD_LOG"
 
 step "lint"
 cargo clippy --all-targets --locked -- -D warnings

@@ -41,9 +41,13 @@ pub(crate) async fn metrics(State(state): State<Arc<AdminState>>, headers: Heade
 
 /// `GET /readyz`: 200 when every server can take requests, 503 while a stdio
 /// server's process is starting or restarting; the body says which (open,
-/// like `/healthz`: states and process ids only).
+/// like `/healthz`: states and process ids only). `state` reports the
+/// shared state store and whether it answers; an unreachable store does not
+/// make the replica unready (calls that need no approval still run, and
+/// those that do are refused with `state_unavailable` by every replica alike).
 pub(crate) async fn readyz(State(state): State<Arc<AdminState>>) -> Response {
-    let (ready, body) = state.app.readiness();
+    let (ready, mut body) = state.app.readiness();
+    body["state"] = state.app.approvals.shared.health().await;
     let status = if ready {
         StatusCode::OK
     } else {

@@ -51,6 +51,9 @@ pub(crate) struct RawConfig {
     /// `private_key_jwt`) and the bounds of the upstream token cache.
     #[serde(default)]
     pub identity: RawIdentity,
+    /// `[state]`: where the fleet's security state lives (memory or Redis).
+    #[serde(default)]
+    pub state: RawState,
 }
 
 /// `[gateway]`: listeners and request limits.
@@ -430,6 +433,23 @@ pub(crate) struct RawRateLimit {
     pub redis_url: Option<Spanned<String>>,
     #[schemars(with = "Option<String>")]
     pub on_backend_error: Option<Spanned<String>>,
+}
+
+/// `[state]`: where the deployment's security state lives: in this process
+/// (`"memory"`) or in one Redis every replica shares (`"redis"`).
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawState {
+    /// `"memory"` (default) or `"redis"`.
+    #[schemars(with = "Option<String>")]
+    pub backend: Option<Spanned<String>>,
+    /// `redis://` or `rediss://` URL; `[rate_limit] backend = "redis"` uses it
+    /// when it names none of its own.
+    #[schemars(with = "Option<String>")]
+    pub redis_url: Option<Spanned<String>>,
+    /// The deployment's name in every key (`portcullis:<namespace>:…`).
+    #[schemars(with = "Option<String>")]
+    pub namespace: Option<Spanned<String>>,
 }
 
 /// `[sanitize]`: what is removed from upstream output.

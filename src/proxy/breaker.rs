@@ -77,9 +77,40 @@ impl Breaker {
         }
     }
 
+    /// The guard of a probe [`Self::admit`] let through: a probe whose request
+    /// ends without an outcome (its client went away, the call was cancelled)
+    /// is handed back when the guard drops, so the next request after the
+    /// cool-down probes in its place; otherwise the breaker stayed open until
+    /// the gateway restarted.
+    pub(crate) fn probing(&self) -> ProbeGuard<'_> {
+        ProbeGuard {
+            breaker: Some(self),
+        }
+    }
+
     /// Whether the breaker is open or half-open now (for `/readyz` and `/metrics`).
     pub(crate) fn is_open(&self) -> bool {
         self.state().open_until.is_some()
+    }
+}
+
+/// See [`Breaker::probing`].
+pub(crate) struct ProbeGuard<'a> {
+    breaker: Option<&'a Breaker>,
+}
+
+impl ProbeGuard<'_> {
+    /// The probe's outcome was recorded: nothing to hand back.
+    pub(crate) fn settled(mut self) {
+        self.breaker = None;
+    }
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(breaker) = self.breaker {
+            breaker.state().probing = false;
+        }
     }
 }
 
@@ -124,6 +155,69 @@ mod tests {
         let b = Breaker::default();
         b.record(false, &s);
         assert!(matches!(b.admit(&s), Admit::Open(d) if d > Duration::from_secs(50)));
+    }
+
+    #[test]
+    fn a_probe_abandoned_before_its_outcome_is_handed_back() {
+        let s = settings(1, Duration::ZERO);
+        let b = Breaker::default();
+        b.record(false, &s);
+        assert_eq!(b.admit(&s), Admit::Probe);
+        // Its request is dropped mid-flight: no outcome is ever recorded.
+        drop(b.probing());
+        assert_eq!(b.admit(&s), Admit::Probe, "the next request probes");
+        let probe = b.probing();
+        b.record(true, &s);
+        probe.settled();
+        assert_eq!(b.admit(&s), Admit::Send);
+    }
+
+    /// What happens to one request in the property below.
+    #[derive(Debug, Clone, Copy)]
+    enum Fate {
+        /// The server answered.
+        Up,
+        /// A transport failure.
+        Down,
+        /// The request was dropped before any outcome.
+        Abandoned,
+    }
+
+    proptest::proptest! {
+        /// Whatever happens to the requests, once none is in flight and the
+        /// cool-down is over, the next request is sent or probes: the breaker
+        /// is never left open with nothing to close it.
+        #[test]
+        fn the_breaker_never_stays_open_with_no_request_in_flight(
+            fates in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(Fate::Up),
+                    proptest::strategy::Just(Fate::Down),
+                    proptest::strategy::Just(Fate::Abandoned),
+                ],
+                0..40,
+            ),
+            failures in 1u32..4,
+        ) {
+            let s = settings(failures, Duration::ZERO);
+            let b = Breaker::default();
+            for fate in fates {
+                let admitted = b.admit(&s);
+                proptest::prop_assert!(!matches!(admitted, Admit::Open(_)), "{admitted:?}");
+                // As `Forward::send_as` does.
+                let probe = (admitted == Admit::Probe).then(|| b.probing());
+                match fate {
+                    Fate::Up | Fate::Down => {
+                        b.record(matches!(fate, Fate::Up), &s);
+                        if let Some(probe) = probe {
+                            probe.settled();
+                        }
+                    }
+                    Fate::Abandoned => drop(probe),
+                }
+            }
+            proptest::prop_assert!(!matches!(b.admit(&s), Admit::Open(_)));
+        }
     }
 
     #[test]

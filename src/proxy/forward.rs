@@ -203,9 +203,12 @@ impl Forward<'_> {
             .await
             .map_err(UpstreamError::credentials)?;
         let breaker = &upstream.settings.breaker;
-        if let Admit::Open(wait) = upstream.breaker.admit(breaker) {
+        let admitted = upstream.breaker.admit(breaker);
+        if let Admit::Open(wait) = admitted {
             return Err(self.open(wait));
         }
+        // Dropped with this future before an outcome is recorded, it hands the probe back.
+        let mut probe = (admitted == Admit::Probe).then(|| upstream.breaker.probing());
         let sent = Instant::now();
         let idle = idle.then_some(upstream.settings.timeout);
         let deadline = sent + upstream.settings.timeout;
@@ -223,6 +226,9 @@ impl Forward<'_> {
                 .await;
             let Some(pause) = retries.after(&outcome) else {
                 upstream.breaker.record(!broken(&outcome), breaker);
+                if let Some(probe) = probe.take() {
+                    probe.settled();
+                }
                 break outcome?;
             };
             tracing::info!(
