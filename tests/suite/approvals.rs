@@ -604,9 +604,6 @@ async fn bad_approval_settings_are_refused_with_their_place() {
 
 #[tokio::test]
 async fn check_shows_which_calls_need_approval_and_by_whom() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     let file = support::ConfigFile::new(&format!(
         "[servers.files]\nurl = \"http://127.0.0.1:1/mcp\"\n{}\n\
          [[rules]]\nclients = [\"*\"]\nservers = [\"files\"]\ntools = [\"delete_*\"]\naction = \"allow\"\n\
