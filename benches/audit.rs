@@ -7,6 +7,11 @@
 //!    writer thread together (SQLite file in WAL mode, as configured by
 //!    default): the process's CPU time (`/proc/self/stat`, user + system)
 //!    while 20,000 events are recorded and flushed, ÷ 20,000; five rounds.
+//!
+//! With `PORTCULLIS_BENCH_PG_URL` set (a PostgreSQL URL), both again for
+//! `[audit] backend = "postgres"`: the request path's share is the spool
+//! append, the rest is the shipper thread (batched inserts). The
+//! database server's own CPU is another process's and not counted here.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -39,10 +44,16 @@ fn event() -> Event {
     }
 }
 
-fn open(dir: &std::path::Path) -> Arc<Audit> {
+fn open(dir: &std::path::Path, postgres: Option<&str>) -> Arc<Audit> {
+    let audit = match postgres {
+        None => format!("database = \"{}\"\n", dir.join("audit.db").display()),
+        Some(url) => format!(
+            "backend = \"postgres\"\nurl = \"{url}\"\nspool = \"{}\"\nbuffer = 1000000\n",
+            dir.join("spool.jsonl").display()
+        ),
+    };
     let text = format!(
-        "[servers.up]\nurl = \"http://127.0.0.1:1/mcp\"\n[audit]\ndatabase = \"{}\"\n",
-        dir.join("audit.db").display()
+        "[gateway]\nreplica = \"bench\"\n[servers.up]\nurl = \"http://127.0.0.1:1/mcp\"\n[audit]\n{audit}"
     );
     let config = portcullis::config::load_str(&text, "bench.toml", &|_| None)
         .unwrap_or_else(|e| panic!("the benchmark configuration is valid: {e}"));
@@ -64,9 +75,9 @@ fn cpu() -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-fn record(c: &mut Criterion, audit: &Audit) {
+fn record(c: &mut Criterion, audit: &Audit, name: &str) {
     let template = event();
-    c.bench_function("audit/record", |b| {
+    c.bench_function(name, |b| {
         b.iter_custom(|iters| {
             let mut spent = Duration::ZERO;
             let mut left = iters;
@@ -87,10 +98,10 @@ fn record(c: &mut Criterion, audit: &Audit) {
     });
 }
 
-fn whole_cost(audit: &Audit) {
+fn whole_cost(audit: &Audit, backend: &str) {
     const EVENTS: u32 = 20_000;
     println!(
-        "\naudit: CPU per event, request path and writer thread together ({EVENTS} events a round)"
+        "\naudit ({backend}): CPU per event, request path and writer thread together ({EVENTS} events a round)"
     );
     let template = event();
     for round in 1..=5 {
@@ -107,21 +118,33 @@ fn whole_cost(audit: &Audit) {
         );
     }
     let c = audit.counters();
+    let read = |v: &std::sync::atomic::AtomicU64| v.load(std::sync::atomic::Ordering::Relaxed);
     println!(
-        "  dropped: {}",
-        c.dropped.load(std::sync::atomic::Ordering::Relaxed)
+        "  written: {}, dropped: {}, failed: {}, waiting: {}",
+        read(&c.written),
+        read(&c.dropped),
+        read(&c.failed),
+        read(&c.queued)
     );
 }
 
 fn main() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("a temporary directory: {e}"));
-    let audit = open(dir.path());
+    let audit = open(dir.path(), None);
+    let postgres = std::env::var("PORTCULLIS_BENCH_PG_URL").ok();
+    let fleet = postgres.as_deref().map(|url| open(dir.path(), Some(url)));
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .sample_size(20)
         .configure_from_args();
-    record(&mut c, &audit);
+    record(&mut c, &audit, "audit/record");
+    if let Some(fleet) = &fleet {
+        record(&mut c, fleet, "audit/record_postgres");
+    }
     c.final_summary();
-    whole_cost(&audit);
+    whole_cost(&audit, "sqlite");
+    if let Some(fleet) = &fleet {
+        whole_cost(fleet, "postgres");
+    }
 }

@@ -103,16 +103,20 @@ pub struct Audit {
 #[derive(Debug)]
 enum Store {
     Sqlite(SyncSender<Msg>),
-    Postgres {
-        shipper: Arc<postgres::Shipper>,
-        /// Most unshipped events the spool keeps.
-        buffer: u64,
-        /// `replica:pid:start_ms:`, the prefix of every row key.
-        key_prefix: String,
-        seq: AtomicU64,
-        /// The admin listener's reads of the fleet's events.
-        reader: postgres::Reader,
-    },
+    Postgres(Box<Fleet>),
+}
+
+/// The PostgreSQL side of the store.
+#[derive(Debug)]
+struct Fleet {
+    shipper: Arc<postgres::Shipper>,
+    /// Most unshipped events the spool keeps.
+    buffer: u64,
+    /// `replica:pid:start_ms:`, the prefix of every row key.
+    key_prefix: String,
+    seq: AtomicU64,
+    /// The admin listener's reads of the fleet's events.
+    reader: postgres::Reader,
 }
 
 /// What `/healthz` says of the audit store.
@@ -170,13 +174,13 @@ impl Audit {
             );
             return Ok(Arc::new(Self {
                 enabled: true,
-                store: Store::Postgres {
+                store: Store::Postgres(Box::new(Fleet {
                     shipper,
                     buffer: *buffer,
                     key_prefix,
                     seq: AtomicU64::new(0),
                     reader,
-                },
+                })),
                 counters,
                 replica: settings.replica.clone(),
             }));
@@ -216,14 +220,8 @@ impl Audit {
         }
         let tx = match &self.store {
             Store::Sqlite(tx) => tx,
-            Store::Postgres {
-                shipper,
-                buffer,
-                key_prefix,
-                seq,
-                ..
-            } => {
-                self.spool(shipper, *buffer, key_prefix, seq, &event);
+            Store::Postgres(fleet) => {
+                self.spool(fleet, &event);
                 return;
             }
         };
@@ -239,18 +237,19 @@ impl Audit {
 
     /// Appends the event to the spool, unless the spool already holds
     /// `buffer` unshipped events: then it is dropped, counted and logged.
-    fn spool(
-        &self,
-        shipper: &postgres::Shipper,
-        buffer: u64,
-        key_prefix: &str,
-        seq: &AtomicU64,
-        event: &Event,
-    ) {
+    fn spool(&self, fleet: &Fleet, event: &Event) {
+        let Fleet {
+            shipper,
+            buffer,
+            key_prefix,
+            seq,
+            ..
+        } = fleet;
+        let buffer = *buffer;
         if shipper.spool.pending() >= buffer {
             let lost = self.counters.dropped.fetch_add(1, Ordering::Relaxed);
             // The first loss of a run and every thousandth after it.
-            if lost % 1000 == 0 {
+            if lost.is_multiple_of(1000) {
                 tracing::error!(
                     lost = lost + 1,
                     buffer,
@@ -272,7 +271,7 @@ impl Audit {
             }
             Err(e) => {
                 let lost = self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                if lost % 1000 == 0 {
+                if lost.is_multiple_of(1000) {
                     tracing::error!(error = %e, lost = lost + 1, "cannot append to the audit spool: events are lost");
                 }
             }
@@ -290,7 +289,8 @@ impl Audit {
                     let _ = wait.recv_timeout(Duration::from_secs(10));
                 }
             }
-            Store::Postgres { shipper, .. } => {
+            Store::Postgres(fleet) => {
+                let shipper = &fleet.shipper;
                 let deadline = Instant::now() + Duration::from_secs(10);
                 shipper.wake.notify_one();
                 while shipper.spool.pending() > 0 && Instant::now() < deadline {
@@ -311,14 +311,14 @@ impl Audit {
                 buffered: c.queued.load(Ordering::Relaxed),
                 lost,
             },
-            Store::Postgres { shipper, .. } => StoreHealth {
+            Store::Postgres(fleet) => StoreHealth {
                 backend: "postgres",
                 state: match c.store.load(Ordering::Relaxed) {
                     STATE_UP => "up",
                     STATE_DOWN => "down",
                     _ => "starting",
                 },
-                buffered: shipper.spool.pending(),
+                buffered: fleet.shipper.spool.pending(),
                 lost,
             },
         }
@@ -330,7 +330,7 @@ impl Audit {
     pub async fn fleet_events(&self, limit: usize) -> Option<Result<Vec<Value>, String>> {
         match &self.store {
             Store::Sqlite(_) => None,
-            Store::Postgres { reader, .. } => Some(reader.latest(limit as i64).await),
+            Store::Postgres(fleet) => Some(fleet.reader.latest(limit as i64).await),
         }
     }
 

@@ -1,11 +1,11 @@
-//! The audit trail's counters, shared by the request path, the writers
-//! (SQLite's thread, PostgreSQL's shipper) and `/metrics`.
+//! What the audit store has done so far, and its state: read by the
+//! metrics at scrape time and by `/healthz`, written by the SQLite writer or
+//! the PostgreSQL shipper and by the request path.
 //!
-//! Place in the path: beside the audit's writers, below the metrics.
-//!
-//! Invariants: every event is counted once, as written, dropped or failed.
+//! Place: the bottom of the audit store, below both backends. Invariant:
+//! plain atomics, so no reader ever waits for a writer.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU8, AtomicU64};
 
 /// Store state, as `/healthz` reports it.
 pub const STATE_STARTING: u8 = 0;
@@ -27,7 +27,7 @@ pub struct Counters {
     pub failed: AtomicU64,
     /// The store's state ([`STATE_UP`], [`STATE_DOWN`], [`STATE_STARTING`]);
     /// SQLite is always up.
-    pub store: std::sync::atomic::AtomicU8,
+    pub store: AtomicU8,
     /// `[gateway] replica`, for the metrics.
     pub replica: std::sync::OnceLock<String>,
 }

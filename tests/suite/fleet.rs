@@ -195,6 +195,60 @@ async fn three_replicas_behind_haproxy_answer_as_one_and_audit_into_one_database
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_dashboard_in_chromium_shows_the_events_of_every_replica() {
+    if !tiers::ready(&[Tier::Python, Tier::Postgres, Tier::Haproxy, Tier::Chromium]) {
+        return;
+    }
+    let pg = PostgresServer::start();
+    let upstream = PeerServer::start(Peer::PythonStateless).await;
+    let mut replicas = Vec::new();
+    for i in 1..=3 {
+        let text = replica_config(&format!("gw-{i}"), &upstream.url, &pg.url(), None, "");
+        replicas.push(Replica::start(&text).await);
+    }
+    let backends: Vec<String> = replicas.iter().map(|r| r.mcp.clone()).collect();
+    let balancer = Haproxy::start(&backends);
+    let http = support::http();
+    for n in 0..6 {
+        let text = format!("seen-{n}");
+        let r = echo(&http, &balancer.url("/mcp/demo"), &text)
+            .await
+            .expect("answer");
+        assert_eq!(echoed(&r), Some(text.as_str()), "{r}");
+    }
+    let replicas_in_db = "SELECT count(DISTINCT replica) FROM portcullis_events";
+    assert!(eventually(Duration::from_secs(20), || pg.count(replicas_in_db) == 3).await);
+
+    // The dashboard of replica 3 alone, in headless Chromium: its feed lists
+    // calls answered by each of the three.
+    let profile = tempfile::tempdir().expect("profile dir");
+    let page = format!("{}/#/feed", replicas[2].admin);
+    let dump = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::process::Command::new("chromium")
+            .args(["--headless", "--no-sandbox", "--disable-gpu"])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .args(["--virtual-time-budget=5000", "--dump-dom", &page])
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("Chromium renders the page in time")
+    .expect("Chromium runs");
+    let dom = String::from_utf8_lossy(&dump.stdout);
+    for i in 1..=3 {
+        assert!(
+            dom.contains(&format!(">@ gw-{i}<")),
+            "replica gw-{i} is missing from the dashboard:\n{dom}"
+        );
+    }
+    assert!(dom.contains("seen-") || dom.contains("echo"), "{dom}");
+    drop(balancer);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_killed_mid_load_loses_no_answered_call_and_an_outage_is_buffered() {
     if !tiers::ready(&[Tier::Python, Tier::Postgres, Tier::Haproxy]) {
         return;
@@ -314,4 +368,84 @@ async fn a_replica_killed_mid_load_loses_no_answered_call_and_an_outage_is_buffe
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(down, 0.0);
+}
+
+// === The configuration of a fleet ===
+
+/// A minimal configuration with `gateway` and `audit` lines added.
+fn fleet_text(gateway: &str, audit: &str) -> String {
+    let text = Config::new()
+        .server("demo", "http://127.0.0.1:9/mcp")
+        .clients()
+        .allow(&["echo"])
+        .render();
+    let text = text.replacen("[gateway]\n", &format!("[gateway]\n{gateway}"), 1);
+    format!("{text}\n[audit]\n{audit}")
+}
+
+fn refusal_of(text: &str) -> String {
+    portcullis::config::load_str(text, "fleet.toml", &|_| None)
+        .map(|_| ())
+        .expect_err("the configuration is refused")
+        .to_string()
+}
+
+#[test]
+fn a_postgres_audit_is_refused_without_its_url_and_its_keys_without_it() {
+    let no_url = refusal_of(&fleet_text("", "backend = \"postgres\"\n"));
+    assert!(
+        no_url.starts_with("fleet.toml:")
+            && no_url.contains("`audit.url`: backend = \"postgres\" needs `url`"),
+        "{no_url}"
+    );
+    let stray = refusal_of(&fleet_text("", "url = \"postgres://db/audit\"\n"));
+    assert!(
+        stray.contains("`audit.url`: this key belongs to backend = \"postgres\""),
+        "{stray}"
+    );
+    let bad_url = refusal_of(&fleet_text(
+        "",
+        "backend = \"postgres\"\nurl = \"postgres://db/audit?sslmode=sometimes\"\n",
+    ));
+    assert!(
+        bad_url.contains("`audit.url`: not a PostgreSQL connection URL"),
+        "{bad_url}"
+    );
+    let bad_buffer = refusal_of(&fleet_text(
+        "",
+        "backend = \"postgres\"\nurl = \"postgres://db/audit\"\nbuffer = 0\n",
+    ));
+    assert!(bad_buffer.contains("`audit.buffer`"), "{bad_buffer}");
+}
+
+#[test]
+fn a_replica_is_named_by_the_configuration_or_the_host_and_nothing_else() {
+    let bad = refusal_of(&fleet_text("replica = \"gw 1\"\n", ""));
+    assert!(
+        bad.contains("`gateway.replica`: expected 1 to 64 letters"),
+        "{bad}"
+    );
+    let text = fleet_text(
+        "replica = \"${POD_NAME}\"\n",
+        "backend = \"postgres\"\nurl = \"postgres://portcullis@db/audit?sslmode=require\"\n",
+    );
+    let config = portcullis::config::load_str(&text, "fleet.toml", &|name| {
+        (name == "POD_NAME").then(|| "gw-7".to_owned())
+    })
+    .expect("valid");
+    assert_eq!(config.audit.replica, "gw-7");
+    assert_eq!(config.telemetry.replica, "gw-7");
+    match &config.audit.backend {
+        portcullis::audit::AuditBackend::Postgres { spool, buffer, url } => {
+            assert_eq!(spool, "portcullis-audit-spool-gw-7.jsonl");
+            assert_eq!(*buffer, 100_000);
+            assert!(url.ends_with("sslmode=require"));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Without a name, the host's.
+    let plain =
+        portcullis::config::load_str(&fleet_text("", ""), "fleet.toml", &|_| None).expect("valid");
+    assert!(!plain.audit.replica.is_empty());
+    assert_eq!(plain.audit.backend, portcullis::audit::AuditBackend::Sqlite);
 }
