@@ -11,9 +11,8 @@
 
 mod scope;
 
-use serde_json::{Map, Value};
-
 use crate::auth::ClientId;
+pub use scope::Facts;
 pub(crate) use scope::Scope;
 
 /// The names an expression may read that a list does not know.
@@ -37,19 +36,6 @@ pub struct Expression {
     program: cel::Program,
     /// Whether it reads a call-time fact (see [`CALL_TIME`]).
     call_time: bool,
-}
-
-/// What a call knows beyond who calls what where.
-#[derive(Debug, Clone, Copy)]
-pub struct Facts<'a> {
-    /// The verified JWT's claims; `None` for key and anonymous clients (an empty map).
-    pub claims: Option<&'a Map<String, Value>>,
-    /// The JSON-RPC method (`tools/call`).
-    pub method: &'a str,
-    /// The call's arguments (an object).
-    pub arguments: &'a Value,
-    /// The tool's annotations, as pinned in the catalog; `None` reads as an empty map.
-    pub annotations: Option<&'a Value>,
 }
 
 /// What one expression said about one use.

@@ -1,7 +1,7 @@
 //! The use a decision is about, as its CEL conditions read it: one scope per
 //! decision, shared by every `when` the decision evaluates.
 //!
-//! Place: beneath [`super::Expression::evaluate_in`], made by the policy
+//! Place: beneath the evaluation of each `when`, made by the policy
 //! decision once per use. Why: the standard CEL environment registers every
 //! standard function, and a call's arguments can be large; making either per
 //! rule made a rule set cost what its size times the call's size cost. Here
@@ -12,7 +12,7 @@
 //! Invariants: a variable reads as it did when every one was bound up front
 //! (JSON numbers as `int` where they fit, else `uint`, else `double`; objects
 //! as maps with string keys; a missing `claims` or a non-object `annotations`
-//! as an empty map); a call-time variable (see [`super::CALL_TIME`]) is
+//! as an empty map); a call-time variable (arguments, claims, annotations, method, now) is
 //! absent when the scope has no facts (a list), so reading it is an error, as
 //! before; `now` is one instant per decision.
 
@@ -27,8 +27,20 @@ use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
 use serde_json::{Map, Value};
 
-use super::Facts;
 use crate::auth::ClientId;
+
+/// What a call knows beyond who calls what where.
+#[derive(Debug, Clone, Copy)]
+pub struct Facts<'a> {
+    /// The verified JWT's claims; `None` for key and anonymous clients (an empty map).
+    pub claims: Option<&'a Map<String, Value>>,
+    /// The JSON-RPC method (`tools/call`).
+    pub method: &'a str,
+    /// The call's arguments (an object).
+    pub arguments: &'a Value,
+    /// The tool's annotations, as pinned in the catalog; `None` reads as an empty map.
+    pub annotations: Option<&'a Value>,
+}
 
 /// The standard environment (functions, macros), made once: making it per
 /// evaluation cost more than most conditions do.

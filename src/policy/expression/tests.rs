@@ -1,5 +1,5 @@
 use proptest::prelude::*;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::*;
 use crate::config;
