@@ -505,7 +505,7 @@ proptest::proptest! {
     /// character says.
     #[test]
     fn the_hidden_fast_path_agrees_with_each_characters_class(text in scan_text()) {
-        let slow = text.chars().any(|c| hidden::is_hidden(c));
+        let slow = text.chars().any(hidden::is_hidden);
         proptest::prop_assert_eq!(hidden::has_hidden(&text), slow, "{:?}", text);
     }
 }
