@@ -68,6 +68,13 @@ def legacy_call_body(name, args):
     return json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": args}})
 
 
+def prose(size):
+    """`size` bytes of plain English text (no secrets, no control characters)."""
+    sentence = ("The quarterly report lists every open ticket of the payments team, with its owner, "
+                "its priority and the date of the last answer to the customer. ")
+    return (sentence * (size // len(sentence) + 1))[:size]
+
+
 LIST_BODY = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": META}})
 
 # name, upstream variant, body, Mcp-Method, Mcp-Name, concurrencies; a workload whose name says
@@ -82,6 +89,11 @@ WORKLOADS = [
     ("tools/list, 200 tools", "tools200", LIST_BODY, "tools/list", None, (32,)),
     ("tools/call, SSE response", "sse", call_body("echo", {"text": "hello"}), "tools/call", "echo", (32,)),
     ("tools/call, 64 KiB output", "pad64k", call_body("echo", {"text": "hello"}), "tools/call", "echo", (32,)),
+    # The per-byte cost: a text argument of 10 KB and 100 KB that the echo tool returns as its result, so every
+    # byte-proportional check runs on both ways (outgoing secret scan, validation, output sanitizer, scans of the
+    # result, audit, the canonical re-serialisation of the call).
+    ("tools/call, 10 KB argument echoed", "plain", call_body("echo", {"text": prose(10_000)}), "tools/call", "echo", (1, 32)),
+    ("tools/call, 100 KB argument echoed", "plain", call_body("echo", {"text": prose(100_000)}), "tools/call", "echo", (1, 32)),
 ]
 
 UPSTREAMS = {"plain": [], "sse": ["--sse"], "pad64k": ["--pad", "65536"], "tools200": ["--tools", "200"]}
@@ -154,6 +166,7 @@ def gateway_config(upstream_port, port, full, audit_db=None):
         '[[rules]]\nclients = ["bench", "other"]\nservers = ["up"]\ntools = ["echo", "lookup_*", "tool_*", "slow_query"]\naction = "allow"\n'
         'rate = { burst = 1000000000, per_second = 1000000000.0, key = "client+tool" }\n'
         'arguments = { properties = { text = { maxLength = 100000 } } }\n'
+        'when = "!has(arguments.override) && client != \'blocked\'"\n'
         '[[rules]]\nclients = ["*"]\nservers = ["*"]\ntools = ["delete_*"]\naction = "deny"\n'
         '[pins]\ndatabase = ":memory:"\n'
         + (f'[audit]\ndatabase = "{audit_db}"\n' if audit_db else '[audit]\nenabled = false\n'))

@@ -143,10 +143,13 @@ impl Policy {
                     .filter(|i| self.rules[*i].matches(client, server, subject))),
             "the rule index and a scan of every rule disagree"
         );
+        // One scope and one CEL context for every condition of this decision.
+        let scope = expression::Scope::new(client, server, name, facts);
+        let mut context = None;
         for i in matching {
             let rule = &self.rules[i];
             if let Some(when) = &rule.when {
-                let outcome = when.evaluate(client, server, name, facts);
+                let outcome = when.evaluate_in(&scope, &mut context);
                 seen(rule.index, &outcome);
                 let applies = match (&outcome, rule.action) {
                     (Outcome::True, _) => true,

@@ -9,12 +9,11 @@
 //! never evaluates an expression that reads them: it treats the rule as
 //! undecided, so the tool stays listed and the call decides.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
-use serde_json::{Map, Value};
+mod scope;
 
 use crate::auth::ClientId;
+pub use scope::Facts;
+pub(crate) use scope::Scope;
 
 /// The names an expression may read that a list does not know.
 const CALL_TIME: [&str; 5] = ["arguments", "claims", "annotations", "method", "now"];
@@ -37,19 +36,6 @@ pub struct Expression {
     program: cel::Program,
     /// Whether it reads a call-time fact (see [`CALL_TIME`]).
     call_time: bool,
-}
-
-/// What a call knows beyond who calls what where.
-#[derive(Debug, Clone, Copy)]
-pub struct Facts<'a> {
-    /// The verified JWT's claims; `None` for key and anonymous clients (an empty map).
-    pub claims: Option<&'a Map<String, Value>>,
-    /// The JSON-RPC method (`tools/call`).
-    pub method: &'a str,
-    /// The call's arguments (an object).
-    pub arguments: &'a Value,
-    /// The tool's annotations, as pinned in the catalog; `None` reads as an empty map.
-    pub annotations: Option<&'a Value>,
 }
 
 /// What one expression said about one use.
@@ -108,27 +94,24 @@ impl Expression {
         tool: &str,
         facts: Option<&Facts<'_>>,
     ) -> Outcome {
-        if facts.is_none() && self.call_time {
+        let scope = Scope::new(client, server, tool, facts);
+        let mut context = None;
+        self.evaluate_in(&scope, &mut context)
+    }
+
+    /// Evaluates it in `scope`, the use a decision is about; `context` is the
+    /// decision's CEL context, made on the first condition that runs and
+    /// shared by the others.
+    pub(crate) fn evaluate_in<'s>(
+        &self,
+        scope: &'s Scope<'_>,
+        context: &mut Option<cel::Context<'s, 's>>,
+    ) -> Outcome {
+        if scope.facts.is_none() && self.call_time {
             return Outcome::Deferred;
         }
-        let mut ctx = cel::Context::default();
-        ctx.add_variable_from_value("client", client.name());
-        ctx.add_variable_from_value("server", server);
-        ctx.add_variable_from_value("tool", tool);
-        if let Some(f) = facts {
-            let empty = Map::new();
-            ctx.add_variable_from_value("method", f.method);
-            ctx.add_variable_from_value("arguments", to_cel(f.arguments));
-            ctx.add_variable_from_value("claims", object(f.claims.unwrap_or(&empty)));
-            let annotations = match f.annotations {
-                Some(v @ Value::Object(_)) => to_cel(v),
-                _ => object(&empty),
-            };
-            ctx.add_variable_from_value("annotations", annotations);
-            let now = chrono::Utc::now().fixed_offset();
-            ctx.add_variable_from_value("now", cel::Value::Timestamp(now));
-        }
-        match self.program.execute(&ctx) {
+        let context = context.get_or_insert_with(|| scope.context());
+        match self.program.execute(context) {
             Ok(cel::Value::Bool(true)) => Outcome::True,
             Ok(cel::Value::Bool(false)) => Outcome::False,
             Ok(other) => Outcome::Failed(format!(
@@ -144,29 +127,6 @@ impl std::fmt::Debug for Expression {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("Expression").field(&self.source).finish()
     }
-}
-
-/// JSON as CEL: integers as `int` where they fit (so `arguments.n <= 2`
-/// compares like with like), else `uint`, else `double`.
-fn to_cel(value: &Value) -> cel::Value {
-    match value {
-        Value::Null => cel::Value::Null,
-        Value::Bool(b) => cel::Value::Bool(*b),
-        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => cel::Value::Int(i),
-            (None, Some(u)) => cel::Value::UInt(u),
-            _ => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        Value::String(s) => cel::Value::String(Arc::new(s.clone())),
-        Value::Array(items) => cel::Value::List(Arc::new(items.iter().map(to_cel).collect())),
-        Value::Object(map) => object(map),
-    }
-}
-
-fn object(map: &Map<String, Value>) -> cel::Value {
-    let converted: HashMap<String, cel::Value> =
-        map.iter().map(|(k, v)| (k.clone(), to_cel(v))).collect();
-    cel::Value::from(converted)
 }
 
 impl Outcome {

@@ -29,7 +29,7 @@ const MAX_ENCODING_DEPTH: usize = 2;
 /// decodes to readable text that the phrase checks flag (or that is itself
 /// encoded again).
 pub(super) fn encoded_payload(text: &str, depth: usize) -> Option<String> {
-    if depth >= MAX_ENCODING_DEPTH || text.len() < 16 {
+    if depth >= MAX_ENCODING_DEPTH || text.len() < 16 || !may_hold_encoded(text) {
         return None;
     }
     for m in ENCODED.find_iter(text).take(32) {
@@ -53,6 +53,26 @@ pub(super) fn encoded_payload(text: &str, depth: usize) -> Option<String> {
         }
     }
     None
+}
+
+/// Whether [`ENCODED`] can match in `text`: a run of 24 base64 characters, a
+/// `%` or a backslash must be there. One pass over the bytes spares the regex
+/// most prose, which has none of them (a result of 100 KB is scanned whole).
+pub(super) fn may_hold_encoded(text: &str) -> bool {
+    let mut run = 0usize;
+    for &b in text.as_bytes() {
+        match b {
+            b'%' | b'\\' => return true,
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'+' | b'/' | b'_' | b'-' => {
+                run += 1;
+                if run >= 24 {
+                    return true;
+                }
+            }
+            _ => run = 0,
+        }
+    }
+    false
 }
 
 /// Decodes one encoded run into readable text, or `None` when it does not

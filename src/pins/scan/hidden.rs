@@ -183,10 +183,23 @@ fn flag_sequence(chars: &[char]) -> Option<usize> {
     ((2..=6).contains(&tags) && chars.get(1 + tags) == Some(&'\u{E007F}')).then_some(tags + 2)
 }
 
+/// Whether `text` has a character of a [`hidden_class`]. ASCII text is read
+/// byte by byte (its only hidden characters are the controls other than
+/// tab, line feed and carriage return), which is several times faster than
+/// classifying each character.
+pub(super) fn has_hidden(text: &str) -> bool {
+    if text.is_ascii() {
+        return text
+            .bytes()
+            .any(|b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r') || b == 0x7f);
+    }
+    text.chars().any(|c| hidden_class(c).is_some())
+}
+
 /// `text` with hidden characters removed and tag characters read as the ASCII
 /// they encode, so "ig\u{200b}nore previous" is still seen.
 pub(super) fn without_hidden(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(|c| hidden_class(c).is_some()) {
+    if !has_hidden(text) {
         return std::borrow::Cow::Borrowed(text);
     }
     text.chars()

@@ -1,5 +1,5 @@
 use proptest::prelude::*;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::*;
 use crate::config;
@@ -168,6 +168,156 @@ proptest! {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The evaluation as it was before the scope: a fresh standard context per
+/// condition, with every variable converted up front into a `cel::Value`.
+fn eager(
+    e: &Expression,
+    client: &ClientId,
+    server: &str,
+    tool: &str,
+    facts: Option<&Facts<'_>>,
+) -> Outcome {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    fn to_cel(value: &Value) -> cel::Value {
+        match value {
+            Value::Null => cel::Value::Null,
+            Value::Bool(b) => cel::Value::Bool(*b),
+            Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) => cel::Value::Int(i),
+                (None, Some(u)) => cel::Value::UInt(u),
+                _ => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            Value::String(s) => cel::Value::String(Arc::new(s.clone())),
+            Value::Array(items) => cel::Value::List(Arc::new(items.iter().map(to_cel).collect())),
+            Value::Object(map) => object(map),
+        }
+    }
+    fn object(map: &Map<String, Value>) -> cel::Value {
+        let converted: HashMap<String, cel::Value> =
+            map.iter().map(|(k, v)| (k.clone(), to_cel(v))).collect();
+        cel::Value::from(converted)
+    }
+    if facts.is_none() && e.reads_call() {
+        return Outcome::Deferred;
+    }
+    let mut ctx = cel::Context::default();
+    ctx.add_variable_from_value("client", client.name());
+    ctx.add_variable_from_value("server", server);
+    ctx.add_variable_from_value("tool", tool);
+    if let Some(f) = facts {
+        let empty = Map::new();
+        ctx.add_variable_from_value("method", f.method);
+        ctx.add_variable_from_value("arguments", to_cel(f.arguments));
+        ctx.add_variable_from_value("claims", object(f.claims.unwrap_or(&empty)));
+        let annotations = match f.annotations {
+            Some(v @ Value::Object(_)) => to_cel(v),
+            _ => object(&empty),
+        };
+        ctx.add_variable_from_value("annotations", annotations);
+        let now = chrono::Utc::now().fixed_offset();
+        ctx.add_variable_from_value("now", cel::Value::Timestamp(now));
+    }
+    match e.program.execute(&ctx) {
+        Ok(cel::Value::Bool(true)) => Outcome::True,
+        Ok(cel::Value::Bool(false)) => Outcome::False,
+        Ok(other) => Outcome::Failed(format!(
+            "the expression yielded {} instead of a bool",
+            other.type_of()
+        )),
+        Err(e) => Outcome::Failed(e.to_string()),
+    }
+}
+
+/// Conditions over every variable, in the shapes rules use them: members,
+/// `has`, `in`, sizes, string functions, comparisons across number types,
+/// macros over lists and maps, and expressions that fail.
+const READS: &[&str] = &[
+    "arguments.n <= 2",
+    "has(arguments.s) && arguments.s.startsWith('a')",
+    "arguments.s == 'ab' || arguments.n == 2u",
+    "size(arguments) > 1 && 'n' in arguments",
+    "arguments.l.exists(x, x == 1) || arguments.l.all(x, x > 0.5)",
+    "arguments.m.k == arguments.s",
+    "has(arguments.m.k) ? arguments.m.k.contains('b') : arguments.n > 1.0",
+    "arguments.l.map(x, x).size() == 2",
+    "arguments.m.filter(k, k == 'k').size() >= 1",
+    "claims.team == arguments.s && 'admin' in claims.roles",
+    "claims.size() == 0",
+    "annotations.destructiveHint == true",
+    "has(annotations.title)",
+    "method == 'tools/call' && tool == 'book' && server == 'flights' && client == 'alice'",
+    "now > timestamp('2020-01-01T00:00:00Z')",
+    "arguments.n",
+    "arguments.missing == 1",
+    "undeclared == 1",
+    "type(arguments.n) == int",
+    "arguments == {'n': 1}",
+];
+
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        (-3i64..4).prop_map(Value::from),
+        Just(json!(18446744073709551615u64)),
+        (-2.0f64..2.0).prop_map(|f| json!(f)),
+        proptest::sample::select(vec!["", "a", "ab", "b", "payments"]).prop_map(Value::from),
+    ];
+    leaf.prop_recursive(3, 16, 4, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+            proptest::collection::btree_map(
+                proptest::sample::select(vec!["n", "s", "l", "m", "k", "team", "roles"]),
+                inner,
+                0..4
+            )
+            .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())),
+        ]
+    })
+}
+
+fn object_of(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(m) => m,
+        other => Map::from_iter([("n".to_owned(), other)]),
+    }
+}
+
+proptest! {
+    /// One scope shared by every condition of a decision, reading variables
+    /// on demand, says what a fresh context per condition with every variable
+    /// bound up front said, on generated arguments, claims and annotations.
+    #[test]
+    fn a_shared_scope_decides_as_a_fresh_context_per_condition(
+        arguments in json_value(),
+        claims in json_value(),
+        annotations in proptest::option::of(json_value()),
+        with_claims in any::<bool>(),
+        call in any::<bool>(),
+    ) {
+        let arguments = Value::Object(object_of(arguments));
+        let claims = object_of(claims);
+        let alice = ClientId::named("alice");
+        let f = Facts {
+            claims: with_claims.then_some(&claims),
+            method: "tools/call",
+            arguments: &arguments,
+            annotations: annotations.as_ref(),
+        };
+        let facts = call.then_some(&f);
+        let scope = Scope::new(&alice, "flights", "book", facts);
+        let mut context = None;
+        for source in READS {
+            let e = Expression::compile(source).expect("compiles");
+            let shared = e.evaluate_in(&scope, &mut context);
+            let fresh = eager(&e, &alice, "flights", "book", facts);
+            prop_assert_eq!(&shared, &fresh, "{}", source);
+            prop_assert_eq!(&e.evaluate(&alice, "flights", "book", facts), &fresh, "{}", source);
         }
     }
 }
