@@ -25,7 +25,7 @@ use state::AdminState;
 /// The admin router: every path behind [`access::guard`].
 pub(crate) fn router(state: Arc<AdminState>) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(api::healthz))
         .route("/readyz", get(api::readyz))
         .route("/metrics", get(api::metrics))
         .route("/", get(dashboard::index))

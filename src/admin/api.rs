@@ -31,12 +31,31 @@ pub(crate) async fn metrics(State(state): State<Arc<AdminState>>, headers: Heade
     if let Err(refusal) = reader(&state, &headers) {
         return refusal;
     }
+    state.metrics.set_breakers(state.app.breakers());
     let mut response = Response::new(state.metrics.encode().into());
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
     );
     response
+}
+
+/// `GET /healthz`: 200 while the gateway runs; `ok`, or `degraded` with the
+/// servers whose breaker is open (the gateway still answers for them, so it
+/// is not down). Open, like `/readyz`: server names and states only.
+pub(crate) async fn healthz(State(state): State<Arc<AdminState>>) -> String {
+    let open: Vec<String> = (state.app.breakers().into_iter())
+        .filter(|b| b.state != "closed")
+        .map(|b| format!("{} ({})", b.server, b.state))
+        .collect();
+    if open.is_empty() {
+        "ok\n".to_owned()
+    } else {
+        format!(
+            "degraded: circuit breaker not closed: {}\n",
+            open.join(", ")
+        )
+    }
 }
 
 /// `GET /readyz`: 200 when every server can take requests, 503 while a stdio

@@ -150,14 +150,22 @@ pub struct ServerSettings {
     pub breaker: BreakerSettings,
 }
 
-/// `[servers.NAME.breaker]`: after `failures` consecutive transport failures
-/// the server's calls are answered at once for `cool_down`, then one probe goes.
+/// `[servers.NAME.breaker]`: after `failures` consecutive transport failures,
+/// or when `ratio` of the last `window` requests failed (with at least
+/// `min_calls` of them known), the server's calls are answered at once for
+/// `cool_down`, then one probe goes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BreakerSettings {
-    /// Transport failures in a row that open the breaker (default 5; 0 = never).
+    /// Transport failures in a row that open the breaker (default 5; 0 = not by count).
     pub failures: u32,
     /// How long it stays open before one probe (default 30 s).
     pub cool_down: Duration,
+    /// Share of the window's requests that failed which opens it (default 0.5; 0 = not by ratio).
+    pub ratio: f64,
+    /// How many of the last requests the ratio is taken over (default 20).
+    pub window: u32,
+    /// Fewest requests in the window before the ratio counts (default 10).
+    pub min_calls: u32,
 }
 
 impl Default for BreakerSettings {
@@ -165,6 +173,9 @@ impl Default for BreakerSettings {
         Self {
             failures: 5,
             cool_down: Duration::from_secs(30),
+            ratio: 0.5,
+            window: 20,
+            min_calls: 10,
         }
     }
 }

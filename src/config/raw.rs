@@ -144,6 +144,12 @@ pub(crate) struct RawBreaker {
     pub failures: Option<Spanned<i64>>,
     #[schemars(with = "Option<String>")]
     pub cool_down: Option<Spanned<String>>,
+    #[schemars(with = "Option<f64>")]
+    pub ratio: Option<Spanned<f64>>,
+    #[schemars(with = "Option<i64>")]
+    pub window: Option<Spanned<i64>>,
+    #[schemars(with = "Option<i64>")]
+    pub min_calls: Option<Spanned<i64>>,
 }
 
 /// `[servers.NAME.retry]`: which failed requests the gateway sends again.

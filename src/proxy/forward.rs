@@ -22,7 +22,7 @@ use crate::proxy::breaker::Admit;
 use crate::proxy::catalog::ToolSet;
 use crate::proxy::reply::{Framing, Reply, UpstreamError};
 use crate::proxy::respond::{self, Recipient, relay};
-use crate::proxy::retry::{Retries, broken};
+use crate::proxy::retry::{Retries, broken, cause};
 use crate::proxy::upstream::forwarded_headers;
 
 use super::exchange::{ACCEPT_BOTH, Exchange, recipient};
@@ -194,7 +194,9 @@ impl Forward<'_> {
     ) -> Result<super::reply::Reply, UpstreamError> {
         let upstream = &self.server.upstream;
         let url = upstream.settings.url();
-        let body = (self.trail.trace()).forward(&mut headers, Some(body), url);
+        // Each try is a forward span of its own, named in its `traceparent`.
+        let original = body.clone();
+        let mut body = (self.trail.trace()).forward(&mut headers, Some(body), url);
         // No credential, no request: the refusal says what is missing.
         let credential = self
             .server
@@ -211,6 +213,7 @@ impl Forward<'_> {
         let deadline = sent + upstream.settings.timeout;
         let retry = &upstream.settings.retry;
         let mut retries = Retries::new(retry, &upstream.budget, repeatable, deadline);
+        let mut causes = Vec::new();
         let mut reply = loop {
             let outcome = upstream
                 .exchange(
@@ -222,17 +225,37 @@ impl Forward<'_> {
                 )
                 .await;
             let Some(pause) = retries.after(&outcome) else {
-                upstream.breaker.record(!broken(&outcome), breaker);
+                if upstream.breaker.record(!broken(&outcome), breaker) {
+                    tracing::warn!(server = %upstream.settings.name, cool_down_ms = breaker.cool_down.as_millis() as u64,
+                        "circuit breaker opened: the server's calls are answered at once until a probe succeeds");
+                }
+                if !causes.is_empty() {
+                    let attempts = retries.tries();
+                    self.trail.note(|e| {
+                        e.retries = Some(crate::record::event::Retries { attempts, causes })
+                    });
+                }
                 break outcome?;
             };
+            let why = cause(&outcome);
             tracing::info!(
                 server = %upstream.settings.name,
                 attempt = retries.tries() + 1,
+                cause = %why,
                 pause_ms = pause.as_millis() as u64,
                 "sending the request to the server again"
             );
+            self.trail.trace().attempt_failed(&why);
+            causes.push(why);
             drop(outcome);
             tokio::time::sleep(pause).await;
+            let attempt = retries.tries() + 1;
+            body = (self.trail.trace()).forward_try(
+                &mut headers,
+                Some(original.clone()),
+                url,
+                attempt,
+            );
         };
         if self.ex_era == Era::Modern {
             // The 2026 era has no sessions: an upstream's session id is not relayed.
@@ -267,7 +290,7 @@ impl Forward<'_> {
         let mut e = UpstreamError::new(
             crate::error::UpstreamKind::Open,
             format!(
-                "its last requests failed one after another, so the gateway stops sending it anything for a \
+                "too many of its last requests failed, so the gateway stops sending it anything for a \
                  while. Retry in about {}s; if it keeps failing, report that the server is unavailable. {others}",
                 wait.as_secs().max(1)
             ),

@@ -159,6 +159,19 @@ impl<'a> Retries<'a> {
     }
 }
 
+/// Why a try was not the answer, as the audit event and its span name it:
+/// the failure's result code, `http 502`, or `json-rpc -32603`.
+pub(crate) fn cause(outcome: &Result<Reply, UpstreamError>) -> String {
+    match outcome {
+        Err(e) => e.kind.code().to_owned(),
+        Ok(reply) if gateway_status(reply) => match status(reply) {
+            Some(code) => format!("http {code}"),
+            None => "upstream_unavailable".to_owned(),
+        },
+        Ok(_) => "json-rpc -32603".to_owned(),
+    }
+}
+
 /// A transport failure, or HTTP 502/503/504: what the breaker counts. A
 /// timeout is not one (the server may be busy, not gone), nor is any answer
 /// of the server's own (a JSON-RPC error, an `isError` result).
@@ -175,13 +188,17 @@ fn gateway_status(reply: &Reply) -> bool {
         StatusCode::SERVICE_UNAVAILABLE,
         StatusCode::GATEWAY_TIMEOUT,
     ];
-    let status = match reply {
+    status(reply).is_some_and(|status| GATEWAY.iter().any(|s| s.as_u16() == status))
+}
+
+/// The reply's HTTP status (none over stdio).
+fn status(reply: &Reply) -> Option<u16> {
+    match reply {
         Reply::Json { status, .. } | Reply::Sse { status, .. } | Reply::Empty { status, .. } => {
             status.code()
         }
         Reply::Other { status, .. } => Some(status.as_u16()),
-    };
-    status.is_some_and(|status| GATEWAY.iter().any(|s| s.as_u16() == status))
+    }
 }
 
 /// A reply that says the server failed for now: HTTP 502, 503 or 504, or a

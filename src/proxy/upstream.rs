@@ -205,13 +205,8 @@ impl Upstream {
             Link::Stdio(stdio) => stdio.readiness(),
         };
         // Degraded, not down: an open breaker answers for the server.
-        let breaker = if self.breaker.is_open() {
-            "open"
-        } else {
-            "closed"
-        };
         if let Some(body) = body.as_object_mut() {
-            body.insert("breaker".into(), breaker.into());
+            body.insert("breaker".into(), self.breaker.phase().as_str().into());
         }
         (ready, body)
     }

@@ -23,6 +23,8 @@ use super::{Ctx, RESERVED_HEADERS, Result, check_name, check_server_name};
 
 /// Most tries of one request `retry.attempts` may ask for.
 const MAX_ATTEMPTS: usize = 20;
+/// The longest breaker window, in requests.
+const MAX_WINDOW: usize = 1000;
 
 impl Ctx<'_> {
     pub(super) fn servers(&self, raw: &RawConfig) -> Result<BTreeMap<String, Arc<ServerSettings>>> {
@@ -149,6 +151,40 @@ impl Ctx<'_> {
             0,
             1000,
         )?;
+        let ratio = match &raw.ratio {
+            None => defaults.ratio,
+            Some(r) if (0.0..=1.0).contains(r.get_ref()) => *r.get_ref(),
+            Some(r) => {
+                return Err(self.fail(
+                    Some(r.span()),
+                    &format!("{key}.ratio"),
+                    "expected a fraction from 0.0 to 1.0: the share of failed requests that opens the breaker (0 = never by ratio)",
+                ));
+            }
+        };
+        let window = self.size(
+            raw.window.as_ref(),
+            &format!("{key}.window"),
+            defaults.window as usize,
+            1,
+            MAX_WINDOW,
+        )?;
+        let min_calls = self.size(
+            raw.min_calls.as_ref(),
+            &format!("{key}.min_calls"),
+            (defaults.min_calls as usize).min(window),
+            1,
+            MAX_WINDOW,
+        )?;
+        if min_calls > window {
+            return Err(self.fail(
+                raw.min_calls.as_ref().map(|m| m.span()),
+                &format!("{key}.min_calls"),
+                format!(
+                    "expected at most `window` ({window}): the ratio is taken over the last `window` requests"
+                ),
+            ));
+        }
         Ok(BreakerSettings {
             failures: u32::try_from(failures).unwrap_or(defaults.failures),
             cool_down: self.duration(
@@ -157,6 +193,9 @@ impl Ctx<'_> {
                 defaults.cool_down,
                 Duration::from_secs(3600),
             )?,
+            ratio,
+            window: u32::try_from(window).unwrap_or(defaults.window),
+            min_calls: u32::try_from(min_calls).unwrap_or(defaults.min_calls),
         })
     }
 
