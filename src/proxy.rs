@@ -9,6 +9,7 @@ mod approve;
 mod breaker;
 mod call;
 pub(crate) mod catalog;
+mod deadline;
 mod dispatch;
 mod exchange;
 mod federate;

@@ -148,6 +148,9 @@ pub struct ServerSettings {
     pub retry: RetrySettings,
     /// `[servers.NAME.breaker]`: when the gateway stops sending to a failing server.
     pub breaker: BreakerSettings,
+    /// `[servers.NAME.timeouts]`: tool pattern → the whole call's deadline,
+    /// most specific first (a literal name, then longer patterns).
+    pub tool_timeouts: Vec<(crate::policy::glob::Glob, Duration)>,
 }
 
 /// `[servers.NAME.breaker]`: after `failures` consecutive transport failures,
@@ -226,6 +229,14 @@ pub enum Transport {
 }
 
 impl ServerSettings {
+    /// The deadline of a whole call of `tool` (its retries and its reply to
+    /// the end), when `[servers.NAME.timeouts]` names one for it.
+    pub fn call_timeout(&self, tool: &str) -> Option<Duration> {
+        (self.tool_timeouts.iter())
+            .find(|(glob, _)| glob.matches(tool))
+            .map(|(_, limit)| *limit)
+    }
+
     /// The server's address, when it is reached over HTTP.
     pub fn url(&self) -> Option<&reqwest::Url> {
         match &self.transport {

@@ -130,6 +130,10 @@ pub(crate) struct RawServer {
     /// `[servers.NAME.breaker]`: when the gateway stops sending to a failing server.
     #[serde(default)]
     pub breaker: RawBreaker,
+    /// `[servers.NAME.timeouts]`: tool pattern → the whole call's deadline.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, String>")]
+    pub timeouts: BTreeMap<Spanned<String>, Spanned<String>>,
     /// `[servers.NAME.labels]`: tool name → its flow labels.
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, RawLabels>")]

@@ -18,11 +18,11 @@ use http::{HeaderMap, Method};
 use serde_json::{Map, Value, json};
 
 use super::state::{AppState, Live, ServerState};
-use crate::proxy::breaker::Admit;
+
+mod send;
 use crate::proxy::catalog::ToolSet;
 use crate::proxy::reply::{Framing, Reply, UpstreamError};
 use crate::proxy::respond::{self, Recipient, relay};
-use crate::proxy::retry::{Retries, broken, cause};
 use crate::proxy::upstream::forwarded_headers;
 
 use super::exchange::{ACCEPT_BOTH, Exchange, recipient};
@@ -180,96 +180,7 @@ impl Forward<'_> {
         body: Bytes,
         idle: bool,
     ) -> Result<super::reply::Reply, UpstreamError> {
-        self.send_as(headers, body, idle, false).await
-    }
-
-    /// [`Self::send`], retried as [`super::retry`] allows: `repeatable` when
-    /// the request is a call of a tool the operator says may run twice.
-    pub(super) async fn send_as(
-        &self,
-        mut headers: HeaderMap,
-        body: Bytes,
-        idle: bool,
-        repeatable: bool,
-    ) -> Result<super::reply::Reply, UpstreamError> {
-        let upstream = &self.server.upstream;
-        let url = upstream.settings.url();
-        // Each try is a forward span of its own, named in its `traceparent`.
-        let original = body.clone();
-        let mut body = (self.trail.trace()).forward(&mut headers, Some(body), url);
-        // No credential, no request: the refusal says what is missing.
-        let credential = self
-            .server
-            .identity
-            .credential(&self.caller, &self.live.config.identity)
-            .await
-            .map_err(UpstreamError::credentials)?;
-        let breaker = &upstream.settings.breaker;
-        if let Admit::Open(wait) = upstream.breaker.admit(breaker) {
-            return Err(self.open(wait));
-        }
-        let sent = Instant::now();
-        let idle = idle.then_some(upstream.settings.timeout);
-        let deadline = sent + upstream.settings.timeout;
-        let retry = &upstream.settings.retry;
-        let mut retries = Retries::new(retry, &upstream.budget, repeatable, deadline);
-        let mut causes = Vec::new();
-        let mut reply = loop {
-            let outcome = upstream
-                .exchange(
-                    Method::POST,
-                    headers.clone(),
-                    credential.clone(),
-                    body.clone(),
-                    idle,
-                )
-                .await;
-            let Some(pause) = retries.after(&outcome) else {
-                if upstream.breaker.record(!broken(&outcome), breaker) {
-                    tracing::warn!(server = %upstream.settings.name, cool_down_ms = breaker.cool_down.as_millis() as u64,
-                        "circuit breaker opened: the server's calls are answered at once until a probe succeeds");
-                }
-                if !causes.is_empty() {
-                    let attempts = retries.tries();
-                    self.trail.note(|e| {
-                        e.retries = Some(crate::record::event::Retries { attempts, causes })
-                    });
-                }
-                break outcome?;
-            };
-            let why = cause(&outcome);
-            tracing::info!(
-                server = %upstream.settings.name,
-                attempt = retries.tries() + 1,
-                cause = %why,
-                pause_ms = pause.as_millis() as u64,
-                "sending the request to the server again"
-            );
-            self.trail.trace().attempt_failed(&why);
-            causes.push(why);
-            drop(outcome);
-            tokio::time::sleep(pause).await;
-            let attempt = retries.tries() + 1;
-            body = (self.trail.trace()).forward_try(
-                &mut headers,
-                Some(original.clone()),
-                url,
-                attempt,
-            );
-        };
-        if self.ex_era == Era::Modern {
-            // The 2026 era has no sessions: an upstream's session id is not relayed.
-            reply_headers_mut(&mut reply).remove(MCP_SESSION_ID);
-        }
-        self.trail
-            .upstream(reply_status(&reply).code(), sent.elapsed());
-        if let Some(session) = self.session
-            && reply_status(&reply) == Framing::Http(http::StatusCode::NOT_FOUND)
-        {
-            // The upstream ended the session; the binding goes with it.
-            self.state.sessions.remove(self.name(), session);
-        }
-        Ok(reply)
+        self.send_as(headers, body, idle, false, None).await
     }
 
     /// The failure a request gets while the server's breaker is open: when
@@ -310,9 +221,24 @@ impl Forward<'_> {
         let hints = &to.call.hints;
         let repeatable = (to.tool.as_deref())
             .is_some_and(|tool| retry.repeatable(tool, hints.read_only, hints.idempotent));
+        if to.method == "notifications/cancelled"
+            && let Some(id) = super::deadline::cancelled_id(&body)
+        {
+            // The client gave up on a call: it is not sent again (the
+            // notification itself goes on to the server).
+            let key = super::deadline::key(self.caller.client.name(), self.session, &id);
+            self.server.upstream.in_flight.cancel(&key);
+        }
+        let call = match (&to.tool, &to.id) {
+            (Some(tool), Some(id)) => Some(send::Call {
+                id,
+                limit: self.server.upstream.settings.call_timeout(tool),
+            }),
+            _ => None,
+        };
         // `subscriptions/listen` streams stay open for as long as the client listens.
         let reply = self
-            .send_as(self.headers(headers), body, !self.listen, repeatable)
+            .send_as(self.headers(headers), body, !self.listen, repeatable, call)
             .await
             .map_err(|e| to.failure(e))?;
         Ok(relay(reply, to))

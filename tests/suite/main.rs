@@ -63,6 +63,7 @@ mod ratelimit;
 mod refusals;
 mod reload;
 mod resilience;
+mod resilience_deadlines;
 mod resilience_merged;
 mod resolution;
 mod resources;

@@ -18,11 +18,14 @@ use super::super::model::{
 };
 use super::super::raw::{RawBreaker, RawConfig, RawRetry, RawServer};
 use crate::pins::Pinning;
+use crate::policy::glob::Glob;
 
 use super::{Ctx, RESERVED_HEADERS, Result, check_name, check_server_name};
 
 /// Most tries of one request `retry.attempts` may ask for.
 const MAX_ATTEMPTS: usize = 20;
+/// The longest deadline of one tool call.
+const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// The longest breaker window, in requests.
 const MAX_WINDOW: usize = 1000;
 
@@ -138,7 +141,33 @@ impl Ctx<'_> {
             identity: None,
             retry: self.retry(&raw.retry, &format!("{key}.retry"))?,
             breaker: self.breaker(&raw.breaker, &format!("{key}.breaker"))?,
+            tool_timeouts: self.tool_timeouts(&raw.timeouts, &format!("{key}.timeouts"))?,
         })
+    }
+
+    /// `[servers.NAME.timeouts]`: each pattern with its deadline, the most
+    /// specific first (literal names, then the longer patterns), so a tool
+    /// named on its own beats a pattern that also matches it.
+    fn tool_timeouts(
+        &self,
+        raw: &BTreeMap<Spanned<String>, Spanned<String>>,
+        key: &str,
+    ) -> Result<Vec<(Glob, Duration)>> {
+        let mut out = Vec::new();
+        for (pattern, limit) in raw {
+            let at = format!("{key}.{:?}", pattern.get_ref());
+            let glob = Glob::new(pattern.get_ref()).map_err(|e| {
+                self.fail(
+                    Some(pattern.span()),
+                    &at,
+                    format!("not a valid tool pattern: {e}"),
+                )
+            })?;
+            let limit = self.duration(Some(limit), &at, Duration::ZERO, MAX_CALL_TIMEOUT)?;
+            out.push((glob, limit));
+        }
+        out.sort_by_key(|(glob, _)| (!glob.is_literal(), std::cmp::Reverse(glob.as_str().len())));
+        Ok(out)
     }
 
     /// `[servers.NAME.breaker]`, with the defaults of [`BreakerSettings`].
