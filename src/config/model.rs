@@ -259,6 +259,32 @@ pub struct StdioCommand {
     /// The command as written (`${NAME}` not expanded), for `check` and the
     /// dashboard: an expanded argument may be a secret.
     pub display: String,
+    /// `[servers.NAME.restart]`: how a crashed process is started again.
+    pub restart: RestartSettings,
+}
+
+/// `[servers.NAME.restart]` of a stdio server: a process that ends is
+/// started again after a delay that doubles from `min_backoff` to
+/// `max_backoff`; after `max_restarts` restarts in a row (none of them up for
+/// 30 s) the gateway stops restarting it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestartSettings {
+    /// The first delay (default 100 ms).
+    pub min_backoff: Duration,
+    /// The longest delay (default 30 s).
+    pub max_backoff: Duration,
+    /// Restarts in a row before the gateway gives up (default 10; 0 = never gives up).
+    pub max_restarts: u32,
+}
+
+impl Default for RestartSettings {
+    fn default() -> Self {
+        Self {
+            min_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(30),
+            max_restarts: 10,
+        }
+    }
 }
 
 impl std::fmt::Debug for StdioCommand {

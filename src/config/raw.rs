@@ -130,6 +130,9 @@ pub(crate) struct RawServer {
     /// `[servers.NAME.breaker]`: when the gateway stops sending to a failing server.
     #[serde(default)]
     pub breaker: RawBreaker,
+    /// `[servers.NAME.restart]`: how a stdio server's crashed process is restarted.
+    #[schemars(with = "Option<RawRestart>")]
+    pub restart: Option<Spanned<RawRestart>>,
     /// `[servers.NAME.timeouts]`: tool pattern → the whole call's deadline.
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, String>")]
@@ -154,6 +157,18 @@ pub(crate) struct RawBreaker {
     pub window: Option<Spanned<i64>>,
     #[schemars(with = "Option<i64>")]
     pub min_calls: Option<Spanned<i64>>,
+}
+
+/// `[servers.NAME.restart]`: restarts of a stdio server's process.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRestart {
+    #[schemars(with = "Option<String>")]
+    pub min_backoff: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
+    pub max_backoff: Option<Spanned<String>>,
+    #[schemars(with = "Option<i64>")]
+    pub max_restarts: Option<Spanned<i64>>,
 }
 
 /// `[servers.NAME.retry]`: which failed requests the gateway sends again.

@@ -65,6 +65,7 @@ mod reload;
 mod resilience;
 mod resilience_deadlines;
 mod resilience_merged;
+mod resilience_stdio;
 mod resolution;
 mod resources;
 mod resources_references;

@@ -14,9 +14,9 @@ use http::{HeaderName, HeaderValue};
 use toml::Spanned;
 
 use super::super::model::{
-    BreakerSettings, Mode, RetrySettings, ServerSettings, StdioCommand, Transport,
+    BreakerSettings, Mode, RestartSettings, RetrySettings, ServerSettings, StdioCommand, Transport,
 };
-use super::super::raw::{RawBreaker, RawConfig, RawRetry, RawServer};
+use super::super::raw::{RawBreaker, RawConfig, RawRestart, RawRetry, RawServer};
 use crate::pins::Pinning;
 use crate::policy::glob::Glob;
 
@@ -274,6 +274,13 @@ impl Ctx<'_> {
                 "`env` applies to stdio servers (`command`); an HTTP server gets the gateway's credentials through `headers`",
             ));
         }
+        if let Some(r) = &raw.restart {
+            return Err(self.fail(
+                Some(r.span()),
+                &format!("{key}.restart"),
+                "`restart` applies to stdio servers (`command`): the gateway runs their process; an HTTP server's failures meet `retry` and `breaker`",
+            ));
+        }
         if let Some(cwd) = &raw.cwd {
             return Err(self.fail(
                 Some(cwd.span()),
@@ -388,12 +395,55 @@ impl Ctx<'_> {
             .map(|w| w.get_ref().as_str())
             .collect::<Vec<_>>()
             .join(" ");
+        let restart = match &raw.restart {
+            Some(r) => self.restart(r.get_ref(), &format!("{key}.restart"))?,
+            None => RestartSettings::default(),
+        };
         Ok(StdioCommand {
             program: program.clone(),
             args: args.to_vec(),
             env,
             cwd,
             display,
+            restart,
+        })
+    }
+
+    /// `[servers.NAME.restart]`, with the defaults of [`RestartSettings`].
+    fn restart(&self, raw: &RawRestart, key: &str) -> Result<RestartSettings> {
+        let defaults = RestartSettings::default();
+        let hour = Duration::from_secs(3600);
+        let min_backoff = self.duration(
+            raw.min_backoff.as_ref(),
+            &format!("{key}.min_backoff"),
+            defaults.min_backoff,
+            hour,
+        )?;
+        let max_key = format!("{key}.max_backoff");
+        let max_backoff = self.duration(
+            raw.max_backoff.as_ref(),
+            &max_key,
+            defaults.max_backoff,
+            hour,
+        )?;
+        if max_backoff < min_backoff {
+            return Err(self.fail(
+                raw.max_backoff.as_ref().map(|m| m.span()),
+                &max_key,
+                "expected at least `min_backoff`: the delay doubles from `min_backoff` up to it",
+            ));
+        }
+        let max_restarts = self.size(
+            raw.max_restarts.as_ref(),
+            &format!("{key}.max_restarts"),
+            defaults.max_restarts as usize,
+            0,
+            10_000,
+        )?;
+        Ok(RestartSettings {
+            min_backoff,
+            max_backoff,
+            max_restarts: u32::try_from(max_restarts).unwrap_or(defaults.max_restarts),
         })
     }
 }
