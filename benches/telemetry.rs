@@ -65,6 +65,7 @@ fn exporting(endpoint: &str) -> Traces {
     let settings = TelemetrySettings {
         otlp_endpoint: Some(reqwest::Url::parse(endpoint).expect("url")),
         log_format: LogFormat::Json,
+        replica: "bench".into(),
     };
     Traces::start(&settings).expect("exporter")
 }

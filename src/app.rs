@@ -112,7 +112,8 @@ impl Gateway {
             audit.clone(),
         ]);
         let state = AppState::new(Arc::new(config), pins, Arc::new(sinks), traces, loopback)?;
-        let admin_state = AdminState::new(Arc::new(state), admin_loopback, path, metrics, recent);
+        let admin_state = AdminState::new(Arc::new(state), admin_loopback, path, metrics, recent)
+            .with_audit(audit.clone());
         Ok(Self {
             admin_state: Arc::new(admin_state),
             audit,

@@ -1,15 +1,28 @@
-//! The audit store: every finished request's event, kept in SQLite.
+//! The audit store: every finished request's event, kept in SQLite (one
+//! replica) or in PostgreSQL (a fleet, `[audit] backend = "postgres"`).
 //!
 //! Place in the path: a sink of the record layer ([`crate::record`]). When a
-//! request's trail is let go, its event is handed here with `try_send` on a
-//! bounded channel; the writer thread inserts events in batches, one
-//! transaction each, and deletes events older than `[audit] retention`.
+//! request's trail is let go, its event is handed here. SQLite: with
+//! `try_send` on a bounded channel; the writer thread inserts events in
+//! batches, one transaction each, and deletes events older than
+//! `[audit] retention`. PostgreSQL: appended to the replica's spool file
+//! ([`spool`]) with one `write(2)`, then shipped in batches by the shipper
+//! thread ([`postgres`]).
 //!
-//! Invariants: the request path never touches the disk and never waits for the
-//! writer: when the queue is full the event is dropped and counted
-//! ([`Counters::dropped`]); an event holds argument values only under
-//! `arguments = "full"` (`redacted` replaces every string a secret detector
-//! matches); everything queued is written before [`Audit::flush`] returns.
+//! Invariants: the request path never waits for a database: SQLite's queue
+//! drops and counts when full ([`Counters::dropped`]); the spool is a
+//! write to the kernel's page cache, done before the answer leaves, so a
+//! replica killed after answering keeps the event (shipped by its next
+//! start), and a spool past `[audit] buffer` unshipped events drops and
+//! counts; every row carries the replica that wrote it; an event holds
+//! argument values only under `arguments = "full"` (`redacted` replaces
+//! every string a secret detector matches); everything queued is written
+//! before [`Audit::flush`] returns (PostgreSQL: while it is reachable).
+
+mod postgres;
+mod spool;
+
+pub use postgres::{STATE_DOWN, STATE_STARTING, STATE_UP};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -83,6 +96,11 @@ pub struct Counters {
     pub written: AtomicU64,
     /// Events lost to a write error.
     pub failed: AtomicU64,
+    /// The store's state ([`STATE_UP`], [`STATE_DOWN`], [`STATE_STARTING`]);
+    /// SQLite is always up.
+    pub store: std::sync::atomic::AtomicU8,
+    /// `[gateway] replica`, for the metrics.
+    pub replica: std::sync::OnceLock<String>,
 }
 
 enum Msg {
@@ -95,8 +113,39 @@ enum Msg {
 pub struct Audit {
     /// `[audit] enabled`: when false, nothing is queued or stored.
     enabled: bool,
-    tx: SyncSender<Msg>,
+    store: Store,
     counters: Arc<Counters>,
+    /// `[gateway] replica`: written into every row.
+    replica: String,
+}
+
+/// Where the events go.
+#[derive(Debug)]
+enum Store {
+    Sqlite(SyncSender<Msg>),
+    Postgres {
+        shipper: Arc<postgres::Shipper>,
+        /// Most unshipped events the spool keeps.
+        buffer: u64,
+        /// `replica:pid:start_ms:`, the prefix of every row key.
+        key_prefix: String,
+        seq: AtomicU64,
+        /// The admin listener's reads of the fleet's events.
+        reader: postgres::Reader,
+    },
+}
+
+/// What `/healthz` says of the audit store.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StoreHealth {
+    /// `sqlite` or `postgres`.
+    pub backend: &'static str,
+    /// `up`, `down` (unreachable: events wait in the spool) or `starting`.
+    pub state: &'static str,
+    /// Events waiting to be written.
+    pub buffered: u64,
+    /// Events lost (dropped when the buffer was full, or refused by the store).
+    pub lost: u64,
 }
 
 impl std::fmt::Debug for Msg {
@@ -114,6 +163,44 @@ impl Audit {
 
     /// [`Audit::open`] with a queue of `capacity` events.
     pub fn open_with_queue(settings: &AuditSettings, capacity: usize) -> Result<Arc<Self>, String> {
+        let counters = Arc::new(Counters {
+            store: STATE_UP.into(),
+            ..Counters::default()
+        });
+        let _ = counters.replica.set(settings.replica.clone());
+        if let (AuditBackend::Postgres { url, spool, buffer }, true) =
+            (&settings.backend, settings.enabled)
+        {
+            let spool = Arc::new(
+                spool::Spool::open(Path::new(spool))
+                    .map_err(|e| format!("cannot open the audit spool {spool}: {e}"))?,
+            );
+            counters.queued.store(spool.pending(), Ordering::Relaxed);
+            if spool.pending() > 0 {
+                tracing::info!(events = spool.pending(), spool = %spool.path().display(),
+                    "shipping the audit events a previous run left in the spool");
+            }
+            let shipper = postgres::start(url, spool, counters.clone(), settings.retention)?;
+            let reader = postgres::Reader::new(url)?;
+            let key_prefix = format!(
+                "{}:{}:{}:",
+                settings.replica,
+                std::process::id(),
+                crate::util::time::now_ms()
+            );
+            return Ok(Arc::new(Self {
+                enabled: true,
+                store: Store::Postgres {
+                    shipper,
+                    buffer: *buffer,
+                    key_prefix,
+                    seq: AtomicU64::new(0),
+                    reader,
+                },
+                counters,
+                replica: settings.replica.clone(),
+            }));
+        }
         // A disabled trail keeps an empty in-memory store, so every reader still works.
         let conn = if settings.database == ":memory:" || !settings.enabled {
             let mut conn = Connection::open_in_memory().map_err(|e| e.to_string())?;
@@ -124,7 +211,6 @@ impl Audit {
                 .map_err(|e| e.to_string().replacen("pin store", "audit store", 1))?
         };
         let (tx, rx) = std::sync::mpsc::sync_channel(capacity);
-        let counters = Arc::new(Counters::default());
         let shared = counters.clone();
         let retention = settings.retention;
         std::thread::Builder::new()
@@ -133,8 +219,9 @@ impl Audit {
             .map_err(|e| e.to_string())?;
         Ok(Arc::new(Self {
             enabled: settings.enabled,
-            tx,
+            store: Store::Sqlite(tx),
             counters,
+            replica: settings.replica.clone(),
         }))
     }
 
@@ -147,7 +234,20 @@ impl Audit {
         if !self.enabled {
             return;
         }
-        match self.tx.try_send(Msg::Event(event)) {
+        let tx = match &self.store {
+            Store::Sqlite(tx) => tx,
+            Store::Postgres {
+                shipper,
+                buffer,
+                key_prefix,
+                seq,
+                ..
+            } => {
+                self.spool(shipper, *buffer, key_prefix, seq, &event);
+                return;
+            }
+        };
+        match tx.try_send(Msg::Event(event)) {
             Ok(()) => {
                 self.counters.queued.fetch_add(1, Ordering::Relaxed);
             }
@@ -157,13 +257,106 @@ impl Audit {
         }
     }
 
-    /// Blocks until every event queued before the call is written, and old
-    /// events are deleted (shutdown and tests). Gives up after ten seconds.
-    pub fn flush(&self) {
-        let (done, wait) = std::sync::mpsc::channel();
-        if self.tx.send(Msg::Flush(done)).is_ok() {
-            let _ = wait.recv_timeout(Duration::from_secs(10));
+    /// Appends the event to the spool, unless the spool already holds
+    /// `buffer` unshipped events: then it is dropped, counted and logged.
+    fn spool(
+        &self,
+        shipper: &postgres::Shipper,
+        buffer: u64,
+        key_prefix: &str,
+        seq: &AtomicU64,
+        event: &Event,
+    ) {
+        if shipper.spool.pending() >= buffer {
+            let lost = self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            // The first loss of a run and every thousandth after it.
+            if lost % 1000 == 0 {
+                tracing::error!(
+                    lost = lost + 1,
+                    buffer,
+                    "the audit spool is full (the database is unreachable): events are lost"
+                );
+            }
+            return;
         }
+        let key = format!("{key_prefix}{}", seq.fetch_add(1, Ordering::Relaxed));
+        let line = spool::encode(&spool::Row {
+            key: &key,
+            replica: &self.replica,
+            event,
+        });
+        match shipper.spool.append(&line) {
+            Ok(()) => {
+                self.counters.queued.fetch_add(1, Ordering::Relaxed);
+                shipper.wake.notify_one();
+            }
+            Err(e) => {
+                let lost = self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                if lost % 1000 == 0 {
+                    tracing::error!(error = %e, lost = lost + 1, "cannot append to the audit spool: events are lost");
+                }
+            }
+        }
+    }
+
+    /// Blocks until every event queued before the call is written, and old
+    /// events are deleted (shutdown and tests). Gives up after ten seconds
+    /// (PostgreSQL unreachable: the spool keeps them for the next start).
+    pub fn flush(&self) {
+        match &self.store {
+            Store::Sqlite(tx) => {
+                let (done, wait) = std::sync::mpsc::channel();
+                if tx.send(Msg::Flush(done)).is_ok() {
+                    let _ = wait.recv_timeout(Duration::from_secs(10));
+                }
+            }
+            Store::Postgres { shipper, .. } => {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                shipper.wake.notify_one();
+                while shipper.spool.pending() > 0 && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+    }
+
+    /// The store's state, for `/healthz`.
+    pub fn health(&self) -> StoreHealth {
+        let c = &self.counters;
+        let lost = c.dropped.load(Ordering::Relaxed) + c.failed.load(Ordering::Relaxed);
+        match &self.store {
+            Store::Sqlite(_) => StoreHealth {
+                backend: "sqlite",
+                state: "up",
+                buffered: c.queued.load(Ordering::Relaxed),
+                lost,
+            },
+            Store::Postgres { shipper, .. } => StoreHealth {
+                backend: "postgres",
+                state: match c.store.load(Ordering::Relaxed) {
+                    STATE_UP => "up",
+                    STATE_DOWN => "down",
+                    _ => "starting",
+                },
+                buffered: shipper.spool.pending(),
+                lost,
+            },
+        }
+    }
+
+    /// The latest `limit` events of the whole fleet, oldest first, each with
+    /// its `replica` (the dashboard's shape); `None` with SQLite, whose
+    /// events the dashboard reads from its own ring.
+    pub async fn fleet_events(&self, limit: usize) -> Option<Result<Vec<Value>, String>> {
+        match &self.store {
+            Store::Sqlite(_) => None,
+            Store::Postgres { reader, .. } => Some(reader.latest(limit as i64).await),
+        }
+    }
+
+    /// `[gateway] replica`.
+    pub fn replica(&self) -> &str {
+        &self.replica
     }
 
     /// What the trail has done so far.
@@ -351,6 +544,10 @@ fn purge(conn: &Connection, retention: Duration) {
 pub struct AuditSettings {
     /// Whether events are stored at all (metrics and the live feed see them either way).
     pub enabled: bool,
+    /// Where events are kept: this replica's SQLite file, or the fleet's PostgreSQL.
+    pub backend: AuditBackend,
+    /// `[gateway] replica`: who wrote each row (default: the host name).
+    pub replica: String,
     /// SQLite file (WAL); a relative path is read from the configuration
     /// file's directory. `":memory:"`: kept in memory only, lost at exit.
     pub database: String,
@@ -358,6 +555,22 @@ pub struct AuditSettings {
     pub retention: Duration,
     /// How arguments are recorded.
     pub arguments: AuditArguments,
+}
+
+/// `backend` of `[audit]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuditBackend {
+    /// `database`, one SQLite file per replica.
+    Sqlite,
+    /// One PostgreSQL database for the fleet.
+    Postgres {
+        /// `url`: a PostgreSQL connection URL (`sslmode=require` for TLS).
+        url: String,
+        /// `spool`: this replica's spool file.
+        spool: String,
+        /// `buffer`: most unshipped events the spool keeps.
+        buffer: u64,
+    },
 }
 
 /// `arguments` of `[audit]`.

@@ -90,6 +90,12 @@ pub fn load_text(path: &Path, text: &str) -> Result<Config, ConfigError> {
     {
         config.audit.database = dir.join(audit).display().to_string();
     }
+    if let (crate::audit::AuditBackend::Postgres { spool, .. }, Some(dir)) =
+        (&mut config.audit.backend, path.parent())
+        && Path::new(spool.as_str()).is_relative()
+    {
+        *spool = dir.join(&*spool).display().to_string();
+    }
     Ok(config)
 }
 

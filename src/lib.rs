@@ -45,6 +45,7 @@ pub mod pins;
 pub mod policy;
 pub mod record;
 pub mod sanitize;
+pub mod state;
 
 pub(crate) mod admin;
 pub mod app;

@@ -325,7 +325,10 @@ where
 
 async fn run(path: PathBuf, watch: bool) -> anyhow::Result<()> {
     let config = config::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
-    telemetry::init(config.telemetry.log_format);
+    telemetry::init(
+        config.telemetry.log_format,
+        Some(config.telemetry.replica.as_str()),
+    );
     drop(config);
     let gateway = Gateway::bind_file(&path)
         .await
@@ -340,7 +343,7 @@ async fn run(path: PathBuf, watch: bool) -> anyhow::Result<()> {
 }
 
 async fn run_demo(port: u16) -> anyhow::Result<()> {
-    telemetry::init(config::LogFormat::Pretty);
+    telemetry::init(config::LogFormat::Pretty, None);
     let demo = demo::start(port).await.context("cannot start the demo")?;
     let addr = demo.gateway.local_addr()?;
     let admin = demo.gateway.admin_addr()?;

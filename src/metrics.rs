@@ -333,6 +333,11 @@ impl Metrics {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReplicaLabels {
+    replica: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ListenerLabels {
     listener: &'static str,
 }
@@ -389,17 +394,37 @@ struct AuditQueue(Arc<Counters>);
 impl Collector for AuditQueue {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let c = &self.0;
+        let up = ConstGauge::new(i64::from(
+            c.store.load(Ordering::Relaxed) == crate::audit::STATE_UP,
+        ));
+        up.encode(encoder.encode_descriptor(
+            "audit_store_up",
+            "1 while the audit store takes events (PostgreSQL reachable; SQLite always)",
+            None,
+            up.metric_type(),
+        )?)?;
+        if let Some(replica) = c.replica.get() {
+            let mut family = encoder.encode_descriptor(
+                "replica_info",
+                "This gateway's replica name ([gateway] replica), as its audit rows carry it",
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            ConstGauge::new(1).encode(family.encode_family(&ReplicaLabels {
+                replica: replica.clone(),
+            })?)?;
+        }
         let depth = ConstGauge::new(c.queued.load(Ordering::Relaxed) as i64);
         depth.encode(encoder.encode_descriptor(
             "audit_queue_depth",
-            "Audit events waiting for the writer",
+            "Audit events waiting for the writer (PostgreSQL: in the spool, not yet shipped)",
             None,
             depth.metric_type(),
         )?)?;
         for (name, help, value) in [
             (
                 "audit_dropped",
-                "Audit events dropped because the queue was full",
+                "Audit events lost because the queue (PostgreSQL: the spool's buffer) was full",
                 &c.dropped,
             ),
             ("audit_written", "Audit events written", &c.written),

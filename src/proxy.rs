@@ -15,6 +15,7 @@ mod exchange;
 mod federate;
 mod flow;
 mod forward;
+mod inflight;
 pub(crate) mod ingress;
 mod lists;
 mod pipeline;

@@ -21,8 +21,10 @@ pub use export::{ExportCounters, Traces};
 pub use settings::{LogFormat, TelemetrySettings};
 use tracing_subscriber::EnvFilter;
 
-/// Installs the global subscriber; `RUST_LOG` overrides the default `info` level.
-pub fn init(format: LogFormat) {
+/// Installs the global subscriber; `RUST_LOG` overrides the default `info`
+/// level. Every line names `replica` when given.
+pub fn init(format: LogFormat, replica: Option<&str>) {
+    let replica: Option<std::sync::Arc<str>> = replica.map(Into::into);
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let json = matches!(format, LogFormat::Json);
     // No colours: their escape codes would be escaped like any other.
@@ -32,6 +34,7 @@ pub fn init(format: LogFormat) {
         .with_writer(move || lines::Lines {
             inner: std::io::stderr(),
             json,
+            replica: replica.clone(),
         });
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

@@ -4,7 +4,8 @@
 # FastMCP, an npm folder with the TypeScript SDK and server-everything, and the
 # official conformance suite with the Node 22 it needs, playwright-core and
 # Debian's Chromium for the dashboard test) into cache directories outside the
-# clone, and Debian's redis-server when running as root; later runs reuse them.
+# clone, and Debian's redis-server, postgresql and haproxy when running as
+# root; later runs reuse them.
 #
 #   bash tests/run.sh
 #
@@ -32,6 +33,15 @@ apt_install() {
   "${APT[@]}" install -y -qq "$@"
 }
 
+# The test build is the longest step on a fresh machine and needs only the CPU;
+# the installs below mostly wait on the network and the disk. So the build
+# starts first, in the background, and the installs run beside it.
+step "compiling the tests in the background"
+BUILD_LOG="$(mktemp)"
+cargo test --locked --no-run >"$BUILD_LOG" 2>&1 &
+BUILD_PID=$!
+trap 'kill "$BUILD_PID" 2>/dev/null || true; rm -f "$BUILD_LOG"' EXIT
+
 step "installing test peers and the conformance suite (first use only)"
 # Debian's Chromium for the dashboard's browser test (tests/suite/browser.rs).
 command -v chromium >/dev/null || apt_install chromium chromium-driver
@@ -50,8 +60,28 @@ if ! command -v redis-server >/dev/null; then
 fi
 command -v redis-server || true
 
+step "PostgreSQL and HAProxy for the fleet tests (first use only)"
+# Debian's packages; the tests initialise their own cluster in a temp dir
+# (tests/support/postgres.rs) and run their own balancer (tests/support/haproxy.rs).
+have_postgres() { ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; }
+have_haproxy() { command -v haproxy >/dev/null || [[ -x /usr/sbin/haproxy ]]; }
+if ! have_postgres || ! have_haproxy; then
+  if [[ "$(id -u)" == 0 ]]; then
+    apt_install postgresql haproxy
+  else
+    echo "PostgreSQL or HAProxy is missing: run 'sudo apt-get install -y postgresql haproxy' (the fleet tests fail without them)"
+  fi
+fi
+
 step "format"
 cargo fmt --check
+
+step "waiting for the test build"
+if ! wait "$BUILD_PID"; then
+  cat "$BUILD_LOG"
+  exit 1
+fi
+tail -n 3 "$BUILD_LOG"
 
 step "lint"
 cargo clippy --all-targets --locked -- -D warnings

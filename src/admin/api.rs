@@ -40,35 +40,46 @@ pub(crate) async fn metrics(State(state): State<Arc<AdminState>>, headers: Heade
     response
 }
 
-/// `GET /healthz`: 200 while the gateway runs; `ok`, or `degraded` with the
-/// servers whose breaker is open (the gateway still answers for them, so it
-/// is not down). Open, like `/readyz`: server names and states only.
-pub(crate) async fn healthz(State(state): State<Arc<AdminState>>) -> String {
-    let open: Vec<String> = (state.app.breakers().into_iter())
-        .filter(|b| b.state != "closed")
-        .map(|b| format!("{} ({})", b.server, b.state))
-        .collect();
-    if open.is_empty() {
-        "ok\n".to_owned()
-    } else {
-        format!(
-            "degraded: circuit breaker not closed: {}\n",
-            open.join(", ")
-        )
-    }
-}
-
 /// `GET /readyz`: 200 when every server can take requests, 503 while a stdio
 /// server's process is starting or restarting; the body says which (open,
-/// like `/healthz`: states and process ids only).
+/// like `/healthz`: states and process ids only). `state` reports the
+/// shared state store and whether it answers; an unreachable store does not
+/// make the replica unready (calls that need no approval still run, and
+/// those that do are refused with `state_unavailable` by every replica alike).
 pub(crate) async fn readyz(State(state): State<Arc<AdminState>>) -> Response {
-    let (ready, body) = state.app.readiness();
+    let (ready, mut body) = state.app.readiness();
+    body["state"] = state.app.approvals.shared.health().await;
     let status = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
     json_response(status, &body)
+}
+
+/// `GET /healthz`: the process is alive (always 200), which replica it is,
+/// and the state of its stores (the audit store: `up`, or `down` with the
+/// events it buffers meanwhile and those it lost). `status` is `degraded`
+/// while a server's circuit breaker is not closed, with those servers in
+/// `breakers`: the gateway still answers for them, so it is not down.
+pub(crate) async fn healthz(State(state): State<Arc<AdminState>>) -> Response {
+    let mut body = match &state.audit {
+        Some(audit) => serde_json::json!({
+            "status": "ok",
+            "replica": audit.replica(),
+            "stores": {"audit": audit.health()},
+        }),
+        None => serde_json::json!({"status": "ok"}),
+    };
+    let open: serde_json::Map<String, serde_json::Value> = (state.app.breakers().into_iter())
+        .filter(|b| b.state != "closed")
+        .map(|b| (b.server, b.state.into()))
+        .collect();
+    if !open.is_empty() {
+        body["status"] = "degraded".into();
+        body["breakers"] = open.into();
+    }
+    json_response(StatusCode::OK, &body)
 }
 
 /// `GET /api/pins`.

@@ -7,6 +7,10 @@
 //! which the overview is computed, and on a broadcast channel that the live
 //! feed (server-sent events) follows.
 //!
+//! With `[audit] backend = "postgres"` the events, the trace pages and the
+//! overview are the whole fleet's (the latest [`KEEP`], read from
+//! PostgreSQL, each with its `replica`); the live feed stays this replica's.
+//!
 //! Invariants: memory is bounded (the ring holds [`KEEP`] events; a slow feed
 //! reader skips events rather than holding them); nothing here blocks the
 //! request path for longer than one push under a short lock; read endpoints
@@ -76,6 +80,23 @@ pub(crate) async fn index() -> Html<&'static str> {
     Html(INDEX)
 }
 
+/// The events the dashboard shows, oldest first: the fleet's latest from
+/// PostgreSQL when the audit is there (each with its `replica`), else (and
+/// while PostgreSQL cannot answer) this replica's ring.
+async fn latest(state: &AdminState) -> Vec<Arc<Value>> {
+    if let Some(audit) = &state.audit
+        && let Some(fleet) = audit.fleet_events(KEEP).await
+    {
+        match fleet {
+            Ok(events) => return events.into_iter().map(Arc::new).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "the fleet's audit cannot be read; the dashboard shows this replica's events")
+            }
+        }
+    }
+    state.recent.snapshot()
+}
+
 /// `GET /api/events`: the latest events, newest first, filtered.
 pub(crate) async fn events(
     State(state): State<Arc<AdminState>>,
@@ -85,9 +106,8 @@ pub(crate) async fn events(
     if let Err(r) = super::access::reader(&state, &headers) {
         return r;
     }
-    let list: Vec<Value> = state
-        .recent
-        .snapshot()
+    let list: Vec<Value> = latest(&state)
+        .await
         .into_iter()
         .rev()
         .filter(|e| filter.keeps(e))
@@ -106,9 +126,8 @@ pub(crate) async fn event(
     if let Err(r) = super::access::reader(&state, &headers) {
         return r;
     }
-    match state
-        .recent
-        .snapshot()
+    match latest(&state)
+        .await
         .into_iter()
         .find(|e| e.get("id").and_then(Value::as_u64) == Some(id))
     {
@@ -165,7 +184,7 @@ pub(crate) async fn overview(State(state): State<Arc<AdminState>>, headers: Head
     if let Err(r) = super::access::reader(&state, &headers) {
         return r;
     }
-    let events = state.recent.snapshot();
+    let events = latest(&state).await;
     let mut summary = summarize(&events, crate::util::time::now_ms() / 60_000);
     // Each server's circuit breaker as it is now.
     summary["breakers"] = (state.app.breakers().into_iter())

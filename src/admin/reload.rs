@@ -172,6 +172,13 @@ fn fixed(old: &Config, new: &Config) -> Result<(), String> {
             new.source
         ));
     }
+    if old.state != new.state {
+        return Err(format!(
+            "{}: `[state]` changed; the state store (memory or Redis) is set up at start and cannot \
+             change on reload (restart the gateway); the running configuration stays in force",
+            new.source
+        ));
+    }
     if old.telemetry.otlp_endpoint != new.telemetry.otlp_endpoint {
         return Err(format!(
             "{}: `telemetry.otlp_endpoint` changed; the span exporter is set up at start and cannot \

@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use crate::audit::Audit;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::proxy::state::AppState;
@@ -31,6 +32,8 @@ pub(crate) struct AdminState {
     pub metrics: Arc<Metrics>,
     /// The latest events, and the live feed.
     pub recent: Arc<Recent>,
+    /// The audit store, for `/healthz` (none in tests that build no app).
+    pub audit: Option<Arc<Audit>>,
 }
 
 impl AdminState {
@@ -50,7 +53,14 @@ impl AdminState {
             reload_status: Mutex::new(Status::default()),
             metrics,
             recent,
+            audit: None,
         }
+    }
+
+    /// The same, reporting `audit` at `/healthz`.
+    pub(crate) fn with_audit(mut self, audit: Arc<Audit>) -> Self {
+        self.audit = Some(audit);
+        self
     }
 
     /// The configuration in force now.

@@ -5,6 +5,8 @@
 //! admin API, which reads and decides the queue. Invariant: every approval,
 //! denial, expiry and refusal is handed to the sink as one [`Happening`].
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use super::binding::Binding;
@@ -12,6 +14,7 @@ use super::inband;
 use super::queue;
 use super::settings::ApprovalSettings;
 use super::state;
+use crate::state::SharedState;
 
 /// What happened to an approval (audit events, metrics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +76,9 @@ pub struct Approvals {
     pub sessions: inband::Sessions,
     /// The signing key was generated at start (no `[approvals] key`).
     pub key_generated: bool,
+    /// Where used `requestState` nonces are remembered across the fleet
+    /// (the memory store: in [`state::Signer`] itself).
+    pub shared: Arc<SharedState>,
     sink: Sink,
 }
 
@@ -86,14 +92,28 @@ impl std::fmt::Debug for Approvals {
 }
 
 impl Approvals {
-    /// The state for `settings` (read at start); events go to `sink`.
+    /// The state for `settings` (read at start), in this process; events go
+    /// to `sink`.
     pub fn new(settings: &ApprovalSettings, sink: Sink) -> Self {
+        Self::with_store(settings, sink, Arc::new(SharedState::memory()))
+    }
+
+    /// The state for `settings`, its nonces used once through `shared`
+    /// (with a shared store, every replica signs as the deployment).
+    pub fn with_store(settings: &ApprovalSettings, sink: Sink, shared: Arc<SharedState>) -> Self {
+        let (max, per_client) = (
+            settings.max_used_states,
+            settings.max_used_states_per_client,
+        );
+        let signer = match settings.key.as_deref() {
+            Some(key) if shared.is_shared() => {
+                state::Signer::for_fleet(key, shared.namespace(), max, per_client)
+            }
+            key => state::Signer::new(key, max, per_client),
+        };
         Self {
-            signer: state::Signer::new(
-                settings.key.as_deref(),
-                settings.max_used_states,
-                settings.max_used_states_per_client,
-            ),
+            signer,
+            shared,
             queue: queue::Queue::new(settings.max_pending, settings.max_pending_per_client),
             questions: inband::Questions::default(),
             sessions: inband::Sessions::default(),

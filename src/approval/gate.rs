@@ -8,11 +8,13 @@
 //!
 //! Invariants: [`Gate::Run`] is returned only for a yes to this exact
 //! binding, used once — a verified, unused, unexpired state of this process
-//! with an explicit yes (2026), a yes from this client and session to the
+//! (or, with a shared state store, of this deployment, its nonce used once
+//! across the fleet) with an explicit yes (2026), a yes from this client and session to the
 //! gateway's own question (2025), or an operator's approval taken out of the
 //! queue; a state or id that is not this client's is refused like an unknown
 //! one; other arguments than the approved ones are a new question, and the
-//! old approval stays unused.
+//! old approval stays unused; a shared store that cannot answer refuses the
+//! call ([`Refusal::StateUnavailable`]), never runs it.
 
 use std::time::Duration;
 
@@ -27,7 +29,8 @@ pub use super::round::META_APPROVAL_ID;
 pub use super::round::strip;
 use super::round::upstream_round;
 use super::settings::{Approver, Pending, Requirement};
-use super::state::{Signer, StateRefusal};
+use super::state::{Signer, StateRefusal, Verified};
+use crate::state::Use;
 
 /// One call, as the gate sees it.
 #[derive(Debug)]
@@ -96,6 +99,9 @@ pub enum Refusal {
     StateUsed,
     /// The `requestState` is past its expiry.
     StateExpired,
+    /// The shared state store (`redis`) did not answer, so whether the
+    /// `requestState` was used already cannot be known: fail closed.
+    StateUnavailable { store: &'static str },
     /// The approval id names nothing of this client's.
     UnknownId,
     /// What the call carries of an upstream's own input round is too large
@@ -145,7 +151,7 @@ impl Approvals {
     }
 
     /// The decision (see the module's invariants).
-    pub fn gate(&self, call: &Call<'_>) -> Gate {
+    pub async fn gate(&self, call: &Call<'_>) -> Gate {
         if let Some(id) = call
             .params
             .get("_meta")
@@ -173,7 +179,7 @@ impl Approvals {
         };
         match (user, call.can_elicit, call.modern) {
             (true, false, _) => Gate::Refuse(Refusal::CannotAsk),
-            (true, true, true) => self.modern(call),
+            (true, true, true) => self.modern(call).await,
             (true, true, false) => self.on_stream(call),
             (false, _, _) => self.operator(call),
         }
@@ -183,7 +189,7 @@ impl Approvals {
     /// What the call carries of the upstream's own input round (a
     /// `requestState` not the gateway's, answers to other keys) travels
     /// inside the gateway's signed state and is given back once approved.
-    fn modern(&self, call: &Call<'_>) -> Gate {
+    async fn modern(&self, call: &Call<'_>) -> Gate {
         let presented = call.params.get("requestState").and_then(Value::as_str);
         let mut carried = upstream_round(call.params);
         if let Some(state) = presented.filter(|s| Signer::is_ours(s)) {
@@ -199,9 +205,9 @@ impl Approvals {
                     .params
                     .get("inputResponses")
                     .and_then(|r| r.get(INPUT_KEY));
-                if let Err(why) = self.signer.consume(&verified, call.now_ms) {
+                if let Err(refusal) = self.use_state(&verified, call.now_ms).await {
                     self.event(Outcome::Refused, "user", call, None);
-                    return Gate::Refuse(state_refusal(why, self.used_limits()));
+                    return Gate::Refuse(refusal);
                 }
                 return match question::answer(answer) {
                     Answer::Approved => {
@@ -432,6 +438,32 @@ impl Approvals {
                 })
             }
         }
+    }
+
+    /// Uses a verified state once: in this process, or across the fleet
+    /// through the shared store (one atomic set-if-absent with a TTL).
+    async fn use_state(&self, verified: &Verified, now_ms: i64) -> Result<(), Refusal> {
+        let (nonce, client, expires_ms) = Signer::nonce_of(verified);
+        let used = self
+            .shared
+            .use_once(nonce, client, expires_ms, now_ms, self.used_limits())
+            .await;
+        let why = match used {
+            Ok(Use::Local) => match self.signer.consume(verified, now_ms) {
+                Ok(()) => return Ok(()),
+                Err(why) => why,
+            },
+            Ok(Use::Done) => return Ok(()),
+            Ok(Use::Used) => StateRefusal::Used,
+            Ok(Use::Full) => StateRefusal::Full,
+            Ok(Use::ClientFull) => StateRefusal::ClientFull,
+            Err(unavailable) => {
+                return Err(Refusal::StateUnavailable {
+                    store: unavailable.store,
+                });
+            }
+        };
+        Err(state_refusal(why, self.used_limits()))
     }
 
     fn used_limits(&self) -> (usize, usize) {

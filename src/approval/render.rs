@@ -48,48 +48,11 @@ pub fn no_secrets(_: &str) -> Vec<Secret> {
 /// stacked marks can cover the lines around them).
 const MAX_MARKS: usize = 4;
 
-/// Whether `c` is shown as itself (else as an escape).
+/// Whether `c` is shown as itself (else as an escape): what every display
+/// of others' text shows plainly ([`crate::util::escape::is_plain`]), but
+/// `\` and `"`, which delimit the question's strings.
 pub fn plain(c: char) -> bool {
-    if c == ' ' {
-        return true;
-    }
-    if c == '\\' || c == '"' {
-        return false;
-    }
-    let code = c as u32;
-    if (code & 0xFFFE) == 0xFFFE || (0xFDD0..=0xFDEF).contains(&code) {
-        return false; // non-characters
-    }
-    match c {
-        // Fillers and blanks that are letters or symbols by category.
-        '\u{115F}'
-        | '\u{1160}'
-        | '\u{3164}'
-        | '\u{FFA0}'
-        | '\u{2800}'
-        | '\u{034F}'
-        | '\u{17B4}'
-        | '\u{17B5}'
-        | '\u{180B}'..='\u{180F}'
-        | '\u{FE00}'..='\u{FE0F}'
-        | '\u{E0100}'..='\u{E01EF}'
-        | '\u{FFFC}'
-        | '\u{FFFD}'
-        | '\u{1D159}'
-        | '\u{1D173}'..='\u{1D17A}' => return false,
-        _ => {}
-    }
-    !matches!(
-        get_general_category(c),
-        GeneralCategory::Control
-            | GeneralCategory::Format
-            | GeneralCategory::LineSeparator
-            | GeneralCategory::ParagraphSeparator
-            | GeneralCategory::SpaceSeparator
-            | GeneralCategory::PrivateUse
-            | GeneralCategory::Surrogate
-            | GeneralCategory::Unassigned
-    )
+    c != '\\' && c != '"' && crate::util::escape::is_plain(c)
 }
 
 fn is_mark(c: char) -> bool {

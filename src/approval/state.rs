@@ -13,7 +13,10 @@
 //! Invariants: the state is attacker-controlled input (the spec says so): a
 //! state is believed only when its MAC verifies (in constant time, `ring`);
 //! a state from another process (a restart, another replica) is refused,
-//! because the used nonces are only remembered here; a nonce is consumed at
+//! because the used nonces are only remembered here — unless the deployment
+//! shares its state ([`Signer::for_fleet`]): then every replica signs with
+//! the one configured key and the deployment's instance id, and the nonces
+//! are used once through [`crate::state::SharedState`]; a nonce is consumed at
 //! most once, and while the used-nonce table is full of unexpired nonces no
 //! new one can be consumed (the call is refused: fail closed, never forget a
 //! use early); one client holds at most `max_used_per_client` of them, so a
@@ -126,6 +129,25 @@ impl Signer {
             max_used,
             max_used_per_client,
         }
+    }
+
+    /// A signer every replica of the deployment `namespace` shares: the
+    /// same `key` (the configuration requires one), one instance id, so a
+    /// state signed by one replica verifies on every other.
+    pub fn for_fleet(
+        key: &[u8],
+        namespace: &str,
+        max_used: usize,
+        max_used_per_client: usize,
+    ) -> Self {
+        let mut signer = Self::new(Some(key), max_used, max_used_per_client);
+        signer.instance = format!("fleet-{namespace}");
+        signer
+    }
+
+    /// The nonce, its client and its expiry: what the shared store keeps.
+    pub fn nonce_of(verified: &Verified) -> (&str, &str, i64) {
+        (&verified.nonce, &verified.client, verified.expires_ms)
     }
 
     /// A new state for `binding`, usable until `expires_ms`, carrying
@@ -300,6 +322,26 @@ mod tests {
                 StateRefusal::Invalid
             );
         }
+    }
+
+    #[test]
+    fn a_fleet_state_verifies_on_every_replica_of_its_deployment_only() {
+        let key = [7u8; 32];
+        let one = Signer::for_fleet(&key, "prod", 10, 10);
+        let two = Signer::for_fleet(&key, "prod", 10, 10);
+        let staging = Signer::for_fleet(&key, "staging", 10, 10);
+        let alice = call("alice", json!({}));
+        let state = one.issue(&alice, i64::MAX, None);
+        assert!(two.verify(&state, &alice, 0).is_ok());
+        assert_eq!(
+            staging.verify(&state, &alice, 0).unwrap_err(),
+            StateRefusal::Invalid
+        );
+        let own = Signer::new(Some(&key), 10, 10);
+        assert_eq!(
+            own.verify(&state, &alice, 0).unwrap_err(),
+            StateRefusal::Invalid
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@ mod jwt;
 mod policy;
 mod sanitize;
 mod servers;
+mod state;
 mod tables;
 
 type Result<T> = std::result::Result<T, ConfigError>;
@@ -96,6 +97,7 @@ pub(super) fn compile(
         approvals: cx.approvals(&raw.approvals)?,
         identity,
         flow,
+        state: cx.state(&raw)?,
     })
 }
 

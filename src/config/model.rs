@@ -53,6 +53,8 @@ pub struct Config {
     pub identity: crate::identity::IdentitySettings,
     /// `[servers.NAME.labels]`: the flow labels of tools.
     pub flow: crate::flow::FlowSettings,
+    /// `[state]`.
+    pub state: crate::state::StateSettings,
 }
 
 /// `[gateway]`.

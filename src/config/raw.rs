@@ -51,6 +51,9 @@ pub(crate) struct RawConfig {
     /// `private_key_jwt`) and the bounds of the upstream token cache.
     #[serde(default)]
     pub identity: RawIdentity,
+    /// `[state]`: where the fleet's security state lives (memory or Redis).
+    #[serde(default)]
+    pub state: RawState,
 }
 
 /// `[gateway]`: listeners and request limits.
@@ -95,6 +98,8 @@ pub(crate) struct RawGateway {
     pub header_timeout: Option<Spanned<String>>,
     #[schemars(with = "Option<i64>")]
     pub max_connections: Option<Spanned<i64>>,
+    #[schemars(with = "Option<String>")]
+    pub replica: Option<Spanned<String>>,
 }
 
 /// `[servers.NAME]`: one upstream MCP server.
@@ -455,6 +460,23 @@ pub(crate) struct RawRateLimit {
     pub on_backend_error: Option<Spanned<String>>,
 }
 
+/// `[state]`: where the deployment's security state lives: in this process
+/// (`"memory"`) or in one Redis every replica shares (`"redis"`).
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawState {
+    /// `"memory"` (default) or `"redis"`.
+    #[schemars(with = "Option<String>")]
+    pub backend: Option<Spanned<String>>,
+    /// `redis://` or `rediss://` URL; `[rate_limit] backend = "redis"` uses it
+    /// when it names none of its own.
+    #[schemars(with = "Option<String>")]
+    pub redis_url: Option<Spanned<String>>,
+    /// The deployment's name in every key (`portcullis:<namespace>:…`).
+    #[schemars(with = "Option<String>")]
+    pub namespace: Option<Spanned<String>>,
+}
+
 /// `[sanitize]`: what is removed from upstream output.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -495,11 +517,19 @@ pub(crate) struct RawExemption {
     pub skip: Spanned<Vec<Spanned<String>>>,
 }
 
-/// `[audit]`: the SQLite audit trail.
+/// `[audit]`: the audit trail (SQLite, or PostgreSQL for a fleet).
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawAudit {
     pub enabled: Option<bool>,
+    #[schemars(with = "Option<String>")]
+    pub backend: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
+    pub url: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
+    pub spool: Option<Spanned<String>>,
+    #[schemars(with = "Option<i64>")]
+    pub buffer: Option<Spanned<i64>>,
     #[schemars(with = "Option<String>")]
     pub database: Option<Spanned<String>>,
     #[schemars(with = "Option<String>")]

@@ -45,6 +45,7 @@ const CHAPTERS: &[(&str, &str)] = &[
     ("telemetry", "configuration.md#telemetry"),
     ("approvals", "configuration.md#approvals"),
     ("identity", "identity.md#identity"),
+    ("state", "configuration.md#state"),
     ("identity.signing_keys[]", "identity.md#identity"),
 ];
 

@@ -97,6 +97,18 @@ pub(crate) fn approval_refused(
                  requestState to ask again."
             ),
         ),
+        R::StateUnavailable { store } => {
+            detail.insert("store".into(), (*store).into());
+            (
+                "state_unavailable",
+                format!(
+                    "{call} carries an approval, and the gateway's shared state store ({store}) did not answer, so \
+                     whether this approval was used already cannot be checked. Nothing was run and the approval was \
+                     not used. Retry the same call (same requestState and answer) shortly; if it keeps failing, tell \
+                     the gateway's operator that the {store} state store is unreachable."
+                ),
+            )
+        }
         R::Reloaded => (
             "approval_expired",
             format!(

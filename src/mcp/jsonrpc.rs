@@ -427,4 +427,95 @@ mod tests {
             }
         }
     }
+
+    /// The arguments of a call as the gateway parses them and as it forwards
+    /// them (`util::canonical`): every edge of JSON's text either is refused
+    /// whole or has one reading, which the forwarded bytes carry.
+    #[test]
+    fn json_edges_have_one_reading_or_are_refused() {
+        let call = |args: &str| {
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","arguments":{args}}}}}"#
+            );
+            Message::classify(body.as_bytes(), 32).map(|m| {
+                let args = m.params().and_then(|p| p.get("arguments")).cloned();
+                String::from_utf8(crate::util::canonical::to_vec(&args.unwrap_or_default()))
+                    .expect("canonical bytes are UTF-8")
+            })
+        };
+        for (sent, forwarded) in [
+            (r#"{"n":-0}"#, r#"{"n":-0.0}"#),
+            (r#"{"n":1}"#, r#"{"n":1}"#),
+            (r#"{"n":1.0}"#, r#"{"n":1.0}"#),
+            (r#"{"n":1E2}"#, r#"{"n":100.0}"#),
+            (
+                r#"{"n":18446744073709551615}"#,
+                r#"{"n":18446744073709551615}"#,
+            ),
+            (
+                r#"{"n":18446744073709551616}"#,
+                r#"{"n":1.8446744073709552e+19}"#,
+            ),
+            (r#"{"\u0061":1,"b":"\u0000"}"#, r#"{"a":1,"b":"\u0000"}"#),
+            (r#"{"s":"\ud83d\ude00"}"#, "{\"s\":\"\u{1F600}\"}"),
+        ] {
+            assert_eq!(call(sent).ok().as_deref(), Some(forwarded), "{sent}");
+        }
+        for refused in [
+            r#"{"n":1e400}"#,
+            r#"{"a":1,"\u0061":2}"#,
+            r#"{"o":{"k":1,"k":2}}"#,
+            r#"{"l":[{"k":1,"k":2}]}"#,
+            r#"{"s":"\ud800"}"#,
+            r#"{"s":"\udc00\ud800"}"#,
+        ] {
+            assert!(call(refused).is_err(), "{refused}");
+        }
+        // Bytes that are not UTF-8 (an overlong `/`), and a leading byte order mark.
+        let overlong = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"t\",\"arguments\":{\"p\":\"\xC0\xAF\"}}}";
+        assert!(Message::classify(overlong, 32).is_err());
+        let bom = "\u{FEFF}{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}";
+        assert!(Message::classify(bom.as_bytes(), 32).is_err());
+    }
+
+    fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            any::<String>().prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(any::<String>(), inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// What the server parses from the forwarded bytes is what the
+        /// gateway decided on: the canonical bytes of any arguments, sent
+        /// through the gateway's own parser again, give the same bytes.
+        #[test]
+        fn forwarded_arguments_parse_back_to_what_was_decided(args in json_value()) {
+            let mut object = serde_json::Map::new();
+            object.insert("v".into(), args);
+            let args = Value::Object(object);
+            let forwarded = crate::util::canonical::to_vec(&args);
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","arguments":{}}}}}"#,
+                String::from_utf8(forwarded.clone()).expect("UTF-8")
+            );
+            let parsed = Message::classify(body.as_bytes(), 32).expect("the forwarded call parses");
+            let again = parsed.params().and_then(|p| p.get("arguments")).cloned().unwrap_or_default();
+            proptest::prop_assert_eq!(crate::util::canonical::to_vec(&again), forwarded);
+        }
+    }
 }

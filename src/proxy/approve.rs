@@ -103,7 +103,7 @@ pub(super) async fn approve(
         return forward.relay(headers, canonical_body(message), to).await;
     }
     let refused = |r: &Refusal| error::approval_refused(&shown_tool, &server, r);
-    match approvals.gate(&call) {
+    match approvals.gate(&call).await {
         Gate::Run { strip, restore } => {
             // A retried call, decided under the configuration in force now.
             note("approved");

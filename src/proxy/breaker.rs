@@ -181,6 +181,16 @@ impl Breaker {
         self.phase() != Phase::Closed
     }
 
+    /// The guard of a probe [`Self::admit`] let through: a probe whose request
+    /// ends without an outcome (its client went away, the call was cancelled)
+    /// is handed back when the guard drops, so the next request after the
+    /// cool-down probes in its place at once.
+    pub(crate) fn probing(&self) -> ProbeGuard<'_> {
+        ProbeGuard {
+            breaker: Some(self),
+        }
+    }
+
     /// Changes each time the breaker opens or closes.
     pub(crate) fn turns(&self) -> watch::Receiver<u64> {
         self.turns.subscribe()
@@ -189,6 +199,26 @@ impl Breaker {
     /// Times it opened since the gateway started (a failed probe counts again).
     pub(crate) fn opens(&self) -> u64 {
         self.state().opens
+    }
+}
+
+/// See [`Breaker::probing`].
+pub(crate) struct ProbeGuard<'a> {
+    breaker: Option<&'a Breaker>,
+}
+
+impl ProbeGuard<'_> {
+    /// The probe's outcome was recorded: nothing to hand back.
+    pub(crate) fn settled(mut self) {
+        self.breaker = None;
+    }
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(breaker) = self.breaker {
+            breaker.state().probing = None;
+        }
     }
 }
 

@@ -6,9 +6,8 @@
 //!
 //! Place: around [`super::forward::Forward::send_as`] for `tools/call`: the
 //! deadline bounds each try and cuts the reply's event stream; a
-//! [`CancelGuard`] rides with the call until its answer has passed; the
-//! server's [`InFlight`] table maps a client's `notifications/cancelled` to
-//! the call it names.
+//! [`CancelGuard`] rides with the call until its answer has passed (the
+//! server's table of calls under way is [`super::inflight`]).
 //!
 //! Invariants: a call with a deadline never keeps the client's reply open
 //! past it (the stream ends with an `upstream_timeout` failure); a call the
@@ -19,18 +18,17 @@
 //! or that was never sent, is never cancelled; a cancelled call is not sent
 //! again.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
 use http::{HeaderMap, HeaderValue, Method};
 use serde_json::{Value, json};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::reply::{SseStream, UpstreamError};
+use super::reply::{Reply, SseStream, UpstreamError};
+use super::state::Live;
 use super::upstream::Upstream;
 use crate::error::UpstreamKind;
 use crate::identity::Credential;
@@ -140,7 +138,7 @@ impl Drop for CancelGuard {
 /// `events`, ended at the deadline (when `cut` gives one, with the call's
 /// limit) with the call's timeout failure; `guard` goes with it and is
 /// disarmed once the answer to `id` has passed or the stream ended by itself.
-pub(crate) fn cut(
+pub(crate) fn cut_at(
     events: SseStream,
     cut: Option<(Instant, Duration)>,
     guard: Option<CancelGuard>,
@@ -195,6 +193,82 @@ pub(crate) fn cut(
     ))
 }
 
+/// A `tools/call`: its id, and its deadline when `[servers.NAME.timeouts]`
+/// names one for the tool.
+pub(crate) struct Call<'c> {
+    pub(crate) id: &'c Value,
+    pub(crate) limit: Option<Duration>,
+}
+
+/// The last try's outcome, with what a tool call still owes: a stream cut
+/// at the deadline and carrying the guard that cancels the call if the
+/// client goes before its answer; no cancellation for an answer that came
+/// whole or a request that was never sent.
+pub(crate) fn settle(
+    outcome: Result<Reply, UpstreamError>,
+    guard: Option<CancelGuard>,
+    call: Option<&Call<'_>>,
+    deadline: Instant,
+) -> Result<Reply, UpstreamError> {
+    let (Some(mut guard), Some(call)) = (guard, call) else {
+        return outcome;
+    };
+    match outcome {
+        Ok(Reply::Sse {
+            status,
+            headers,
+            events,
+        }) => {
+            let cut = call.limit.map(|limit| (deadline, limit));
+            let events = cut_at(events, cut, Some(guard), call.id.clone());
+            Ok(Reply::Sse {
+                status,
+                headers,
+                events,
+            })
+        }
+        Ok(reply) => {
+            guard.disarm();
+            Ok(reply)
+        }
+        Err(e) => {
+            if e.not_run {
+                guard.disarm();
+            } else if e.kind == UpstreamKind::Timeout {
+                guard.because("the call ran past its deadline");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The failure a request to `server` gets while its breaker is open: when
+/// to retry, and which other servers of `live` still work.
+pub(crate) fn open(live: &Live, server: &str, wait: Duration) -> UpstreamError {
+    let others: Vec<&str> = (live.servers.iter())
+        .filter(|(name, s)| *name != server && !s.upstream.breaker.is_open())
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let others = if others.is_empty() {
+        "No other server of this gateway is known to work now.".to_owned()
+    } else {
+        format!(
+            "These servers of this gateway still work: {}.",
+            others.join(", ")
+        )
+    };
+    let mut e = UpstreamError::new(
+        UpstreamKind::Open,
+        format!(
+            "too many of its last requests failed, so the gateway stops sending it anything for a \
+             while. Retry in about {}s; if it keeps failing, report that the server is unavailable. {others}",
+            wait.as_secs().max(1)
+        ),
+    );
+    e.not_run = true;
+    e
+}
+
 /// Whether an event's data is the response to `id`.
 fn answers(data: &str, id: &Value) -> bool {
     if !(data.contains("\"result\"") || data.contains("\"error\"")) {
@@ -203,69 +277,6 @@ fn answers(data: &str, id: &Value) -> bool {
     serde_json::from_str::<Value>(data).is_ok_and(|m| {
         m.get("id") == Some(id) && (m.get("result").is_some() || m.get("error").is_some())
     })
-}
-
-/// The tool calls of one server under way, by the key of who sent them
-/// ([`key`]): a client's `notifications/cancelled` wakes its call.
-#[derive(Debug, Default)]
-pub(crate) struct InFlight {
-    calls: Mutex<HashMap<String, Arc<Notify>>>,
-}
-
-/// A call's place in [`InFlight`], left when it is dropped.
-pub(crate) struct Entry<'a> {
-    table: &'a InFlight,
-    key: String,
-    /// Woken when the client cancels the call.
-    pub(crate) cancelled: Arc<Notify>,
-}
-
-impl Drop for Entry<'_> {
-    fn drop(&mut self) {
-        let mut calls = self.table.lock();
-        if calls
-            .get(&self.key)
-            .is_some_and(|n| Arc::ptr_eq(n, &self.cancelled))
-        {
-            calls.remove(&self.key);
-        }
-    }
-}
-
-impl InFlight {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Notify>>> {
-        self.calls.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Notes the call `key` until the entry is dropped.
-    pub(crate) fn enter(&self, key: String) -> Entry<'_> {
-        let cancelled = Arc::new(Notify::new());
-        self.lock().insert(key.clone(), cancelled.clone());
-        Entry {
-            table: self,
-            key,
-            cancelled,
-        }
-    }
-
-    /// The client cancelled the call `key`: it stops (no retry, no wait).
-    pub(crate) fn cancel(&self, key: &str) {
-        if let Some(n) = self.lock().get(key) {
-            n.notify_one();
-        }
-    }
-}
-
-/// Who sent a call, and its id: the client, its session (if any) and the
-/// JSON text of the id, so one client cannot cancel another's call.
-pub(crate) fn key(client: &str, session: Option<&str>, id: &Value) -> String {
-    format!("{client}\n{}\n{id}", session.unwrap_or_default())
-}
-
-/// The id a client's `notifications/cancelled` names.
-pub(crate) fn cancelled_id(body: &[u8]) -> Option<Value> {
-    let message: Value = serde_json::from_slice(body).ok()?;
-    message.get("params")?.get("requestId").cloned()
 }
 
 #[cfg(test)]
@@ -285,30 +296,5 @@ mod tests {
             r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"result":1}}"#,
             &id
         ));
-    }
-
-    #[test]
-    fn a_cancel_reaches_only_the_call_of_that_client_and_session() {
-        let table = InFlight::default();
-        let mine = table.enter(key("alice", Some("s1"), &json!(1)));
-        table.cancel(&key("bob", Some("s1"), &json!(1)));
-        table.cancel(&key("alice", Some("s2"), &json!(1)));
-        table.cancel(&key("alice", Some("s1"), &json!("1")));
-        let woken = mine.cancelled.clone();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .expect("runtime");
-        let early = rt.block_on(async {
-            tokio::time::timeout(Duration::from_millis(20), woken.notified()).await
-        });
-        assert!(early.is_err(), "no other key wakes it");
-        table.cancel(&key("alice", Some("s1"), &json!(1)));
-        let now = rt.block_on(async {
-            tokio::time::timeout(Duration::from_secs(5), woken.notified()).await
-        });
-        assert!(now.is_ok());
-        drop(mine);
-        assert!(table.lock().is_empty());
     }
 }

@@ -25,6 +25,10 @@ pub(crate) struct UpstreamError {
     pub snippet: Option<String>,
     /// True when the request certainly never reached the upstream.
     pub not_run: bool,
+    /// True when the gateway's own bound refused to send it (a stdio
+    /// server's table of requests in flight is full): no failure of the
+    /// server's, so its breaker does not count it.
+    pub busy: bool,
     /// With [`UpstreamKind::Refused`]: the upstream's JSON-RPC error object,
     /// raw (sanitized before it is relayed).
     pub error: Option<Box<serde_json::Value>>,
@@ -135,6 +139,7 @@ impl UpstreamError {
             reason: reason.into(),
             snippet: None,
             not_run: false,
+            busy: false,
             error: None,
         }
     }

@@ -174,10 +174,11 @@ pub(crate) fn cause(outcome: &Result<Reply, UpstreamError>) -> String {
 
 /// A transport failure, or HTTP 502/503/504: what the breaker counts. A
 /// timeout is not one (the server may be busy, not gone), nor is any answer
-/// of the server's own (a JSON-RPC error, an `isError` result).
+/// of the server's own (a JSON-RPC error, an `isError` result), nor a refusal
+/// by the gateway's own bound (`busy`), which any client can provoke.
 pub(crate) fn broken(outcome: &Result<Reply, UpstreamError>) -> bool {
     match outcome {
-        Err(e) => e.kind == UpstreamKind::Unavailable,
+        Err(e) => e.kind == UpstreamKind::Unavailable && !e.busy,
         Ok(reply) => gateway_status(reply),
     }
 }

@@ -87,7 +87,7 @@ pub(crate) struct ServerState {
 
 impl AppState {
     /// Builds the state of `config`; inside a Tokio runtime (the Redis
-    /// rate-limit backend starts its connection task).
+    /// rate-limit backend and state store start their connection tasks).
     pub(crate) fn new(
         config: Arc<Config>,
         pins: Arc<Pins>,
@@ -97,9 +97,12 @@ impl AppState {
     ) -> io::Result<Self> {
         let live = Live::build(config.clone(), None, &pins).map_err(io::Error::other)?;
         let limiter = RateLimiter::from_settings(&config.rate_limit).map_err(io::Error::other)?;
-        let approvals = Arc::new(Approvals::new(
+        let shared =
+            crate::state::SharedState::from_settings(&config.state).map_err(io::Error::other)?;
+        let approvals = Arc::new(Approvals::with_store(
             &config.approvals,
             approval_sink(sinks.clone()),
+            Arc::new(shared),
         ));
         let asks = config.policy.rules.iter().any(|r| r.approval.is_some());
         if approvals.key_generated && asks {

@@ -284,9 +284,7 @@ impl Stdio {
         {
             let mut pending = self.shared.lock();
             if pending.len() >= MAX_PENDING {
-                return Err(not_run(format!(
-                    "{MAX_PENDING} requests are already in flight to the server process"
-                )));
+                return Err(crowded());
             }
             pending.insert(
                 gid,
@@ -543,6 +541,17 @@ fn not_run(reason: impl Into<String>) -> UpstreamError {
     e
 }
 
+/// The table of requests in flight is full: the gateway's own bound, not the
+/// server failing, so it does not count towards the server's breaker (one
+/// client filling the table must not shut the server off for everyone).
+fn crowded() -> UpstreamError {
+    let mut e = not_run(format!(
+        "{MAX_PENDING} requests are already in flight to the server process"
+    ));
+    e.busy = true;
+    e
+}
+
 fn timeout(limit: Duration) -> UpstreamError {
     UpstreamError::new(
         UpstreamKind::Timeout,
@@ -571,6 +580,12 @@ mod tests {
             Some(42)
         );
         assert_eq!(leading_id(br#"{"jsonrpc":"2.0","result":{"x""#), None);
+    }
+
+    #[test]
+    fn a_full_table_of_requests_is_not_the_servers_failure() {
+        assert!(!crate::proxy::retry::broken(&Err(crowded())));
+        assert!(crate::proxy::retry::broken(&Err(not_run("exited"))));
     }
 
     #[test]

@@ -33,7 +33,7 @@ use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::breaker::Breaker;
-use super::deadline::InFlight;
+use super::inflight::InFlight;
 use super::reply::{Framing, OTHER_BODY_BYTES, Reply, UpstreamError};
 use super::retry::Budget;
 use super::stdio::Stdio;

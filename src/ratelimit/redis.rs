@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::{RedisError, Script};
 
 use super::bucket::Bucket;
@@ -30,10 +30,6 @@ use super::gcra::NANOS_PER_SEC;
 pub(crate) const KEY_PREFIX: &str = "portcullis:rl:";
 /// Longest wait for one decision, connecting included.
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_millis(1500);
-/// Longest wait for a TCP connection to Redis.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Longest wait for Redis's answer on an open connection.
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// What Redis decided: admitted, or the bucket that binds and the wait in ns.
 pub(crate) type Decision = Result<(), (usize, u64)>;
@@ -54,13 +50,8 @@ impl RedisStore {
     /// A store at `url`; connects on first use (Redis may be down at start).
     /// Must be called inside a Tokio runtime.
     pub(crate) fn new(url: &str) -> Result<Self, RedisError> {
-        let client = redis::Client::open(url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            // Fail fast while Redis is away; the next call tries again.
-            .set_number_of_retries(0);
-        let connection = ConnectionManager::new_lazy_with_config(client, config)?;
+        // The same connection settings as the shared state store's.
+        let connection = crate::state::redis::connect(url)?;
         Ok(Self {
             connection,
             script: Script::new(include_str!("gcra.lua")),

@@ -5,11 +5,15 @@
 //! request's spans open their stages through it.
 //!
 //! Place: the top of the record layer, under every stage of the pipeline.
-//! Invariants: the event is recorded exactly once, when the last holder lets
-//! go (after the response body has been sent to the end): the spans end with
-//! it and share its trace id, then every sink sees it; nothing here waits
-//! for a disk or a network.
+//! Invariants: the event is recorded exactly once: when the last holder lets
+//! go (after the response body has been handed on to the end), or earlier
+//! when a stream [seals](Trail::seal) it just before its final answer
+//! leaves, so that a sink that keeps events outside the process (the fleet's
+//! audit spool) holds the event of every answer a client received; the spans
+//! end with it and share its trace id, then every sink sees it; nothing here
+//! waits for a network.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,6 +30,8 @@ pub(crate) struct Trail {
     event: Mutex<Event>,
     /// The request's spans: they end with the event and share its trace id.
     trace: RequestTrace,
+    /// The event has been recorded already ([`Trail::seal`]).
+    sealed: AtomicBool,
 }
 
 impl Trail {
@@ -40,6 +46,7 @@ impl Trail {
             started,
             event: Mutex::new(event),
             trace,
+            sealed: AtomicBool::new(false),
         })
     }
 
@@ -92,13 +99,31 @@ impl Trail {
     }
 }
 
-impl Drop for Trail {
-    fn drop(&mut self) {
-        let mut event = std::mem::take(self.event.get_mut().unwrap_or_else(|p| p.into_inner()));
+impl Trail {
+    /// Records the event now, before the final answer of a stream leaves
+    /// (what is noted afterwards is not kept); the last holder's letting go
+    /// then records nothing.
+    pub(crate) fn seal(&self) {
+        if !self.sealed.swap(true, Ordering::AcqRel) {
+            let event = std::mem::take(&mut *self.event.lock().unwrap_or_else(|p| p.into_inner()));
+            self.record(event);
+        }
+    }
+
+    fn record(&self, mut event: Event) {
         event.latency_us = self.started.elapsed().as_micros() as u64;
         event.trace_id = self.trace.trace_id();
         event.bound();
         self.trace.finish(&event);
         self.sinks.record(event);
+    }
+}
+
+impl Drop for Trail {
+    fn drop(&mut self) {
+        if !*self.sealed.get_mut() {
+            let event = std::mem::take(self.event.get_mut().unwrap_or_else(|p| p.into_inner()));
+            self.record(event);
+        }
     }
 }

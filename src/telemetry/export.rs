@@ -71,7 +71,7 @@ impl Traces {
             });
         };
         let url = traces_url(endpoint);
-        let exporter = Exporter::start(&url, QUEUE, counters.clone())?;
+        let exporter = Exporter::start(&url, &settings.replica, QUEUE, counters.clone())?;
         Ok(Self {
             exporter: Some(Arc::new(exporter)),
             counters,
@@ -155,7 +155,12 @@ pub(crate) struct FinishedStage {
 }
 
 impl Exporter {
-    fn start(url: &str, capacity: usize, counters: Arc<ExportCounters>) -> Result<Self, String> {
+    fn start(
+        url: &str,
+        replica: &str,
+        capacity: usize,
+        counters: Arc<ExportCounters>,
+    ) -> Result<Self, String> {
         // The blocking client owns a runtime of its own: build it off any async thread.
         let client = std::thread::spawn(|| {
             reqwest::blocking::Client::builder()
@@ -178,6 +183,8 @@ impl Exporter {
         let resource = Resource::builder()
             .with_service_name("portcullis")
             .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+            // Which replica of a fleet exported the span.
+            .with_attribute(KeyValue::new("service.instance.id", replica.to_owned()))
             .build();
         exporter.set_resource(&resource);
         let (tx, rx) = std::sync::mpsc::sync_channel(capacity);

@@ -10,6 +10,8 @@ pub struct TelemetrySettings {
     pub otlp_endpoint: Option<reqwest::Url>,
     /// Log line format.
     pub log_format: LogFormat,
+    /// `[gateway] replica`: the spans' `service.instance.id`.
+    pub replica: String,
 }
 
 /// Log line format.

@@ -17,40 +17,49 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+use unicode_general_category::{GeneralCategory, get_general_category};
+
 /// Whether `c` is shown as itself: neither a control (C0, DEL, C1), nor
 /// whitespace other than the ASCII space (tab, line and paragraph
-/// separators, no-break and other spaces that pass for one), nor an
-/// invisible or format character, nor a non-character.
+/// separators, no-break and other spaces that pass for one), nor a format
+/// character (bidi controls, zero-width characters, tags), nor private use,
+/// unassigned or a non-character, nor one of the fillers and selectors that
+/// are letters or symbols by category but show nothing. The one answer for
+/// every place that shows others' text to a person: this module's escapes
+/// and the approval question ([`crate::approval::render`]).
 pub fn is_plain(c: char) -> bool {
     if c.is_ascii() {
         return matches!(c, ' '..='~');
     }
-    !(c.is_control() || c.is_whitespace() || invisible(c) || noncharacter(c))
+    if noncharacter(c) || blank(c) {
+        return false;
+    }
+    !matches!(
+        get_general_category(c),
+        GeneralCategory::Control
+            | GeneralCategory::Format
+            | GeneralCategory::LineSeparator
+            | GeneralCategory::ParagraphSeparator
+            | GeneralCategory::SpaceSeparator
+            | GeneralCategory::PrivateUse
+            | GeneralCategory::Surrogate
+            | GeneralCategory::Unassigned
+    )
 }
 
-/// Format characters and fillers that show nothing, or change how the
-/// characters around them are shown.
-fn invisible(c: char) -> bool {
+/// Characters that show nothing, or change how their neighbours are shown,
+/// though their category calls them letters, marks or symbols.
+fn blank(c: char) -> bool {
     matches!(c,
-        '\u{00AD}'                      // soft hyphen
-        | '\u{034F}'                    // combining grapheme joiner
-        | '\u{061C}'                    // Arabic letter mark
-        | '\u{0600}'..='\u{0605}' | '\u{06DD}' | '\u{070F}' | '\u{08E2}' // prepended marks
+        '\u{034F}'                     // combining grapheme joiner
         | '\u{115F}' | '\u{1160}' | '\u{3164}' | '\u{FFA0}' // Hangul fillers
         | '\u{17B4}' | '\u{17B5}'       // Khmer inherent vowels
         | '\u{180B}'..='\u{180F}'       // Mongolian selectors and separator
-        | '\u{200B}'..='\u{200F}'       // zero width, LRM, RLM
-        | '\u{202A}'..='\u{202E}'       // bidi embeddings and overrides
-        | '\u{2060}'..='\u{206F}'       // word joiner, invisible operators, isolates
         | '\u{2800}'                    // braille blank
         | '\u{FE00}'..='\u{FE0F}'       // variation selectors
-        | '\u{FEFF}'                    // byte order mark
-        | '\u{FFF0}'..='\u{FFFB}'       // specials, interlinear annotation
-        | '\u{110BD}' | '\u{110CD}'     // Kaithi number signs
-        | '\u{13430}'..='\u{1343F}'     // Egyptian hieroglyph format controls
-        | '\u{1BCA0}'..='\u{1BCA3}'     // shorthand format controls
+        | '\u{FFFC}' | '\u{FFFD}'       // object and replacement characters
+        | '\u{1D159}'                   // musical null notehead
         | '\u{1D173}'..='\u{1D17A}'     // musical formatting
-        | '\u{E0000}'..='\u{E007F}'     // tag characters
         | '\u{E0100}'..='\u{E01EF}' // variation selectors supplement
     )
 }

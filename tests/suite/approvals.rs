@@ -45,76 +45,6 @@ fn asked() -> Value {
     json!({"op": "asked"})
 }
 
-fn http() -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client")
-}
-
-async fn pending(gw: &TestGateway) -> Vec<Value> {
-    let body: Value = http()
-        .get(format!("{}/api/approvals", gw.admin_url()))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .expect("list")
-        .text()
-        .await
-        .map(|t| serde_json::from_str(&t).unwrap_or(Value::Null))
-        .expect("JSON");
-    body["approvals"].as_array().cloned().unwrap_or_default()
-}
-
-/// Polls the queue (bounded) until it holds an entry.
-async fn first_pending(gw: &TestGateway) -> Value {
-    for _ in 0..300 {
-        if let Some(entry) = pending(gw).await.into_iter().next() {
-            return entry;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("no approval was queued");
-}
-
-async fn decide(gw: &TestGateway, id: &str, verb: &str, token: &str) -> (u16, Value) {
-    let r = http()
-        .post(format!("{}/api/approvals/{id}/{verb}", gw.admin_url()))
-        .bearer_auth(token)
-        .send()
-        .await
-        .expect("decide");
-    let status = r.status().as_u16();
-    let text = r.text().await.unwrap_or_default();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-}
-
-async fn metrics(gw: &TestGateway) -> String {
-    http()
-        .get(format!("{}/metrics", gw.admin_url()))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text")
-}
-
-async fn events(gw: &TestGateway) -> Vec<Value> {
-    let body: Value = http()
-        .get(format!("{}/api/events", gw.admin_url()))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .expect("events")
-        .text()
-        .await
-        .map(|t| serde_json::from_str(&t).unwrap_or(Value::Null))
-        .expect("JSON");
-    body["events"].as_array().cloned().unwrap_or_default()
-}
-
 /// The recorded upstream calls of `echo`.
 fn echoes(upstream: &PeerServer) -> Vec<Value> {
     upstream
@@ -248,14 +178,16 @@ async fn the_users_answer_decides_whether_the_call_runs_in_both_eras() {
     assert_eq!(out[0]["isError"], false, "{}", out[0]);
     assert_eq!(out[1]["asked"], json!([]));
     assert_eq!(echoes(&upstream).len(), approved, "only approved calls ran");
-    let scraped = metrics(&gw).await;
+    let scraped = gw.admin(ADMIN_TOKEN).metrics().await;
     assert!(
         scraped.contains(&format!(
             r#"portcullis_approvals_total{{by="user",outcome="approved"}} {approved}"#
         )),
         "{scraped}"
     );
-    let audited: Vec<Value> = events(&gw)
+    let audited: Vec<Value> = gw
+        .admin(ADMIN_TOKEN)
+        .events()
         .await
         .into_iter()
         .filter(|e| e["method"] == "portcullis/approval" && e["decision"] == "approved")
@@ -417,14 +349,14 @@ async fn an_operator_approves_a_retried_call_through_the_admin_api() {
         .as_str()
         .expect("an approval id")
         .to_owned();
-    let queued = pending(&gw).await;
+    let queued = gw.admin(ADMIN_TOKEN).pending().await;
     assert_eq!(queued.len(), 1);
     assert_eq!(queued[0]["client"], "alice");
     assert_eq!(queued[0]["tool"], "echo");
     assert_eq!(queued[0]["arguments"], "{\n  \"text\": \"rm\"\n}");
     assert_eq!(queued[0]["reason"], "irreversible");
     // A client's key is no admin token.
-    assert_eq!(decide(&gw, &id, "approve", ALICE).await.0, 401);
+    assert_eq!(gw.admin(ALICE).decide(&id, "approve").await.0, 401);
     // Bob naming alice's approval id gets the unknown-id answer.
     let mut body: Value =
         serde_json::from_str(&support::modern_call(1, "echo", json!({"text": "rm"})))
@@ -438,12 +370,12 @@ async fn an_operator_approves_a_retried_call_through_the_admin_api() {
         bobs["result"]["_meta"]["portcullis/error"]["code"], "approval_unknown",
         "{bobs}"
     );
-    let (status, decided) = decide(&gw, &id, "approve", ADMIN_TOKEN).await;
+    let (status, decided) = gw.admin(ADMIN_TOKEN).decide(&id, "approve").await;
     assert_eq!(
         (status, decided["decided"].as_str()),
         (200, Some("approved"))
     );
-    assert_eq!(decide(&gw, &id, "deny", ADMIN_TOKEN).await.0, 409);
+    assert_eq!(gw.admin(ADMIN_TOKEN).decide(&id, "deny").await.0, 409);
     // Other arguments are not approved by it.
     let other = sdk(
         Sdk::TypeScript,
@@ -473,7 +405,10 @@ async fn an_operator_approves_a_retried_call_through_the_admin_api() {
     assert_ne!(out[1]["meta"]["portcullis/error"]["approval_id"], json!(id));
     assert_eq!(echoes(&upstream).len(), 1);
     // Unknown ids are 404 on the admin API.
-    assert_eq!(decide(&gw, "apr_nope", "approve", ADMIN_TOKEN).await.0, 404);
+    assert_eq!(
+        gw.admin(ADMIN_TOKEN).decide("apr_nope", "approve").await.0,
+        404
+    );
     gw.stop().await;
     upstream.stop().await;
 }
@@ -497,13 +432,13 @@ async fn a_held_call_runs_when_an_operator_approves_and_not_when_denied() {
             )
             .await
         });
-        let entry = first_pending(&gw).await;
+        let entry = gw.admin(ADMIN_TOKEN).first_pending().await;
         assert_eq!(
             entry["arguments"],
             format!("{{\n  \"text\": \"{text}\"\n}}")
         );
         let id = entry["id"].as_str().expect("id").to_owned();
-        assert_eq!(decide(&gw, &id, verb, ADMIN_TOKEN).await.0, 200);
+        assert_eq!(gw.admin(ADMIN_TOKEN).decide(&id, verb).await.0, 200);
         let out = held.await.expect("client");
         if verb == "approve" {
             assert_eq!(out[0]["isError"], false, "{}", out[0]);
@@ -515,7 +450,7 @@ async fn a_held_call_runs_when_an_operator_approves_and_not_when_denied() {
     let ran: Vec<Value> = echoes(&upstream);
     assert_eq!(ran.len(), 1);
     assert_eq!(ran[0]["arguments"]["text"], "yes please");
-    let scraped = metrics(&gw).await;
+    let scraped = gw.admin(ADMIN_TOKEN).metrics().await;
     assert!(
         scraped.contains(r#"portcullis_approvals_total{by="operator",outcome="denied"} 1"#),
         "{scraped}"
@@ -568,7 +503,7 @@ async fn the_merged_view_puts_calls_to_approval_too() {
         "{}",
         out[0]
     );
-    assert_eq!(pending(&gw).await[0]["server"], "other");
+    assert_eq!(gw.admin(ADMIN_TOKEN).pending().await[0]["server"], "other");
     assert_eq!(echoes(&a).len(), 1);
     assert!(echoes(&b).is_empty());
     gw.stop().await;
@@ -594,7 +529,9 @@ async fn observe_mode_records_that_it_would_ask_and_lets_the_call_through() {
     assert_eq!(out[0]["text"], "seen", "{}", out[0]);
     assert_eq!(out[1]["asked"], json!([]), "nobody was asked");
     assert_eq!(echoes(&upstream).len(), 1);
-    let call_event = events(&gw)
+    let call_event = gw
+        .admin(ADMIN_TOKEN)
+        .events()
         .await
         .into_iter()
         .find(|e| e["method"] == "tools/call")
@@ -602,7 +539,8 @@ async fn observe_mode_records_that_it_would_ask_and_lets_the_call_through() {
     assert_eq!(call_event["would_refuse"], "approval_required");
     assert_eq!(call_event["approval"]["outcome"], "would_ask");
     assert!(
-        metrics(&gw)
+        gw.admin(ADMIN_TOKEN)
+            .metrics()
             .await
             .contains(r#"portcullis_approvals_total{by="user",outcome="would_ask"} 1"#)
     );
@@ -775,10 +713,12 @@ async fn a_held_call_nobody_decides_expires_unrun() {
         out[0]
     );
     assert!(
-        pending(&gw).await.is_empty(),
+        gw.admin(ADMIN_TOKEN).pending().await.is_empty(),
         "the expired entry left the queue"
     );
-    let expired: Vec<Value> = events(&gw)
+    let expired: Vec<Value> = gw
+        .admin(ADMIN_TOKEN)
+        .events()
         .await
         .into_iter()
         .filter(|e| e["method"] == "portcullis/approval" && e["decision"] == "expired")
@@ -788,10 +728,11 @@ async fn a_held_call_nobody_decides_expires_unrun() {
         .as_str()
         .expect("id")
         .to_owned();
-    assert_eq!(decide(&gw, &id, "approve", ADMIN_TOKEN).await.0, 404);
+    assert_eq!(gw.admin(ADMIN_TOKEN).decide(&id, "approve").await.0, 404);
     assert!(echoes(&upstream).is_empty());
     assert!(
-        metrics(&gw)
+        gw.admin(ADMIN_TOKEN)
+            .metrics()
             .await
             .contains(r#"portcullis_approvals_total{by="operator",outcome="expired"} 1"#)
     );

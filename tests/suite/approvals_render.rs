@@ -106,22 +106,6 @@ fn echoes(upstream: &PeerServer) -> Vec<Value> {
         .collect()
 }
 
-async fn admin_get(gw: &TestGateway, path: &str) -> Value {
-    let text = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client")
-        .get(format!("{}{path}", gw.admin_url()))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .expect("admin API")
-        .text()
-        .await
-        .expect("text");
-    serde_json::from_str(&text).unwrap_or(Value::Null)
-}
-
 #[tokio::test]
 async fn the_person_sees_the_control_string_and_the_server_runs_exactly_what_was_shown() {
     if !tiers::ready(&[Tier::Python]) {
@@ -158,7 +142,7 @@ async fn the_person_sees_the_control_string_and_the_server_runs_exactly_what_was
         "{ran:?}"
     );
     // The audit's record of the approval shows the call the same way.
-    let events = admin_get(&gw, "/api/events").await;
+    let events = gw.admin(ADMIN_TOKEN).get("/api/events").await.1;
     let shown: Vec<&Value> = events["events"]
         .as_array()
         .expect("events")
@@ -244,7 +228,7 @@ async fn a_call_too_large_to_show_is_refused_and_never_runs() {
         echoes(&upstream).is_empty(),
         "the upstream was never called"
     );
-    let events = admin_get(&gw, "/api/events").await;
+    let events = gw.admin(ADMIN_TOKEN).get("/api/events").await.1;
     let refused = events["events"]
         .as_array()
         .expect("events")
@@ -275,7 +259,7 @@ async fn a_call_too_large_to_show_is_refused_and_never_runs() {
         out[0]
     );
     assert_eq!(
-        admin_get(&gw, "/api/approvals").await["approvals"],
+        gw.admin(ADMIN_TOKEN).get("/api/approvals").await.1["approvals"],
         json!([])
     );
     assert!(echoes(&upstream).is_empty());
@@ -312,7 +296,7 @@ async fn secrets_are_withheld_from_the_question_whatever_the_sanitizer_says() {
             out[0]
         );
     }
-    let queued = admin_get(&gw, "/api/approvals").await;
+    let queued = gw.admin(ADMIN_TOKEN).get("/api/approvals").await.1;
     let shown: Vec<String> = queued["approvals"]
         .as_array()
         .expect("queue")

@@ -177,6 +177,8 @@ async fn every_decision_leaves_one_row_with_its_fields() {
 fn settings(db: &std::path::Path, retention: Duration) -> AuditSettings {
     AuditSettings {
         enabled: true,
+        backend: portcullis::audit::AuditBackend::Sqlite,
+        replica: "test".into(),
         database: db.display().to_string(),
         retention,
         arguments: AuditArguments::Shape,

@@ -140,32 +140,6 @@ async fn in_conversation(url: &str, conversation: &str, name: &str, args: Value)
         .refusal()
 }
 
-/// The events of the dashboard's live ring.
-async fn events(gw: &TestGateway) -> Vec<Value> {
-    let body: Value = support::http()
-        .get(format!("{}/api/events", gw.admin_url()))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .expect("events")
-        .text()
-        .await
-        .map(|t| serde_json::from_str(&t).unwrap_or(Value::Null))
-        .expect("JSON");
-    body["events"].as_array().cloned().unwrap_or_default()
-}
-
-async fn reload(gw: &TestGateway) {
-    let resp = support::http()
-        .post(format!("{}/api/reload", gw.admin_url()))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .expect("admin request");
-    let status = resp.status().as_u16();
-    assert_eq!(status, 200, "{}", resp.text().await.unwrap_or_default());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn labels_survive_a_reload_and_removing_the_flow_rule_releases_them() {
     if !tiers::ready(&[Tier::Python]) {
@@ -208,7 +182,7 @@ async fn labels_survive_a_reload_and_removing_the_flow_rule_releases_them() {
     };
     let mut recorded = Vec::new();
     for _ in 0..200 {
-        recorded = events(&gw).await;
+        recorded = gw.admin(ADMIN_TOKEN).events().await;
         if !lines(&recorded, "flow_denied").is_empty() {
             break;
         }
@@ -234,7 +208,7 @@ async fn labels_survive_a_reload_and_removing_the_flow_rule_releases_them() {
     );
 
     // The same configuration again: the conversation still holds its labels.
-    reload(&gw).await;
+    gw.admin(ADMIN_TOKEN).reloaded().await;
     let refused = in_conversation(&url, "c1", "book_flight", book.clone()).await;
     assert_eq!(
         refused.as_deref(),
@@ -244,7 +218,7 @@ async fn labels_survive_a_reload_and_removing_the_flow_rule_releases_them() {
 
     // Without the flow rule, nothing holds the call back.
     std::fs::write(&path, config(&upstream.url, None)).expect("write");
-    reload(&gw).await;
+    gw.admin(ADMIN_TOKEN).reloaded().await;
     assert_eq!(
         in_conversation(&url, "c1", "book_flight", book.clone()).await,
         None
@@ -252,7 +226,7 @@ async fn labels_survive_a_reload_and_removing_the_flow_rule_releases_them() {
 
     // The labels were kept: the rule back, the hold is back.
     std::fs::write(&path, config(&upstream.url, Some(DENY))).expect("write");
-    reload(&gw).await;
+    gw.admin(ADMIN_TOKEN).reloaded().await;
     let refused = in_conversation(&url, "c1", "book_flight", book).await;
     assert_eq!(refused.as_deref(), Some("flow_denied"));
     gw.stop().await;
@@ -284,5 +258,50 @@ async fn a_flow_rule_asks_for_approval_only_once_the_session_holds_its_labels() 
         .filter(|t| *t == "book_flight")
         .count();
     assert_eq!(booked, 1, "only the call before the trifecta ran");
+    gw.stop().await;
+}
+
+/// A source tool whose call fails still brings its words into the session:
+/// the failure the client receives quotes the server's own text (FastMCP's
+/// `explode` passes its exception on; labelled untrusted here), so its label
+/// is set like a result's, and the trifecta holds the egress call (`hang`,
+/// labelled egress) back in both eras.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_source_whose_words_reach_the_client_still_sets_its_label() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let upstream = PeerServer::start(Peer::FastMcp).await;
+    let config = config(&upstream.url, Some(DENY))
+        .replace("\"leaky_text\" = {", "\"explode\" = {")
+        .replace("\"book_flight\" = {", "\"hang\" = {")
+        .replace("\"leaky_text\", \"book_flight\"]", "\"explode\", \"hang\"]");
+    let gw = TestGateway::start_raw(&config).await;
+    let url = gw.url("py");
+    let failing = call("explode", json!({}));
+    let egress = call("hang", json!({"seconds": 0}));
+    for (era, client) in [(Mode::Legacy, ALICE), (Mode::Modern, BOB)] {
+        let ops = json!([private(), failing.clone(), egress.clone()]);
+        let out = sdk(Sdk::Python, era, &url, client, ops).await;
+        ran(&out[0], "the private read");
+        assert_eq!(out[1]["isError"], true, "{}", out[1]);
+        let said = out[1]["text"].as_str().unwrap_or_default();
+        assert!(
+            said.contains("cannot connect"),
+            "the server's words reach the client: {said}"
+        );
+        assert_eq!(
+            gateway_code(&out[2]),
+            Some("flow_denied"),
+            "{era:?}: {}",
+            out[2]
+        );
+        let text = out[2]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("untrusted (explode on py)"), "{text}");
+    }
+    assert!(
+        !upstream.ran().iter().any(|t| t == "hang"),
+        "the refused calls never reached the server"
+    );
     gw.stop().await;
 }

@@ -295,38 +295,6 @@ async fn a_reload_that_still_allows_the_call_lets_it_run() {
     upstream.stop().await;
 }
 
-async fn first_pending(gw: &TestGateway) -> String {
-    let http = support::http();
-    for _ in 0..300 {
-        let body: Value = http
-            .get(format!("{}/api/approvals", gw.admin_url()))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .expect("list")
-            .text()
-            .await
-            .map(|t| serde_json::from_str(&t).unwrap_or(Value::Null))
-            .unwrap_or(Value::Null);
-        if let Some(id) = body["approvals"][0]["id"].as_str() {
-            return id.to_owned();
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("no approval was queued");
-}
-
-async fn approve(gw: &TestGateway, id: &str) -> u16 {
-    support::http()
-        .post(format!("{}/api/approvals/{id}/approve", gw.admin_url()))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .expect("approve")
-        .status()
-        .as_u16()
-}
-
 /// An operator's call held open (the client cannot be asked: `either` falls
 /// to an operator); a reload denies the tool, or removes the client; the
 /// operator's yes that follows ends the call with `approval_expired`.
@@ -345,7 +313,9 @@ async fn a_reload_denying_the_tool_or_removing_the_client_ends_a_call_held_for_a
                 python(Mode::Legacy, &url, ALICE, "off", json!([echo("held")])).await
             })
         };
-        let id = first_pending(&gw.gw).await;
+        let operator = gw.gw.admin(ADMIN_TOKEN);
+        let entry = operator.first_pending().await;
+        let id = entry["id"].as_str().expect("queued id");
         let (changed, prober, now) = match change {
             "deny the tool" => (config(&upstream.url, BY_EITHER, false, true), BOB, Ok(())),
             _ => (
@@ -364,7 +334,7 @@ async fn a_reload_denying_the_tool_or_removing_the_client_ends_a_call_held_for_a
         let changed = changed.allow(&["huge"]);
         gw.reload(&changed, async || huge(&url, prober).await == now)
             .await;
-        assert_eq!(approve(&gw.gw, &id).await, 200);
+        assert_eq!(operator.decide(id, "approve").await.0, 200);
         let out = client.await.expect("client");
         assert_eq!(
             gateway_code(&out[0]),

@@ -30,6 +30,7 @@ const LAYERS: &[&[&str]] = &[
         "policy",
         "ratelimit",
         "sanitize",
+        "state",
         "validate",
     ],
     // refusals and how they are rendered; the span exporter and trace context

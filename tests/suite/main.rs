@@ -44,6 +44,8 @@ mod docs;
 mod edges;
 mod expressions;
 mod federation;
+mod fleet;
+mod fleet_state;
 mod flow;
 mod fuzz;
 mod held_calls;

@@ -5,8 +5,8 @@
 //! rate-limit refusals, configuration reloads and the span exporter.
 
 use crate::support;
-use support::Config;
 use support::tools_call;
+use support::{Admin, Config};
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -299,14 +299,7 @@ fn limited(url: &str, otlp: &str) -> String {
 }
 
 async fn reload(admin: &str) -> u16 {
-    support::http()
-        .post(format!("{admin}/api/reload"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .expect("reload request")
-        .status()
-        .as_u16()
+    Admin::at(admin, Some(ADMIN_TOKEN)).reload().await.0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,8 +5,8 @@
 //! restart, and never let a poisoned new definition reach the model.
 
 use crate::support;
-use support::Config;
 use support::tiers::{self, Tier};
+use support::{Admin, Config};
 
 use std::path::Path;
 use std::process::Command;
@@ -68,20 +68,11 @@ fn text(result: &Value) -> &str {
 }
 
 async fn admin(gateway: &TestGateway, token: Option<&str>, body: Option<Value>) -> (u16, Value) {
-    let client = support::http();
-    let mut req = match &body {
-        Some(b) => client
-            .post(format!("{}/api/pins/approve", gateway.admin_url()))
-            .body(b.to_string()),
-        None => client.get(format!("{}/api/pins", gateway.admin_url())),
-    };
-    if let Some(t) = token {
-        req = req.header("authorization", format!("Bearer {t}"));
+    let operator = Admin::at(&gateway.admin_url(), token);
+    match &body {
+        Some(b) => operator.post("/api/pins/approve", Some(b)).await,
+        None => operator.get("/api/pins").await,
     }
-    let resp = req.send().await.expect("admin request");
-    let status = resp.status().as_u16();
-    let text = resp.text().await.unwrap_or_default();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
 fn changing_server(next: Vec<Value>) -> Script {

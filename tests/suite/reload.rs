@@ -3,8 +3,8 @@
 //! stays; a call in flight finishes under the configuration it started with.
 
 use crate::support;
-use support::Config;
 use support::tools_call;
+use support::{Admin, Config};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -56,15 +56,9 @@ async fn until(what: &str, mut check: impl AsyncFnMut() -> bool) {
 }
 
 async fn admin(base: &str, method: reqwest::Method, token: Option<&str>) -> (u16, Value) {
-    let client = support::http();
-    let mut req = client.request(method, format!("{base}/api/reload"));
-    if let Some(t) = token {
-        req = req.bearer_auth(t);
-    }
-    let resp = req.send().await.expect("admin request");
-    let status = resp.status().as_u16();
-    let text = resp.text().await.unwrap_or_default();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    Admin::at(base, token)
+        .request(method, "/api/reload", None)
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

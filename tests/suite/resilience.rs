@@ -302,7 +302,12 @@ async fn a_failure_ratio_opens_the_breaker_and_health_metrics_and_the_dashboard_
         .render();
     let gateway = TestGateway::start_raw(&text_config).await;
     let admin = gateway.admin_url();
-    assert_eq!(admin_get(&admin, "/healthz").await, (200, "ok\n".into()));
+    let health = |admin: String| async move {
+        let (status, body) = admin_get(&admin, "/healthz").await;
+        let body: Value = serde_json::from_str(&body).expect("JSON");
+        (status, body["status"].clone(), body["breakers"].clone())
+    };
+    assert_eq!(health(admin.clone()).await, (200, json!("ok"), Value::Null));
     let (_, metrics) = admin_get(&admin, "/metrics").await;
     for line in [
         r#"portcullis_breaker_state{server="s",state="closed"} 1"#,
@@ -325,18 +330,15 @@ async fn a_failure_ratio_opens_the_breaker_and_health_metrics_and_the_dashboard_
         assert_ne!(code(&result), "server_unavailable", "{tool}: {result}");
     }
     assert_eq!(
-        admin_get(&admin, "/healthz").await,
-        (200, "ok\n".into()),
+        health(admin.clone()).await,
+        (200, json!("ok"), Value::Null),
         "two of the last six failed: still closed"
     );
     gateway.call("s", "html_502", json!({})).await;
     // Half of the last six failed, the last one included: open.
     assert_eq!(
-        admin_get(&admin, "/healthz").await,
-        (
-            200,
-            "degraded: circuit breaker not closed: s (open)\n".into()
-        ),
+        health(admin.clone()).await,
+        (200, json!("degraded"), json!({"s": "open"})),
         "degraded, not down"
     );
     let (_, metrics) = admin_get(&admin, "/metrics").await;
@@ -427,4 +429,78 @@ async fn each_try_of_a_retried_call_is_a_span_and_the_event_names_the_causes() {
     // Both in the request's trace, under its span.
     assert_eq!(first.trace_id, second.trace_id);
     assert_eq!(first.parent_span_id, second.parent_span_id);
+}
+
+/// A probe whose client goes away before the server answers does not keep
+/// the breaker open: the next call after the cool-down probes in its place,
+/// and the server, back up, closes the breaker for everyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_probe_does_not_keep_the_breaker_open() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let mut peer = PeerServer::start(Peer::PythonJson).await;
+    let text_config = Config::new()
+        .server("s", &peer.url)
+        .set("connect_timeout", "1s")
+        .set("timeout", "60s")
+        .set_raw("retry", "{ attempts = 1 }")
+        .set_raw("breaker", r#"{ failures = 1, cool_down = "1s" }"#)
+        .clients()
+        .allow_all()
+        .render();
+    let gateway = TestGateway::start_raw(&text_config).await;
+    let echo = |text: &str| json!({"text": text});
+    // The tool list is known before the server goes: the probe is a call.
+    assert_eq!(text(&gateway.call("s", "echo", echo("up")).await), "up");
+    peer.kill().await;
+    let result = gateway.call("s", "echo", echo("down")).await;
+    assert_eq!(code(&result), "upstream_unavailable", "{result}");
+    peer.restart().await;
+    // The first call after the cool-down is the probe: a slow one (the
+    // server answers with one JSON body, so nothing comes back before the
+    // tool ends), whose client gives up and closes its connection long
+    // before that.
+    let url = gateway.url("s");
+    let mut abandoned = false;
+    for _ in 0..100 {
+        let headers = support::modern_call_headers(support::ALICE, "hang");
+        let mut req = support::http()
+            .post(&url)
+            .timeout(std::time::Duration::from_millis(1500))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        for (k, v) in support::borrow(&headers) {
+            req = req.header(k, v);
+        }
+        let body = support::modern_call(1, "hang", json!({"seconds": 40}));
+        match req.body(body).send().await {
+            Err(e) if e.is_timeout() => {
+                abandoned = true;
+                break;
+            }
+            Ok(resp) => {
+                let text = resp.text().await.unwrap_or_default();
+                assert!(text.contains("server_unavailable"), "{text}");
+            }
+            Err(e) => panic!("{e}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(abandoned, "a probe was sent and abandoned");
+    // Well before the abandoned call would have ended, another call probes
+    // and its success closes the breaker.
+    let mut answered = None;
+    for _ in 0..100 {
+        let result = gateway.call("s", "echo", echo("probe")).await;
+        if code(&result) != "server_unavailable" {
+            answered = Some(result);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let probe = answered.expect("another probe after the abandoned one");
+    assert_eq!(text(&probe), "probe", "{probe}");
+    gateway.stop().await;
+    peer.stop().await;
 }

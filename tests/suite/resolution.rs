@@ -105,17 +105,8 @@ async fn outcome(url: &str, tool: &str, arguments: &Value) -> String {
 }
 
 async fn queued_rule(gw: &TestGateway) -> Option<String> {
-    let body: Value = support::http()
-        .get(format!("{}/api/approvals", gw.admin_url()))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .ok()?
-        .text()
-        .await
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())?;
-    body["approvals"][0]["rule"].as_str().map(str::to_owned)
+    let queued = gw.admin(ADMIN_TOKEN).pending().await;
+    queued.first()?["rule"].as_str().map(str::to_owned)
 }
 
 /// Arguments the tool's own `inputSchema` accepts: a booking with

@@ -33,6 +33,8 @@ const MARKERS: &[(&str, Tier)] = &[
     ("join(\"inspector\")", Tier::Node),
     ("AuthServer::start", Tier::Authz),
     ("RedisServer::start", Tier::Redis),
+    ("PostgresServer::start", Tier::Postgres),
+    ("Haproxy::start", Tier::Haproxy),
     ("Command::new(\"podman\")", Tier::Podman),
     ("chromium", Tier::Chromium),
     ("portcullis-conformance", Tier::Conformance),
@@ -49,6 +51,8 @@ const STARTERS: &[&str] = &[
     "AuthServer::start",
     "IdentityPeer::start",
     "RedisServer::start",
+    "PostgresServer::start",
+    "Haproxy::start",
 ];
 
 /// The one line, once per run of the suite: which tiers did not run and how to

@@ -8,13 +8,17 @@
 //! that is missing fails the test with the command that installs it
 //! (`bash tests/peers/setup.sh`).
 
+pub mod admin;
 pub mod config;
+pub mod fleet;
 pub mod fuzz;
+pub mod haproxy;
 pub mod identity;
 pub mod jwt;
 pub mod log;
 pub mod misbehaving;
 pub mod otlp;
+pub mod postgres;
 pub mod process;
 pub mod redis;
 pub mod tasks;
@@ -26,6 +30,7 @@ use std::process::Stdio;
 use std::sync::Once;
 use std::time::Duration;
 
+pub use admin::Admin;
 pub use config::Config;
 use portcullis::{Gateway, GatewayHandle};
 use serde_json::Value;

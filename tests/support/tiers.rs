@@ -31,6 +31,11 @@ pub enum Tier {
     Authz,
     /// `redis-server` on the PATH.
     Redis,
+    /// Debian's PostgreSQL server binaries (`initdb`, `postgres`, `psql`;
+    /// see `support::postgres::bin_dir`).
+    Postgres,
+    /// Debian's `haproxy` (on the PATH or in `/usr/sbin`).
+    Haproxy,
     /// `podman` on the PATH and podman-compose (`tests/container/images.sh`).
     Podman,
     /// `chromium` on the PATH and playwright-core (`tests/peers/setup.sh`).
@@ -41,11 +46,13 @@ pub enum Tier {
 
 impl Tier {
     /// Every tier, in the order the summary names them.
-    pub const ALL: [Tier; 7] = [
+    pub const ALL: [Tier; 9] = [
         Tier::Python,
         Tier::Node,
         Tier::Authz,
         Tier::Redis,
+        Tier::Postgres,
+        Tier::Haproxy,
         Tier::Podman,
         Tier::Chromium,
         Tier::Conformance,
@@ -58,6 +65,8 @@ impl Tier {
             Tier::Node => "node",
             Tier::Authz => "authz",
             Tier::Redis => "redis",
+            Tier::Postgres => "postgres",
+            Tier::Haproxy => "haproxy",
             Tier::Podman => "podman",
             Tier::Chromium => "chromium",
             Tier::Conformance => "conformance",
@@ -79,6 +88,8 @@ impl Tier {
             }
             Tier::Authz => on_path("node") && has("authz/node_modules/oidc-provider"),
             Tier::Redis => on_path("redis-server"),
+            Tier::Postgres => super::postgres::bin_dir().is_some(),
+            Tier::Haproxy => super::haproxy::program().is_some(),
             Tier::Podman => on_path("podman") && has("compose-venv/bin/podman-compose"),
             Tier::Chromium => {
                 on_path("chromium")
@@ -144,12 +155,12 @@ pub fn conformance_dir() -> PathBuf {
 }
 
 /// Whether an executable file named `program` is in a directory of `$PATH`.
-fn on_path(program: &str) -> bool {
+pub fn on_path(program: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|path| std::env::split_paths(&path).any(|dir| executable(&dir.join(program))))
 }
 
-fn executable(path: &Path) -> bool {
+pub fn executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }

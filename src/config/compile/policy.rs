@@ -279,20 +279,10 @@ impl Ctx<'_> {
             &[("memory", false), ("redis", true)],
             false,
         )?;
-        // A redis_url is checked even when unused, so a later switch of backend cannot surprise.
-        let url = match &r.redis_url {
-            Some(url) => {
-                let text = self.expand(url, "rate_limit.redis_url")?;
-                if !(text.starts_with("redis://") || text.starts_with("rediss://")) {
-                    return Err(self.fail(
-                        Some(url.span()),
-                        "rate_limit.redis_url",
-                        "expected a redis:// or rediss:// URL",
-                    ));
-                }
-                Some(text)
-            }
-            None => None,
+        // Without a URL of its own, the deployment's one (`[state] redis_url`).
+        let url = match self.redis_url(r.redis_url.as_ref(), "rate_limit.redis_url")? {
+            Some(url) => Some(url),
+            None => self.redis_url(raw.state.redis_url.as_ref(), "state.redis_url")?,
         };
         let backend = match (redis, url) {
             (true, Some(url)) => RateBackend::Redis(url),
@@ -300,7 +290,7 @@ impl Ctx<'_> {
                 return Err(self.fail(
                     r.backend.as_ref().map(Spanned::span),
                     "rate_limit.redis_url",
-                    "the redis backend needs `redis_url`, e.g. \"redis://127.0.0.1:6379\"",
+                    "the redis backend needs `redis_url` here or in `[state]`, e.g. \"redis://127.0.0.1:6379\"",
                 ));
             }
             (false, _) => RateBackend::Memory,

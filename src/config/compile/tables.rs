@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::super::raw::RawConfig;
-use crate::audit::{AuditArguments, AuditSettings};
+use crate::audit::{AuditArguments, AuditBackend, AuditSettings};
 use crate::mcp::methods::{ExtraError, Extras};
 use crate::pins::PinsSettings;
 use crate::telemetry::{LogFormat, TelemetrySettings};
@@ -20,8 +20,64 @@ impl Ctx<'_> {
             Some(d) => self.expand(d, "audit.database")?,
             None => "portcullis-audit.db".to_owned(),
         };
+        #[derive(Clone, Copy)]
+        enum Kind {
+            Sqlite,
+            Postgres,
+        }
+        let kind = self.one_of(
+            a.backend.as_ref(),
+            "audit.backend",
+            &[("sqlite", Kind::Sqlite), ("postgres", Kind::Postgres)],
+            Kind::Sqlite,
+        )?;
+        let replica = self.replica(raw)?;
+        let backend = match kind {
+            Kind::Sqlite => {
+                for (value, key) in [(&a.url, "audit.url"), (&a.spool, "audit.spool")] {
+                    if let Some(v) = value {
+                        return Err(self.fail(
+                            Some(v.span()),
+                            key,
+                            "this key belongs to backend = \"postgres\"; the SQLite store is `database`",
+                        ));
+                    }
+                }
+                AuditBackend::Sqlite
+            }
+            Kind::Postgres => {
+                let Some(url) = &a.url else {
+                    return Err(self.fail(
+                        a.backend.as_ref().map(toml::Spanned::span),
+                        "audit.url",
+                        "backend = \"postgres\" needs `url`, such as \"postgres://portcullis@db:5432/audit?sslmode=require\"",
+                    ));
+                };
+                let url_text = self.expand(url, "audit.url")?;
+                if let Err(e) = url_text.parse::<tokio_postgres::Config>() {
+                    return Err(self.fail(
+                        Some(url.span()),
+                        "audit.url",
+                        format!("not a PostgreSQL connection URL: {e}"),
+                    ));
+                }
+                let spool = match &a.spool {
+                    Some(s) => self.expand(s, "audit.spool")?,
+                    None => format!("portcullis-audit-spool-{replica}.jsonl"),
+                };
+                let buffer =
+                    self.size(a.buffer.as_ref(), "audit.buffer", 100_000, 1, 100_000_000)? as u64;
+                AuditBackend::Postgres {
+                    url: url_text,
+                    spool,
+                    buffer,
+                }
+            }
+        };
         Ok(AuditSettings {
             enabled: a.enabled.unwrap_or(true),
+            backend,
+            replica,
             database,
             retention: self.duration(
                 a.retention.as_ref(),
@@ -41,6 +97,28 @@ impl Ctx<'_> {
                 AuditArguments::Shape,
             )?,
         })
+    }
+
+    /// `[gateway] replica`: who this gateway is in a fleet (logs, spans,
+    /// metrics, audit rows); the host name by default (a pod's name).
+    pub(super) fn replica(&self, raw: &RawConfig) -> Result<String> {
+        let Some(value) = &raw.gateway.replica else {
+            return Ok(host_name());
+        };
+        let name = self.expand(value, "gateway.replica")?;
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !ok {
+            return Err(self.fail(
+                Some(value.span()),
+                "gateway.replica",
+                "expected 1 to 64 letters, digits, `-`, `_` or `.` (it names this replica in logs, metrics and audit rows)",
+            ));
+        }
+        Ok(name)
     }
 
     /// `[methods]`: each name outside the specification, with a class it may have.
@@ -109,6 +187,7 @@ impl Ctx<'_> {
         };
         Ok(TelemetrySettings {
             otlp_endpoint,
+            replica: self.replica(raw)?,
             log_format: self.one_of(
                 t.log_format.as_ref(),
                 "telemetry.log_format",
@@ -116,5 +195,24 @@ impl Ctx<'_> {
                 LogFormat::Json,
             )?,
         })
+    }
+}
+
+/// The host's name (a pod's name in Kubernetes), kept to what a replica
+/// name may hold; `unknown` when it cannot be read.
+fn host_name() -> String {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .unwrap_or_default();
+    let name: String = raw
+        .trim()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .take(64)
+        .collect();
+    if name.is_empty() {
+        "unknown".to_owned()
+    } else {
+        name
     }
 }

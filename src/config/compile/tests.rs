@@ -404,3 +404,46 @@ fn connection_limits_default_for_a_sidecar_and_are_checked() {
     let e = refuse(&format!("[gateway]\nmax_connections = 0\n{}", base()));
     assert_eq!(e.key, "gateway.max_connections");
 }
+
+#[test]
+fn shared_state_needs_a_url_a_shared_key_and_a_namespace_without_separators() {
+    use crate::ratelimit::RateBackend;
+    use crate::state::StateBackend;
+    let c = accept(&base());
+    assert_eq!(c.state.backend, StateBackend::Memory);
+    assert_eq!(c.state.namespace, "default");
+    let redis = "[state]\nbackend = \"redis\"\nredis_url = \"redis://r:6379\"\n";
+    let key = "[approvals]\nkey = \"0123456789abcdef0123456789abcdef\"\n";
+    let e = refuse(&format!("{}{redis}", base()));
+    assert_eq!(e.key, "state.backend");
+    assert!(e.reason.contains("`[approvals] key`"), "{}", e.reason);
+    let e = refuse(&format!("{}{key}[state]\nbackend = \"redis\"\n", base()));
+    assert_eq!(e.key, "state.redis_url");
+    let e = refuse(&format!("{}{key}{redis}namespace = \"a:b\"\n", base()));
+    assert_eq!(e.key, "state.namespace");
+    let e = refuse(&format!("{}[state]\nredis_url = \"http://r\"\n", base()));
+    assert_eq!(e.key, "state.redis_url");
+    // One Redis for the deployment: the rate limiter takes [state]'s URL.
+    let c = accept(&format!(
+        "{}{key}{redis}namespace = \"prod\"\n[rate_limit]\nbackend = \"redis\"\n",
+        base()
+    ));
+    assert_eq!(
+        c.state.backend,
+        StateBackend::Redis("redis://r:6379".into())
+    );
+    assert_eq!(c.state.namespace, "prod");
+    assert_eq!(
+        c.rate_limit.backend,
+        RateBackend::Redis("redis://r:6379".into())
+    );
+    // Its own URL wins.
+    let c = accept(&format!(
+        "{}{key}{redis}[rate_limit]\nbackend = \"redis\"\nredis_url = \"redis://rl:1\"\n",
+        base()
+    ));
+    assert_eq!(
+        c.rate_limit.backend,
+        RateBackend::Redis("redis://rl:1".into())
+    );
+}

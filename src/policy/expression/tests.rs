@@ -171,3 +171,59 @@ proptest! {
         }
     }
 }
+
+/// What the book says of types: ordering a value of the wrong type fails
+/// (the call is denied); equality across types is CEL's answer (false for
+/// `==`, true for `!=`), never an error — which is why an allow condition
+/// should pin the type it compares.
+#[test]
+fn ordering_across_types_fails_and_equality_compares() {
+    let alice = ClientId::named("alice");
+    let eval = |source: &str, args: Value| {
+        let e = Expression::compile(source).expect("compiles");
+        e.evaluate(&alice, "flights", "book", Some(&facts(&args)))
+    };
+    for sent in [
+        json!("3"),
+        json!([3]),
+        json!({"n": 3}),
+        json!(null),
+        json!(true),
+    ] {
+        let args = json!({ "n": sent });
+        assert!(
+            matches!(eval("arguments.n <= 5", args.clone()), Outcome::Failed(_)),
+            "{args}"
+        );
+        assert_eq!(
+            eval("arguments.env != 'prod'", json!({"env": sent.clone()})),
+            Outcome::True
+        );
+        let pinned = match sent.is_string() {
+            true => Outcome::True,
+            false => Outcome::False,
+        };
+        assert_eq!(
+            eval(
+                "type(arguments.env) == string && arguments.env != 'prod'",
+                json!({"env": sent})
+            ),
+            pinned
+        );
+    }
+    // Numbers of different kinds compare by value, whatever their JSON spelling.
+    for (sent, expected) in [
+        (json!(5), Outcome::True),
+        (json!(5.0), Outcome::True),
+        (json!(5.5), Outcome::False),
+        (json!(-0.0), Outcome::True),
+        (json!(18446744073709551615u64), Outcome::False),
+        (json!(1e300), Outcome::False),
+    ] {
+        assert_eq!(
+            eval("arguments.n <= 5", json!({ "n": sent })),
+            expected,
+            "{sent}"
+        );
+    }
+}

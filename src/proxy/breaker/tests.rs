@@ -177,3 +177,66 @@ fn opening_and_closing_are_announced() {
     b.record(true, &s);
     assert_eq!(*turns.borrow(), 2);
 }
+
+#[test]
+fn a_probe_abandoned_before_its_outcome_is_handed_back() {
+    let s = settings(1, Duration::ZERO);
+    let b = Breaker::default();
+    b.record(false, &s);
+    assert_eq!(b.admit(&s), Admit::Probe);
+    // Its request is dropped mid-flight: no outcome is ever recorded.
+    drop(b.probing());
+    assert_eq!(b.admit(&s), Admit::Probe, "the next request probes");
+    let probe = b.probing();
+    b.record(true, &s);
+    probe.settled();
+    assert_eq!(b.admit(&s), Admit::Send);
+}
+
+/// What happens to one request in the property below.
+#[derive(Debug, Clone, Copy)]
+enum Fate {
+    /// The server answered.
+    Up,
+    /// A transport failure.
+    Down,
+    /// The request was dropped before any outcome.
+    Abandoned,
+}
+
+proptest::proptest! {
+    /// Whatever happens to the requests, once none is in flight and the
+    /// cool-down is over, the next request is sent or probes: the breaker
+    /// is never left open with nothing to close it.
+    #[test]
+    fn the_breaker_never_stays_open_with_no_request_in_flight(
+        fates in proptest::collection::vec(
+            proptest::prop_oneof![
+                proptest::strategy::Just(Fate::Up),
+                proptest::strategy::Just(Fate::Down),
+                proptest::strategy::Just(Fate::Abandoned),
+            ],
+            0..40,
+        ),
+        failures in 1u32..4,
+    ) {
+        let s = settings(failures, Duration::ZERO);
+        let b = Breaker::default();
+        for fate in fates {
+            let admitted = b.admit(&s);
+            proptest::prop_assert!(!matches!(admitted, Admit::Open(_)), "{admitted:?}");
+            // As `Forward::send_as` does.
+            let probe = (admitted == Admit::Probe).then(|| b.probing());
+            match fate {
+                Fate::Up | Fate::Down => {
+                    b.record(matches!(fate, Fate::Up), &s);
+                    if let Some(probe) = probe {
+                        probe.settled();
+                    }
+                }
+                Fate::Abandoned => drop(probe),
+            }
+        }
+        proptest::prop_assert!(!matches!(b.admit(&s), Admit::Open(_)));
+    }
+}

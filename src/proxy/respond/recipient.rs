@@ -60,7 +60,8 @@ pub(crate) struct Recipient {
     pub trail: Arc<Trail>,
     /// Whose tasks this reply may show, and whether it may create one.
     pub tasks: Option<TaskScope>,
-    /// The flow label a successful result sets in the caller's session.
+    /// The flow label set in the caller's session once the server's content
+    /// reaches the client (a result, or a failure quoting its words).
     pub flow: Option<crate::flow::Recording>,
 }
 
@@ -346,11 +347,9 @@ impl Recipient {
         if let (Ok(()), Some(tasks)) = (&outcome, &self.tasks) {
             tasks.learn(&self.reader(), &message);
         }
-        if let (Ok(()), Some(flow)) = (&outcome, &self.flow) {
-            // Only a result the client receives brings its content into the session.
-            flow.record();
-            let line = format!("flow: sets {}", flow.mark.label);
-            self.trail.note(|e| e.violations.push(line));
+        if outcome.is_ok() {
+            // A result the client receives brings its content into the session.
+            self.read_by_client();
         }
         match outcome {
             Ok(()) if report.is_empty() => None,
@@ -515,8 +514,30 @@ impl Recipient {
         f.snippet = snippet;
         f.not_run = e.not_run;
         f.hints = self.call.hints;
+        if quotes_server(&f) {
+            // So does a failure that quotes the server's words to the client.
+            self.read_by_client();
+        }
         Rejection::Upstream(f)
     }
+
+    /// The server's content reached the client: a source tool's label is set
+    /// in the caller's session.
+    fn read_by_client(&self) {
+        if let Some(flow) = &self.flow {
+            flow.record();
+            let line = format!("flow: sets {}", flow.mark.label);
+            self.trail.note(|e| e.violations.push(line));
+        }
+    }
+}
+
+/// Whether the client receives words of the server's own with `failure`: its
+/// text quoted (an `isError` result, an HTTP refusal, an unreadable body) or
+/// its JSON-RPC error relayed. Such words are the source's content as much as
+/// a result is, so they set its flow label too.
+pub(super) fn quotes_server(failure: &UpstreamFailure) -> bool {
+    failure.snippet.is_some() || failure.relayed.is_some()
 }
 
 /// Why a server's `input_required` result could pass for the gateway's own

@@ -1,0 +1,264 @@
+//! The fleet's shared security state: kept in this process (`[state] backend
+//! = "memory"`, one replica) or in one Redis every replica of a deployment
+//! shares (`"redis"`).
+//!
+//! Place in the path: in the decisions layer, beneath the approval gate,
+//! which asks it to use a 2026-era `requestState` nonce once across the
+//! fleet ([`SharedState::use_once`]); `/readyz` reports it
+//! ([`SharedState::health`]).
+//!
+//! Invariants: every shared key is `portcullis:<namespace>:<kind>:<id>` with
+//! a namespace that holds no `:` and a fixed kind, so two deployments sharing
+//! one Redis never read each other's keys ([`key`]); every key written has a
+//! TTL and every value is bounded (a used nonce is the value `1`, the sets
+//! that bound how many there are hold at most the configured limits); a
+//! store that cannot answer within [`CALL_TIMEOUT`] is an [`Unavailable`]
+//! error the caller refuses on (fail closed), never a panic or a yes. Redis
+//! Cluster is not supported (a script touches keys in several slots).
+
+pub mod model;
+#[cfg(feature = "redis-ratelimit")]
+pub(crate) mod redis;
+pub mod settings;
+
+pub use model::{CALL_TIMEOUT, Use};
+pub use settings::{StateBackend, StateSettings};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// What a shared key holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A used `requestState` nonce (value `1`, until the state's expiry).
+    Nonce,
+    /// The fleet's used nonces, scored by expiry (the overall bound).
+    UsedNonces,
+    /// One client's used nonces, scored by expiry (the per-client bound).
+    UsedNoncesOf,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Nonce => "nonce",
+            Kind::UsedNonces => "nonces",
+            Kind::UsedNoncesOf => "nonces-of",
+        }
+    }
+}
+
+/// The Redis key of `id` of `kind` in `namespace`. Client names and other
+/// free text are hex-encoded by the caller when they are ids.
+pub fn key(namespace: &str, kind: Kind, id: &str) -> String {
+    format!("portcullis:{namespace}:{}:{id}", kind.as_str())
+}
+
+/// A store that cannot be built from the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The binary was built without Redis support.
+    #[error(
+        "`state.backend = \"redis\"` needs a build with the `redis-ratelimit` feature (on by default)"
+    )]
+    RedisNotBuilt,
+    /// The Redis URL cannot be used.
+    #[error("`state.redis_url` cannot be used: {0}")]
+    RedisUrl(String),
+}
+
+/// The store did not answer (down, unreachable, too slow): the caller
+/// refuses what needed it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the shared state store ({store}) did not answer: {detail}")]
+pub struct Unavailable {
+    /// `redis`.
+    pub store: &'static str,
+    pub detail: String,
+}
+
+/// The deployment's state store.
+pub struct SharedState {
+    namespace: String,
+    backend: Backend,
+    /// The last call failed (logged once when it starts, once when it ends).
+    failing: AtomicBool,
+}
+
+enum Backend {
+    Memory,
+    #[cfg(feature = "redis-ratelimit")]
+    Redis(redis::RedisState),
+}
+
+impl std::fmt::Debug for SharedState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedState")
+            .field("namespace", &self.namespace)
+            .field("store", &self.store())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedState {
+    /// The store `[state]` asks for. The Redis one must be built inside a
+    /// Tokio runtime; it connects on first use (Redis may be down at start).
+    pub fn from_settings(settings: &StateSettings) -> Result<Self, StateError> {
+        let backend = match &settings.backend {
+            StateBackend::Memory => Backend::Memory,
+            #[cfg(feature = "redis-ratelimit")]
+            StateBackend::Redis(url) => Backend::Redis(
+                redis::RedisState::new(url).map_err(|e| StateError::RedisUrl(e.to_string()))?,
+            ),
+            #[cfg(not(feature = "redis-ratelimit"))]
+            StateBackend::Redis(_) => return Err(StateError::RedisNotBuilt),
+        };
+        Ok(Self {
+            namespace: settings.namespace.clone(),
+            backend,
+            failing: AtomicBool::new(false),
+        })
+    }
+
+    /// This process's own state (one replica).
+    pub fn memory() -> Self {
+        Self {
+            namespace: settings::DEFAULT_NAMESPACE.to_owned(),
+            backend: Backend::Memory,
+            failing: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether every replica of the deployment shares it.
+    pub fn is_shared(&self) -> bool {
+        !matches!(self.backend, Backend::Memory)
+    }
+
+    /// `memory` or `redis`.
+    pub fn store(&self) -> &'static str {
+        match self.backend {
+            Backend::Memory => "memory",
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(_) => "redis",
+        }
+    }
+
+    /// The deployment's namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Uses `nonce` of `client` once across the fleet, remembered until
+    /// `expires_ms`; at most `limits.0` unexpired ones in the fleet and
+    /// `limits.1` of one client. [`Use::Local`] for the memory store.
+    pub async fn use_once(
+        &self,
+        nonce: &str,
+        client: &str,
+        expires_ms: i64,
+        now_ms: i64,
+        limits: (usize, usize),
+    ) -> Result<Use, Unavailable> {
+        match &self.backend {
+            Backend::Memory => Ok(Use::Local),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(redis) => {
+                let keys = [
+                    key(&self.namespace, Kind::Nonce, nonce),
+                    key(&self.namespace, Kind::UsedNonces, "all"),
+                    key(
+                        &self.namespace,
+                        Kind::UsedNoncesOf,
+                        &hex::encode(client.as_bytes()),
+                    ),
+                ];
+                let answer = redis
+                    .use_once(&keys, nonce, expires_ms, now_ms, limits)
+                    .await;
+                self.observe(answer)
+            }
+        }
+    }
+
+    /// For `/readyz`: the store, and whether it answers now.
+    pub async fn health(&self) -> serde_json::Value {
+        let reachable = match &self.backend {
+            Backend::Memory => Ok(()),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(redis) => self.observe(redis.ping().await),
+        };
+        let mut out = serde_json::json!({
+            "backend": self.store(),
+            "namespace": self.namespace,
+            "reachable": reachable.is_ok(),
+        });
+        if let Err(e) = reachable {
+            out["error"] = e.detail.into();
+        }
+        out
+    }
+
+    /// Logs when failures start and end; turns an error into [`Unavailable`].
+    #[cfg_attr(not(feature = "redis-ratelimit"), allow(dead_code))]
+    fn observe<T, E: std::fmt::Display>(&self, answer: Result<T, E>) -> Result<T, Unavailable> {
+        match answer {
+            Ok(v) => {
+                if self.failing.swap(false, Ordering::Relaxed) {
+                    tracing::warn!(store = self.store(), "state store reachable again");
+                }
+                Ok(v)
+            }
+            Err(e) => {
+                let detail = e.to_string();
+                if !self.failing.swap(true, Ordering::Relaxed) {
+                    tracing::error!(
+                        store = self.store(),
+                        error = %detail,
+                        "state store unreachable: approvals that need it are refused (state_unavailable) until it answers"
+                    );
+                }
+                Err(Unavailable {
+                    store: self.store(),
+                    detail,
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn kind() -> impl Strategy<Value = Kind> {
+        prop_oneof![
+            Just(Kind::Nonce),
+            Just(Kind::UsedNonces),
+            Just(Kind::UsedNoncesOf)
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Two deployments' keys never collide: a key is equal to another only
+        /// when namespace, kind and id are all equal.
+        #[test]
+        fn keys_of_different_deployments_never_collide(
+            ns_a in "[a-z0-9_-]{1,8}", ns_b in "[a-z0-9_-]{1,8}",
+            kind_a in kind(), kind_b in kind(),
+            id_a in "[ -~]{0,12}", id_b in "[ -~]{0,12}",
+        ) {
+            prop_assert!(settings::valid_namespace(&ns_a) && settings::valid_namespace(&ns_b));
+            let same = key(&ns_a, kind_a, &id_a) == key(&ns_b, kind_b, &id_b);
+            prop_assert_eq!(same, ns_a == ns_b && kind_a == kind_b && id_a == id_b);
+        }
+    }
+
+    #[test]
+    fn a_namespace_holds_no_separator() {
+        for bad in ["", "a:b", "A", "x y", &"a".repeat(65)] {
+            assert!(!settings::valid_namespace(bad), "{bad:?}");
+        }
+        assert!(settings::valid_namespace("prod-eu_1"));
+    }
+}

@@ -1,0 +1,125 @@
+//! Gateway replicas for fleet tests: the real binary, one process each, on
+//! OS-picked loopback ports, each with its configuration (and the stores
+//! and the audit spool beside it) in a directory of its own; killed by PID
+//! (`kill -9` on demand), restarted on the same configuration.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::process::{Child, Command};
+
+use super::ConfigFile;
+
+/// One gateway process of a fleet.
+#[derive(Debug)]
+pub struct Replica {
+    child: Child,
+    /// `127.0.0.1:PORT` of its MCP listener (a balancer's backend).
+    pub mcp: String,
+    /// `http://127.0.0.1:PORT` of its admin listener.
+    pub admin: String,
+    config: ConfigFile,
+}
+
+impl Replica {
+    /// Runs `portcullis run --config FILE` with `text` and waits until it listens.
+    pub async fn start(text: &str) -> Self {
+        let config = ConfigFile::new(text);
+        let (child, mcp, admin) = spawn(&config).await;
+        Self {
+            child,
+            mcp,
+            admin,
+            config,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT/mcp/SERVER`, this replica alone.
+    pub fn url(&self, server: &str) -> String {
+        format!("http://{}/mcp/{server}", self.mcp)
+    }
+
+    /// `kill -9`: no shutdown, no flush; waits for the process to be gone.
+    pub async fn kill9(&mut self) {
+        if let Some(pid) = self.child.id() {
+            super::signal(u64::from(pid), "KILL");
+        }
+        let _ = self.child.wait().await;
+    }
+
+    /// Starts the replica again on the same configuration (and so the same
+    /// spool); its listeners get new ports.
+    pub async fn restart(&mut self) {
+        let _ = self.child.kill().await;
+        let (child, mcp, admin) = spawn(&self.config).await;
+        self.child = child;
+        self.mcp = mcp;
+        self.admin = admin;
+    }
+
+    /// `GET /healthz`, parsed.
+    pub async fn health(&self) -> Value {
+        let text = super::http()
+            .get(format!("{}/healthz", self.admin))
+            .send()
+            .await
+            .expect("/healthz answers")
+            .text()
+            .await
+            .unwrap_or_default();
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("/healthz is not JSON: {text}"))
+    }
+
+    /// `GET /metrics`, the text.
+    pub async fn metrics(&self) -> String {
+        super::http()
+            .get(format!("{}/metrics", self.admin))
+            .send()
+            .await
+            .expect("/metrics answers")
+            .text()
+            .await
+            .unwrap_or_default()
+    }
+
+    /// The value of the metric line that starts with `name` (with its labels), or 0.
+    pub async fn metric(&self, name: &str) -> f64 {
+        self.metrics()
+            .await
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
+    }
+}
+
+async fn spawn(config: &ConfigFile) -> (Child, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .arg("run")
+        .arg("--config")
+        .arg(config.path())
+        // Start-up and store lines only, not one line per request.
+        .env("RUST_LOG", "warn,portcullis=info,portcullis::proxy=warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the portcullis binary starts");
+    let (mcp, admin) = tokio::time::timeout(Duration::from_secs(60), super::listening(&mut child))
+        .await
+        .expect("the replica listens in time");
+    (child, mcp, format!("http://{admin}"))
+}
+
+/// The JSON-RPC response of a reply body, JSON or an SSE stream (its last
+/// `data:` line that is a response).
+pub fn response_of(body: &str) -> Option<Value> {
+    if let Ok(v) = serde_json::from_str::<Value>(body) {
+        return Some(v);
+    }
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .rfind(|v| v.get("result").is_some() || v.get("error").is_some())
+}
