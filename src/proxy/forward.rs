@@ -220,7 +220,9 @@ impl Forward<'_> {
         let limit = call.as_ref().and_then(|c| c.limit);
         // A tool's own deadline bounds each wait and the whole call.
         let window = limit.unwrap_or(upstream.settings.timeout);
-        let idle = idle.then_some(window);
+        // Between events: the server's `timeout`, or a longer deadline (a
+        // shorter one cuts the whole call instead, with its own words).
+        let idle = idle.then_some(window.max(upstream.settings.timeout));
         let due = sent + window;
         let entry = (call.as_ref()).map(|c| {
             let key = inflight::key(self.caller.client.name(), self.session, c.id);
