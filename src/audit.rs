@@ -81,6 +81,9 @@ const MIGRATIONS: &[&str] = &[
     // 3: human approval of a tool call (who was asked, the outcome, the
     // argument digest, who decided, when).
     "ALTER TABLE events ADD COLUMN approval TEXT;",
+    // 4: the retries of a request the gateway sent more than once
+    // (`{attempts, causes}`).
+    "ALTER TABLE events ADD COLUMN retries TEXT;",
 ];
 
 enum Msg {
@@ -479,9 +482,9 @@ fn write(conn: &mut Connection, batch: &[Arc<Event>]) -> rusqlite::Result<()> {
             "INSERT INTO events (time_ms, trace_id, client, server, method, tool, decision,
                 stage, violations, sanitizer, pin_findings, upstream_status,
                 upstream_latency_us, latency_us, http_status, era, arguments, would_refuse,
-                approval)
+                approval, retries)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-                ?19)",
+                ?19, ?20)",
         )?;
         for e in batch {
             let json = |v: &Value| v.to_string();
@@ -505,6 +508,7 @@ fn write(conn: &mut Connection, batch: &[Arc<Event>]) -> rusqlite::Result<()> {
                 e.arguments.as_ref().map(json),
                 e.would_refuse,
                 e.approval.as_ref().map(json),
+                (e.retries.as_ref()).and_then(|r| serde_json::to_string(r).ok()),
             ])?;
         }
     }

@@ -24,8 +24,8 @@ pub use crate::ratelimit::{OnBackendError, RateBackend, RateLimitSettings};
 pub use crate::sanitize::{ArgumentScan, Exemption, SanitizeSettings, SecretsAction};
 pub use crate::telemetry::{LogFormat, TelemetrySettings};
 pub use model::{
-    BreakerSettings, Config, ConfigError, GatewaySettings, Mode, RetrySettings, ServerSettings,
-    StdioCommand, Transport,
+    BreakerSettings, Config, ConfigError, GatewaySettings, Mode, RestartSettings, RetrySettings,
+    ServerSettings, StdioCommand, Transport,
 };
 
 /// The configuration reference as Markdown, from this version's

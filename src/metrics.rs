@@ -84,6 +84,20 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
 }
 
+/// One server's circuit breaker as a scrape sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BreakerReading {
+    /// The configured server.
+    pub server: String,
+    /// `closed`, `open` or `half_open`.
+    pub state: &'static str,
+    /// Times it opened since the gateway started.
+    pub opens: u64,
+}
+
+/// The states a breaker gauge is given for, so a scrape shows each as 0 or 1.
+const BREAKER_STATES: [&str; 3] = ["closed", "open", "half_open"];
+
 /// The connections of one listener, counted by its accept loop and read at
 /// scrape time.
 #[derive(Debug, Default)]
@@ -114,6 +128,8 @@ pub struct Metrics {
     would_refuse: Family<WouldRefuseLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
     approvals: Family<ApprovalLabels, Counter>,
+    /// The breakers of the servers in force, read from the proxy before each scrape.
+    breakers: Arc<std::sync::Mutex<Vec<BreakerReading>>>,
 }
 
 impl Metrics {
@@ -199,6 +215,8 @@ impl Metrics {
         ])));
         registry.register_collector(Box::new(AuditQueue(audit)));
         registry.register_collector(Box::new(SpanExport(traces)));
+        let breakers = Arc::<std::sync::Mutex<Vec<BreakerReading>>>::default();
+        registry.register_collector(Box::new(Breakers(breakers.clone())));
         Self {
             mcp_connections,
             admin_connections,
@@ -213,7 +231,13 @@ impl Metrics {
             would_refuse,
             reloads,
             approvals,
+            breakers,
         }
+    }
+
+    /// The servers' breakers as they are now: the next scrape shows these.
+    pub fn set_breakers(&self, readings: Vec<BreakerReading>) {
+        *self.breakers.lock().unwrap_or_else(|e| e.into_inner()) = readings;
     }
 
     /// Counts one approval event.
@@ -417,6 +441,50 @@ impl Collector for AuditQueue {
                 None,
                 counter.metric_type(),
             )?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The servers' breakers: a 0/1 gauge per state, and how often each opened.
+#[derive(Debug)]
+struct Breakers(Arc<std::sync::Mutex<Vec<BreakerReading>>>);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BreakerLabels {
+    server: String,
+    state: &'static str,
+}
+
+impl Collector for Breakers {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let readings = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut family = encoder.encode_descriptor(
+            "breaker_state",
+            "The circuit breaker of each server: 1 for its state now (closed, open, half_open), 0 for the others",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for r in &readings {
+            for state in BREAKER_STATES {
+                let gauge = ConstGauge::new(i64::from(r.state == state));
+                gauge.encode(family.encode_family(&BreakerLabels {
+                    server: r.server.clone(),
+                    state,
+                })?)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "breaker_opens",
+            "Times the circuit breaker of each server opened since the gateway started",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for r in &readings {
+            let counter = ConstCounter::new(r.opens);
+            counter.encode(family.encode_family(&ServerLabels {
+                server: r.server.clone(),
+            })?)?;
         }
         Ok(())
     }

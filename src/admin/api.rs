@@ -31,6 +31,7 @@ pub(crate) async fn metrics(State(state): State<Arc<AdminState>>, headers: Heade
     if let Err(refusal) = reader(&state, &headers) {
         return refusal;
     }
+    state.metrics.set_breakers(state.app.breakers());
     let mut response = Response::new(state.metrics.encode().into());
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -58,9 +59,11 @@ pub(crate) async fn readyz(State(state): State<Arc<AdminState>>) -> Response {
 
 /// `GET /healthz`: the process is alive (always 200), which replica it is,
 /// and the state of its stores (the audit store: `up`, or `down` with the
-/// events it buffers meanwhile and those it lost).
+/// events it buffers meanwhile and those it lost). `status` is `degraded`
+/// while a server's circuit breaker is not closed, with those servers in
+/// `breakers`: the gateway still answers for them, so it is not down.
 pub(crate) async fn healthz(State(state): State<Arc<AdminState>>) -> Response {
-    let body = match &state.audit {
+    let mut body = match &state.audit {
         Some(audit) => serde_json::json!({
             "status": "ok",
             "replica": audit.replica(),
@@ -68,6 +71,14 @@ pub(crate) async fn healthz(State(state): State<Arc<AdminState>>) -> Response {
         }),
         None => serde_json::json!({"status": "ok"}),
     };
+    let open: serde_json::Map<String, serde_json::Value> = (state.app.breakers().into_iter())
+        .filter(|b| b.state != "closed")
+        .map(|b| (b.server, b.state.into()))
+        .collect();
+    if !open.is_empty() {
+        body["status"] = "degraded".into();
+        body["breakers"] = open.into();
+    }
     json_response(StatusCode::OK, &body)
 }
 

@@ -185,10 +185,12 @@ pub(crate) async fn overview(State(state): State<Arc<AdminState>>, headers: Head
         return r;
     }
     let events = latest(&state).await;
-    json_response(
-        StatusCode::OK,
-        &summarize(&events, crate::util::time::now_ms() / 60_000),
-    )
+    let mut summary = summarize(&events, crate::util::time::now_ms() / 60_000);
+    // Each server's circuit breaker as it is now.
+    summary["breakers"] = (state.app.breakers().into_iter())
+        .map(|b| json!({"server": b.server, "state": b.state, "opens": b.opens}))
+        .collect();
+    json_response(StatusCode::OK, &summary)
 }
 
 fn summarize(events: &[Arc<Value>], now_minute: i64) -> Value {

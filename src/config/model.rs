@@ -150,16 +150,27 @@ pub struct ServerSettings {
     pub retry: RetrySettings,
     /// `[servers.NAME.breaker]`: when the gateway stops sending to a failing server.
     pub breaker: BreakerSettings,
+    /// `[servers.NAME.timeouts]`: tool pattern → the whole call's deadline,
+    /// most specific first (a literal name, then longer patterns).
+    pub tool_timeouts: Vec<(crate::policy::glob::Glob, Duration)>,
 }
 
-/// `[servers.NAME.breaker]`: after `failures` consecutive transport failures
-/// the server's calls are answered at once for `cool_down`, then one probe goes.
+/// `[servers.NAME.breaker]`: after `failures` consecutive transport failures,
+/// or when `ratio` of the last `window` requests failed (with at least
+/// `min_calls` of them known), the server's calls are answered at once for
+/// `cool_down`, then one probe goes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BreakerSettings {
-    /// Transport failures in a row that open the breaker (default 5; 0 = never).
+    /// Transport failures in a row that open the breaker (default 5; 0 = not by count).
     pub failures: u32,
     /// How long it stays open before one probe (default 30 s).
     pub cool_down: Duration,
+    /// Share of the window's requests that failed which opens it (default 0.5; 0 = not by ratio).
+    pub ratio: f64,
+    /// How many of the last requests the ratio is taken over (default 20).
+    pub window: u32,
+    /// Fewest requests in the window before the ratio counts (default 10).
+    pub min_calls: u32,
 }
 
 impl Default for BreakerSettings {
@@ -167,6 +178,9 @@ impl Default for BreakerSettings {
         Self {
             failures: 5,
             cool_down: Duration::from_secs(30),
+            ratio: 0.5,
+            window: 20,
+            min_calls: 10,
         }
     }
 }
@@ -217,6 +231,14 @@ pub enum Transport {
 }
 
 impl ServerSettings {
+    /// The deadline of a whole call of `tool` (its retries and its reply to
+    /// the end), when `[servers.NAME.timeouts]` names one for it.
+    pub fn call_timeout(&self, tool: &str) -> Option<Duration> {
+        (self.tool_timeouts.iter())
+            .find(|(glob, _)| glob.matches(tool))
+            .map(|(_, limit)| *limit)
+    }
+
     /// The server's address, when it is reached over HTTP.
     pub fn url(&self) -> Option<&reqwest::Url> {
         match &self.transport {
@@ -239,6 +261,32 @@ pub struct StdioCommand {
     /// The command as written (`${NAME}` not expanded), for `check` and the
     /// dashboard: an expanded argument may be a secret.
     pub display: String,
+    /// `[servers.NAME.restart]`: how a crashed process is started again.
+    pub restart: RestartSettings,
+}
+
+/// `[servers.NAME.restart]` of a stdio server: a process that ends is
+/// started again after a delay that doubles from `min_backoff` to
+/// `max_backoff`; after `max_restarts` restarts in a row (none of them up for
+/// 30 s) the gateway stops restarting it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestartSettings {
+    /// The first delay (default 100 ms).
+    pub min_backoff: Duration,
+    /// The longest delay (default 30 s).
+    pub max_backoff: Duration,
+    /// Restarts in a row before the gateway gives up (default 10; 0 = never gives up).
+    pub max_restarts: u32,
+}
+
+impl Default for RestartSettings {
+    fn default() -> Self {
+        Self {
+            min_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(30),
+            max_restarts: 10,
+        }
+    }
 }
 
 impl std::fmt::Debug for StdioCommand {

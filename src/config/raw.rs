@@ -135,6 +135,13 @@ pub(crate) struct RawServer {
     /// `[servers.NAME.breaker]`: when the gateway stops sending to a failing server.
     #[serde(default)]
     pub breaker: RawBreaker,
+    /// `[servers.NAME.restart]`: how a stdio server's crashed process is restarted.
+    #[schemars(with = "Option<RawRestart>")]
+    pub restart: Option<Spanned<RawRestart>>,
+    /// `[servers.NAME.timeouts]`: tool pattern → the whole call's deadline.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, String>")]
+    pub timeouts: BTreeMap<Spanned<String>, Spanned<String>>,
     /// `[servers.NAME.labels]`: tool name → its flow labels.
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, RawLabels>")]
@@ -149,6 +156,24 @@ pub(crate) struct RawBreaker {
     pub failures: Option<Spanned<i64>>,
     #[schemars(with = "Option<String>")]
     pub cool_down: Option<Spanned<String>>,
+    #[schemars(with = "Option<f64>")]
+    pub ratio: Option<Spanned<f64>>,
+    #[schemars(with = "Option<i64>")]
+    pub window: Option<Spanned<i64>>,
+    #[schemars(with = "Option<i64>")]
+    pub min_calls: Option<Spanned<i64>>,
+}
+
+/// `[servers.NAME.restart]`: restarts of a stdio server's process.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRestart {
+    #[schemars(with = "Option<String>")]
+    pub min_backoff: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
+    pub max_backoff: Option<Spanned<String>>,
+    #[schemars(with = "Option<i64>")]
+    pub max_restarts: Option<Spanned<i64>>,
 }
 
 /// `[servers.NAME.retry]`: which failed requests the gateway sends again.

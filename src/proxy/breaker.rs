@@ -1,37 +1,65 @@
 //! The circuit breaker of one server: after `failures` consecutive transport
-//! failures it opens, and calls are answered at once without contacting the
-//! server; after `cool_down` one call is let through as a probe, and its
-//! success closes the breaker (its failure opens it again).
+//! failures, or when at least `ratio` of the last `window` requests failed
+//! (once `min_calls` of them are known), it opens, and calls are answered at
+//! once without contacting the server; after `cool_down` one call is let
+//! through as a probe (half-open), and its success closes the breaker (its
+//! failure opens it again).
 //!
 //! Place: inside [`super::forward::Forward::send_as`], before the first try
-//! of a request and after its last one.
+//! of a request and after its last one; read by `/readyz`, `/healthz`,
+//! `/metrics`, the dashboard and the merged view.
 //!
 //! Invariants: while open, nothing is sent to the server except the one probe
 //! per cool-down; a reply of any kind other than a transport failure or HTTP
 //! 502/503 counts as the server being up (a tool's own error, a timeout and
 //! a proxy's 504 included: a client can provoke those, see
 //! [`super::retry::broken`]); a probe abandoned before its outcome is handed
-//! back.
+//! back; every opening is counted once in [`Breaker::opens`].
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
+
 use crate::config::BreakerSettings;
 
+/// The shortest time a probe is waited for before another may go (a probe
+/// whose caller went away reports nothing).
+const PROBE_HOLD: Duration = Duration::from_secs(10);
+
 /// One server's breaker.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Breaker {
     state: Mutex<State>,
+    /// Counts the openings and closings: the merged view's listeners are
+    /// told the lists changed (the server's tools leave them or come back).
+    turns: watch::Sender<u64>,
+}
+
+impl Default for Breaker {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+            turns: watch::channel(0).0,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
 struct State {
     /// Transport failures in a row.
     failures: u32,
+    /// The outcomes of the last `window` requests while closed (`true`: failed).
+    recent: VecDeque<bool>,
     /// Set while open: when the next probe may go.
     open_until: Option<Instant>,
-    /// A probe is under way: other calls still get the open answer.
-    probing: bool,
+    /// A probe is under way since then: other calls still get the open
+    /// answer (for one cool-down, at least [`PROBE_HOLD`]: a probe whose
+    /// caller went away without an outcome does not keep it open for ever).
+    probing: Option<Instant>,
+    /// Times it opened since the gateway started.
+    opens: u64,
 }
 
 /// What a request may do now.
@@ -45,6 +73,28 @@ pub(crate) enum Admit {
     Open(Duration),
 }
 
+/// The breaker's state as shown to operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Requests are sent.
+    Closed,
+    /// Requests are answered at once, until the cool-down is over.
+    Open,
+    /// The cool-down is over: the next request (or the one under way) is the probe.
+    HalfOpen,
+}
+
+impl Phase {
+    /// Its name in `/readyz`, `/healthz`, `/metrics` and the dashboard.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Phase::Closed => "closed",
+            Phase::Open => "open",
+            Phase::HalfOpen => "half_open",
+        }
+    }
+}
+
 impl Breaker {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -52,48 +102,105 @@ impl Breaker {
 
     /// Whether a request may be sent now.
     pub(crate) fn admit(&self, settings: &BreakerSettings) -> Admit {
+        self.admit_at(settings, Instant::now())
+    }
+
+    fn admit_at(&self, settings: &BreakerSettings, now: Instant) -> Admit {
         let mut s = self.state();
-        let now = Instant::now();
+        let hold = settings.cool_down.max(PROBE_HOLD);
         match s.open_until {
             None => Admit::Send,
             Some(until) if now < until => Admit::Open(until - now),
             // Half-open, and another request is the probe.
-            Some(_) if s.probing => Admit::Open(settings.cool_down),
+            Some(_) if s.probing.is_some_and(|since| now < since + hold) => {
+                Admit::Open(settings.cool_down)
+            }
             Some(_) => {
-                s.probing = true;
+                s.probing = Some(now);
                 Admit::Probe
             }
         }
     }
 
-    /// The outcome of a request that was sent: `up` unless it was a transport failure.
-    pub(crate) fn record(&self, up: bool, settings: &BreakerSettings) {
+    /// The outcome of a request that was sent: `up` unless it was a
+    /// transport failure. True when this outcome opened the breaker.
+    pub(crate) fn record(&self, up: bool, settings: &BreakerSettings) -> bool {
         let mut s = self.state();
+        let was_open = s.open_until.is_some();
         if up {
-            *s = State::default();
-            return;
+            if was_open {
+                // The probe succeeded: closed, with a fresh window.
+                let opens = s.opens;
+                *s = State {
+                    opens,
+                    ..State::default()
+                };
+                drop(s);
+                self.turns.send_modify(|n| *n += 1);
+            } else {
+                s.failures = 0;
+                remember(&mut s.recent, false, settings.window);
+            }
+            return false;
         }
+        if was_open && s.probing.is_none() {
+            // A request let through before it opened failed too: it stays
+            // open, its cool-down unchanged.
+            return false;
+        }
+        let probe_failed = s.probing.take().is_some();
         s.failures = s.failures.saturating_add(1);
-        s.probing = false;
-        if settings.failures > 0 && s.failures >= settings.failures {
-            s.open_until = Some(Instant::now() + settings.cool_down);
+        if !was_open {
+            remember(&mut s.recent, true, settings.window);
         }
+        let in_a_row = settings.failures > 0 && s.failures >= settings.failures;
+        let by_ratio = !was_open && too_many(&s.recent, settings);
+        if probe_failed || in_a_row || by_ratio {
+            s.open_until = Some(Instant::now() + settings.cool_down);
+            s.recent.clear();
+            s.opens += 1;
+            drop(s);
+            // A failed probe leaves it open: the lists did not change again.
+            if !was_open {
+                self.turns.send_modify(|n| *n += 1);
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Closed, open or half-open now.
+    pub(crate) fn phase(&self) -> Phase {
+        match self.state().open_until {
+            None => Phase::Closed,
+            Some(until) if Instant::now() < until => Phase::Open,
+            Some(_) => Phase::HalfOpen,
+        }
+    }
+
+    /// Whether the breaker is open or half-open now (calls are not all sent).
+    pub(crate) fn is_open(&self) -> bool {
+        self.phase() != Phase::Closed
     }
 
     /// The guard of a probe [`Self::admit`] let through: a probe whose request
     /// ends without an outcome (its client went away, the call was cancelled)
     /// is handed back when the guard drops, so the next request after the
-    /// cool-down probes in its place; otherwise the breaker stayed open until
-    /// the gateway restarted.
+    /// cool-down probes in its place at once.
     pub(crate) fn probing(&self) -> ProbeGuard<'_> {
         ProbeGuard {
             breaker: Some(self),
         }
     }
 
-    /// Whether the breaker is open or half-open now (for `/readyz` and `/metrics`).
-    pub(crate) fn is_open(&self) -> bool {
-        self.state().open_until.is_some()
+    /// Changes each time the breaker opens or closes.
+    pub(crate) fn turns(&self) -> watch::Receiver<u64> {
+        self.turns.subscribe()
+    }
+
+    /// Times it opened since the gateway started (a failed probe counts again).
+    pub(crate) fn opens(&self) -> u64 {
+        self.state().opens
     }
 }
 
@@ -112,124 +219,31 @@ impl ProbeGuard<'_> {
 impl Drop for ProbeGuard<'_> {
     fn drop(&mut self) {
         if let Some(breaker) = self.breaker {
-            breaker.state().probing = false;
+            breaker.state().probing = None;
         }
     }
+}
+
+/// Keeps the last `window` outcomes.
+fn remember(recent: &mut VecDeque<bool>, failed: bool, window: u32) {
+    if window == 0 {
+        return;
+    }
+    while recent.len() >= window as usize {
+        recent.pop_front();
+    }
+    recent.push_back(failed);
+}
+
+/// At least `min_calls` outcomes known, and at least `ratio` of them failed.
+fn too_many(recent: &VecDeque<bool>, settings: &BreakerSettings) -> bool {
+    let known = recent.len();
+    if settings.ratio <= 0.0 || known == 0 || known < settings.min_calls as usize {
+        return false;
+    }
+    let failed = recent.iter().filter(|f| **f).count();
+    failed as f64 >= settings.ratio * known as f64
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn settings(failures: u32, cool_down: Duration) -> BreakerSettings {
-        BreakerSettings {
-            failures,
-            cool_down,
-        }
-    }
-
-    #[test]
-    fn it_opens_after_consecutive_failures_and_closes_after_a_good_probe() {
-        let s = settings(3, Duration::ZERO);
-        let b = Breaker::default();
-        b.record(false, &s);
-        b.record(false, &s);
-        b.record(true, &s);
-        b.record(false, &s);
-        b.record(false, &s);
-        assert_eq!(
-            b.admit(&s),
-            Admit::Send,
-            "a success in between resets the count"
-        );
-        b.record(false, &s);
-        assert!(b.is_open());
-        // Cool-down over: one probe, the others still refused.
-        assert_eq!(b.admit(&s), Admit::Probe);
-        assert!(matches!(b.admit(&s), Admit::Open(_)));
-        b.record(true, &s);
-        assert_eq!(b.admit(&s), Admit::Send);
-        assert!(!b.is_open());
-    }
-
-    #[test]
-    fn while_cooling_down_nothing_is_sent() {
-        let s = settings(1, Duration::from_secs(60));
-        let b = Breaker::default();
-        b.record(false, &s);
-        assert!(matches!(b.admit(&s), Admit::Open(d) if d > Duration::from_secs(50)));
-    }
-
-    #[test]
-    fn a_probe_abandoned_before_its_outcome_is_handed_back() {
-        let s = settings(1, Duration::ZERO);
-        let b = Breaker::default();
-        b.record(false, &s);
-        assert_eq!(b.admit(&s), Admit::Probe);
-        // Its request is dropped mid-flight: no outcome is ever recorded.
-        drop(b.probing());
-        assert_eq!(b.admit(&s), Admit::Probe, "the next request probes");
-        let probe = b.probing();
-        b.record(true, &s);
-        probe.settled();
-        assert_eq!(b.admit(&s), Admit::Send);
-    }
-
-    /// What happens to one request in the property below.
-    #[derive(Debug, Clone, Copy)]
-    enum Fate {
-        /// The server answered.
-        Up,
-        /// A transport failure.
-        Down,
-        /// The request was dropped before any outcome.
-        Abandoned,
-    }
-
-    proptest::proptest! {
-        /// Whatever happens to the requests, once none is in flight and the
-        /// cool-down is over, the next request is sent or probes: the breaker
-        /// is never left open with nothing to close it.
-        #[test]
-        fn the_breaker_never_stays_open_with_no_request_in_flight(
-            fates in proptest::collection::vec(
-                proptest::prop_oneof![
-                    proptest::strategy::Just(Fate::Up),
-                    proptest::strategy::Just(Fate::Down),
-                    proptest::strategy::Just(Fate::Abandoned),
-                ],
-                0..40,
-            ),
-            failures in 1u32..4,
-        ) {
-            let s = settings(failures, Duration::ZERO);
-            let b = Breaker::default();
-            for fate in fates {
-                let admitted = b.admit(&s);
-                proptest::prop_assert!(!matches!(admitted, Admit::Open(_)), "{admitted:?}");
-                // As `Forward::send_as` does.
-                let probe = (admitted == Admit::Probe).then(|| b.probing());
-                match fate {
-                    Fate::Up | Fate::Down => {
-                        b.record(matches!(fate, Fate::Up), &s);
-                        if let Some(probe) = probe {
-                            probe.settled();
-                        }
-                    }
-                    Fate::Abandoned => drop(probe),
-                }
-            }
-            proptest::prop_assert!(!matches!(b.admit(&s), Admit::Open(_)));
-        }
-    }
-
-    #[test]
-    fn zero_failures_never_opens() {
-        let s = settings(0, Duration::ZERO);
-        let b = Breaker::default();
-        for _ in 0..100 {
-            b.record(false, &s);
-        }
-        assert_eq!(b.admit(&s), Admit::Send);
-    }
-}
+mod tests;

@@ -18,11 +18,14 @@ use http::{HeaderMap, Method};
 use serde_json::{Map, Value, json};
 
 use super::state::{AppState, Live, ServerState};
+
 use crate::proxy::breaker::Admit;
 use crate::proxy::catalog::ToolSet;
+use crate::proxy::deadline::{self, CancelGuard};
+use crate::proxy::inflight;
 use crate::proxy::reply::{Framing, Reply, UpstreamError};
 use crate::proxy::respond::{self, Recipient, relay};
-use crate::proxy::retry::{Retries, broken};
+use crate::proxy::retry::{Retries, broken, cause};
 use crate::proxy::upstream::forwarded_headers;
 
 use super::exchange::{ACCEPT_BOTH, Exchange, recipient};
@@ -180,21 +183,25 @@ impl Forward<'_> {
         body: Bytes,
         idle: bool,
     ) -> Result<super::reply::Reply, UpstreamError> {
-        self.send_as(headers, body, idle, false).await
+        self.send_as(headers, body, idle, false, None).await
     }
 
-    /// [`Self::send`], retried as [`super::retry`] allows: `repeatable` when
-    /// the request is a call of a tool the operator says may run twice.
+    /// [`Self::send`], retried as [`crate::proxy::retry`] allows: `repeatable`
+    /// when the request is a call of a tool the operator says may run twice;
+    /// `call` for a tool call (its deadline, its cancellation).
     pub(super) async fn send_as(
         &self,
         mut headers: HeaderMap,
         body: Bytes,
         idle: bool,
         repeatable: bool,
-    ) -> Result<super::reply::Reply, UpstreamError> {
+        call: Option<deadline::Call<'_>>,
+    ) -> Result<Reply, UpstreamError> {
         let upstream = &self.server.upstream;
         let url = upstream.settings.url();
-        let body = (self.trail.trace()).forward(&mut headers, Some(body), url);
+        // Each try is a forward span of its own, named in its `traceparent`.
+        let original = body.clone();
+        let mut body = (self.trail.trace()).forward(&mut headers, Some(body), url);
         // No credential, no request: the refusal says what is missing.
         let credential = self
             .server
@@ -205,41 +212,89 @@ impl Forward<'_> {
         let breaker = &upstream.settings.breaker;
         let admitted = upstream.breaker.admit(breaker);
         if let Admit::Open(wait) = admitted {
-            return Err(self.open(wait));
+            return Err(deadline::open(self.live, self.name(), wait));
         }
         // Dropped with this future before an outcome is recorded, it hands the probe back.
         let mut probe = (admitted == Admit::Probe).then(|| upstream.breaker.probing());
-        let sent = Instant::now();
-        let idle = idle.then_some(upstream.settings.timeout);
-        let deadline = sent + upstream.settings.timeout;
+        let sent = tokio::time::Instant::now();
+        let limit = call.as_ref().and_then(|c| c.limit);
+        // A tool's own deadline bounds each wait and the whole call.
+        let window = limit.unwrap_or(upstream.settings.timeout);
+        // Between events: the server's `timeout`, or a longer deadline (a
+        // shorter one cuts the whole call instead, with its own words).
+        let idle = idle.then_some(window.max(upstream.settings.timeout));
+        let due = sent + window;
+        let entry = (call.as_ref()).map(|c| {
+            let key = inflight::key(self.caller.client.name(), self.session, c.id);
+            upstream.in_flight.enter(key)
+        });
+        let mut guard = (call.as_ref()).and_then(|c| {
+            CancelGuard::new(upstream, headers.clone(), credential.clone(), c.id.clone())
+        });
         let retry = &upstream.settings.retry;
-        let mut retries = Retries::new(retry, &upstream.budget, repeatable, deadline);
+        let mut retries = Retries::new(retry, &upstream.budget, repeatable, due.into_std());
+        let mut causes = Vec::new();
         let mut reply = loop {
-            let outcome = upstream
-                .exchange(
-                    Method::POST,
-                    headers.clone(),
-                    credential.clone(),
-                    body.clone(),
-                    idle,
-                )
-                .await;
-            let Some(pause) = retries.after(&outcome) else {
-                upstream.breaker.record(!broken(&outcome), breaker);
+            let exchange = upstream.exchange(
+                Method::POST,
+                headers.clone(),
+                credential.clone(),
+                body.clone(),
+                idle,
+            );
+            let outcome = match limit {
+                Some(limit) => (tokio::time::timeout_at(due, exchange).await)
+                    .unwrap_or_else(|_| Err(deadline::past(limit))),
+                None => exchange.await,
+            };
+            let mut pause = retries.after(&outcome);
+            if let Some(wait) = pause {
+                let why = cause(&outcome);
+                tracing::info!(server = %upstream.settings.name, attempt = retries.tries() + 1, cause = %why,
+                    pause_ms = wait.as_millis() as u64, "sending the request to the server again");
+                self.trail.trace().attempt_failed(&why);
+                causes.push(why);
+                let cancelled = async {
+                    match &entry {
+                        Some(entry) => entry.cancelled.notified().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = cancelled => {
+                        tracing::info!(server = %upstream.settings.name,
+                            "the client cancelled the call: it is not sent again");
+                        causes.pop();
+                        pause = None;
+                    }
+                }
+            }
+            if pause.is_none() {
+                if upstream.breaker.record(!broken(&outcome), breaker) {
+                    tracing::warn!(server = %upstream.settings.name, cool_down_ms = breaker.cool_down.as_millis() as u64,
+                        "circuit breaker opened: the server's calls are answered at once until a probe succeeds");
+                }
                 if let Some(probe) = probe.take() {
                     probe.settled();
                 }
-                break outcome?;
-            };
-            tracing::info!(
-                server = %upstream.settings.name,
-                attempt = retries.tries() + 1,
-                pause_ms = pause.as_millis() as u64,
-                "sending the request to the server again"
+                if retries.tries() > 1 {
+                    let attempts = retries.tries();
+                    self.trail.note(|e| {
+                        e.retries = Some(crate::record::event::Retries { attempts, causes })
+                    });
+                }
+                break deadline::settle(outcome, guard.take(), call.as_ref(), due)?;
+            }
+            let attempt = retries.tries() + 1;
+            body = (self.trail.trace()).forward_try(
+                &mut headers,
+                Some(original.clone()),
+                url,
+                attempt,
             );
-            drop(outcome);
-            tokio::time::sleep(pause).await;
         };
+        drop(entry);
         if self.ex_era == Era::Modern {
             // The 2026 era has no sessions: an upstream's session id is not relayed.
             reply_headers_mut(&mut reply).remove(MCP_SESSION_ID);
@@ -255,33 +310,6 @@ impl Forward<'_> {
         Ok(reply)
     }
 
-    /// The failure a request gets while the server's breaker is open: when
-    /// to retry, and which other servers still work.
-    fn open(&self, wait: std::time::Duration) -> UpstreamError {
-        let others: Vec<&str> = (self.live.servers.iter())
-            .filter(|(name, s)| *name != self.name() && !s.upstream.breaker.is_open())
-            .map(|(name, _)| name.as_str())
-            .collect();
-        let others = if others.is_empty() {
-            "No other server of this gateway is known to work now.".to_owned()
-        } else {
-            format!(
-                "These servers of this gateway still work: {}.",
-                others.join(", ")
-            )
-        };
-        let mut e = UpstreamError::new(
-            crate::error::UpstreamKind::Open,
-            format!(
-                "its last requests failed one after another, so the gateway stops sending it anything for a \
-                 while. Retry in about {}s; if it keeps failing, report that the server is unavailable. {others}",
-                wait.as_secs().max(1)
-            ),
-        );
-        e.not_run = true;
-        e
-    }
-
     /// Forwards the client's body and relays the reply.
     pub(super) async fn relay(
         &self,
@@ -293,9 +321,24 @@ impl Forward<'_> {
         let hints = &to.call.hints;
         let repeatable = (to.tool.as_deref())
             .is_some_and(|tool| retry.repeatable(tool, hints.read_only, hints.idempotent));
+        if to.method == "notifications/cancelled"
+            && let Some(id) = inflight::cancelled_id(&body)
+        {
+            // The client gave up on a call: it is not sent again (the
+            // notification itself goes on to the server).
+            let key = inflight::key(self.caller.client.name(), self.session, &id);
+            self.server.upstream.in_flight.cancel(&key);
+        }
+        let call = match (&to.tool, &to.id) {
+            (Some(tool), Some(id)) => Some(deadline::Call {
+                id,
+                limit: self.server.upstream.settings.call_timeout(tool),
+            }),
+            _ => None,
+        };
         // `subscriptions/listen` streams stay open for as long as the client listens.
         let reply = self
-            .send_as(self.headers(headers), body, !self.listen, repeatable)
+            .send_as(self.headers(headers), body, !self.listen, repeatable, call)
             .await
             .map_err(|e| to.failure(e))?;
         Ok(relay(reply, to))

@@ -159,6 +159,19 @@ impl<'a> Retries<'a> {
     }
 }
 
+/// Why a try was not the answer, as the audit event and its span name it:
+/// the failure's result code, `http 502`, or `json-rpc -32603`.
+pub(crate) fn cause(outcome: &Result<Reply, UpstreamError>) -> String {
+    match outcome {
+        Err(e) => e.kind.code().to_owned(),
+        Ok(reply) if gateway_status(reply) => match status(reply) {
+            Some(code) => format!("http {code}"),
+            None => "upstream_unavailable".to_owned(),
+        },
+        Ok(_) => "json-rpc -32603".to_owned(),
+    }
+}
+
 /// A transport failure, or HTTP 502/503: what the breaker counts. A timeout
 /// is not one (the server may be busy, not gone), nor is HTTP 504 (a proxy in
 /// front of the server gave up waiting, the same thing: a client calling a

@@ -23,6 +23,7 @@ use super::upstream::Upstream;
 use crate::approval::{Approvals, Happening};
 use crate::config::Config;
 use crate::identity::Broker;
+use crate::metrics::BreakerReading;
 use crate::pins::Pins;
 use crate::ratelimit::{RateLimiter, RatePlan};
 use crate::record::event::{APPROVAL_METHOD, Event};
@@ -164,6 +165,19 @@ impl AppState {
             ready,
             serde_json::json!({"ready": ready, "servers": servers}),
         )
+    }
+
+    /// Each configured server's breaker: its state and how often it opened
+    /// (for `/healthz`, `/metrics` and the dashboard).
+    pub(crate) fn breakers(&self) -> Vec<BreakerReading> {
+        let live = self.live.load_full();
+        (live.servers.iter())
+            .map(|(name, server)| BreakerReading {
+                server: name.clone(),
+                state: server.upstream.breaker.phase().as_str(),
+                opens: server.upstream.breaker.opens(),
+            })
+            .collect()
     }
 }
 

@@ -120,6 +120,7 @@ impl Stdio {
             Link::Running(life) => (true, "running", life.pid),
             Link::Restarting { .. } => (false, "restarting", None),
             Link::Stopped => (false, "stopped", None),
+            Link::CrashLoop { .. } => (false, "crash_loop", None),
         };
         let mut out = json!({"transport": "stdio", "state": state, "restarts": restarts});
         if let Some(pid) = pid {
@@ -205,6 +206,13 @@ impl Stdio {
             match link {
                 Link::Running(life) => return Ok(life),
                 Link::Stopped => return Err(not_run("the server process has been stopped")),
+                Link::CrashLoop { crashes } => {
+                    return Err(not_run(format!(
+                        "its process crashed {crashes} times in a row, so the gateway stopped restarting it \
+                         until an operator fixes it (a reload that changes this server, or a restart of the gateway, starts it again); \
+                         report that the server is unavailable"
+                    )));
+                }
                 Link::Restarting { at } if at > deadline => {
                     return Err(not_run(format!(
                         "the server process exited and is restarted in {}",

@@ -33,6 +33,7 @@ use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::breaker::Breaker;
+use super::inflight::InFlight;
 use super::reply::{Framing, OTHER_BODY_BYTES, Reply, UpstreamError};
 use super::retry::Budget;
 use super::stdio::Stdio;
@@ -80,6 +81,8 @@ pub(crate) struct Upstream {
     pub budget: Budget,
     /// Whether the server is answered for without being contacted.
     pub breaker: Breaker,
+    /// Its tool calls under way, for the clients' cancellations.
+    pub in_flight: InFlight,
 }
 
 /// How requests reach the server.
@@ -128,6 +131,7 @@ impl Upstream {
                     max_response_bytes,
                     budget: Budget::default(),
                     breaker: Breaker::default(),
+                    in_flight: InFlight::default(),
                 });
             }
         };
@@ -148,6 +152,7 @@ impl Upstream {
                 max_response_bytes,
                 budget: Budget::default(),
                 breaker: Breaker::default(),
+                in_flight: InFlight::default(),
             });
         }
         let client = reqwest::Client::builder()
@@ -164,6 +169,7 @@ impl Upstream {
             max_response_bytes,
             budget: Budget::default(),
             breaker: Breaker::default(),
+            in_flight: InFlight::default(),
         })
     }
 
@@ -180,13 +186,15 @@ impl Upstream {
         credential.apply(&mut headers);
         match &self.link {
             Link::Http { client, url } => {
-                let response = self.send(client, url, method, headers, body).await?;
+                let response =
+                    (self.send(client, url, method, headers, body, self.wait(idle))).await?;
                 let response = http::Response::from(response)
                     .map(|b| b.map_err(|_: reqwest::Error| BodyBroke).boxed());
                 self.read(response, idle).await
             }
             Link::Plain { client, uri } => {
-                let response = self.send_plain(client, uri, method, headers, body).await?;
+                let response =
+                    (self.send_plain(client, uri, method, headers, body, self.wait(idle))).await?;
                 let response = response.map(|b| b.map_err(|_| BodyBroke).boxed());
                 self.read(response, idle).await
             }
@@ -205,13 +213,8 @@ impl Upstream {
             Link::Stdio(stdio) => stdio.readiness(),
         };
         // Degraded, not down: an open breaker answers for the server.
-        let breaker = if self.breaker.is_open() {
-            "open"
-        } else {
-            "closed"
-        };
         if let Some(body) = body.as_object_mut() {
-            body.insert("breaker".into(), breaker.into());
+            body.insert("breaker".into(), self.breaker.phase().as_str().into());
         }
         (ready, body)
     }
@@ -223,7 +226,7 @@ impl Upstream {
         }
     }
 
-    /// Sends one request; waits at most the server's `timeout` for the reply's headers.
+    /// Sends one request; waits at most `wait` for the reply's headers.
     async fn send(
         &self,
         client: &reqwest::Client,
@@ -231,6 +234,7 @@ impl Upstream {
         method: Method,
         headers: HeaderMap,
         body: Option<Bytes>,
+        wait: Duration,
     ) -> Result<reqwest::Response, UpstreamError> {
         let mut request = client.request(method, url.clone()).headers(headers);
         for (name, value) in &self.settings.headers {
@@ -241,10 +245,10 @@ impl Upstream {
                 .header(header::CONTENT_TYPE, "application/json")
                 .body(body);
         }
-        match tokio::time::timeout(self.settings.timeout, request.send()).await {
+        match tokio::time::timeout(wait, request.send()).await {
             Err(_) => Err(UpstreamError::new(
                 UpstreamKind::Timeout,
-                format!("no response within {}", humanize(self.settings.timeout)),
+                format!("no response within {}", humanize(wait)),
             )),
             Ok(Err(e)) => Err(UpstreamError::from_http(&e)),
             Ok(Ok(r)) => Ok(r),
@@ -260,6 +264,7 @@ impl Upstream {
         method: Method,
         mut headers: HeaderMap,
         body: Option<Bytes>,
+        wait: Duration,
     ) -> Result<http::Response<hyper::body::Incoming>, UpstreamError> {
         for (name, value) in &self.settings.headers {
             headers.append(name, value.clone());
@@ -278,10 +283,10 @@ impl Upstream {
         *request.method_mut() = method;
         *request.uri_mut() = uri.clone();
         *request.headers_mut() = headers;
-        match tokio::time::timeout(self.settings.timeout, client.request(request)).await {
+        match tokio::time::timeout(wait, client.request(request)).await {
             Err(_) => Err(UpstreamError::new(
                 UpstreamKind::Timeout,
-                format!("no response within {}", humanize(self.settings.timeout)),
+                format!("no response within {}", humanize(wait)),
             )),
             Ok(Err(e)) => {
                 let mut err = UpstreamError::new(UpstreamKind::Unavailable, describe_plain(&e));
@@ -316,7 +321,7 @@ impl Upstream {
             });
         }
         if content_type.starts_with("application/json") {
-            let body = self.read_body(response).await?;
+            let body = self.read_body(response, self.wait(idle)).await?;
             if body.is_empty() {
                 return Ok(Reply::Empty {
                     status: Framing::Http(status),
@@ -382,7 +387,11 @@ impl Upstream {
             .flatten()
     }
 
-    async fn read_body(&self, response: http::Response<Body>) -> Result<Bytes, UpstreamError> {
+    async fn read_body(
+        &self,
+        response: http::Response<Body>,
+        wait: Duration,
+    ) -> Result<Bytes, UpstreamError> {
         let limit = self.max_response_bytes;
         let mut body = response.into_body();
         let read = async {
@@ -401,17 +410,20 @@ impl Upstream {
             }
             Ok(Bytes::from(out))
         };
-        tokio::time::timeout(self.settings.timeout, read)
-            .await
-            .unwrap_or_else(|_| {
-                Err(UpstreamError::new(
-                    UpstreamKind::Timeout,
-                    format!(
-                        "the reply did not complete within {}",
-                        humanize(self.settings.timeout)
-                    ),
-                ))
-            })
+        tokio::time::timeout(wait, read).await.unwrap_or_else(|_| {
+            Err(UpstreamError::new(
+                UpstreamKind::Timeout,
+                format!("the reply did not complete within {}", humanize(wait)),
+            ))
+        })
+    }
+
+    /// How long a request waits for its reply's headers (and a JSON reply
+    /// for its body): the server's `timeout`, or a tool's longer deadline.
+    fn wait(&self, idle: Option<Duration>) -> Duration {
+        idle.map_or(self.settings.timeout, |idle| {
+            idle.max(self.settings.timeout)
+        })
     }
 }
 

@@ -59,12 +59,26 @@ pub struct Event {
     pub era: String,
     /// The arguments of a `tools/call`, per `[audit] arguments`.
     pub arguments: Option<Value>,
+    /// When the gateway sent the request more than once: how many tries, and
+    /// what ended each try that was not the answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retries: Option<Retries>,
     /// Human approval: `{by, outcome, digest, id?, decided_by?, at_ms}`.
     pub approval: Option<Value>,
     /// On an approval's own event (method [`APPROVAL_METHOD`]): who was asked
     /// and the outcome, the labels it is counted under (not a request).
     #[serde(skip)]
     pub approval_counted: Option<(&'static str, &'static str)>,
+}
+
+/// A request the gateway sent to its server more than once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Retries {
+    /// Tries made, the first included.
+    pub attempts: u32,
+    /// Why each try but the last was not the answer (`upstream_unavailable`,
+    /// `http 502`, `json-rpc -32603`), in order.
+    pub causes: Vec<String>,
 }
 
 /// The method of the events an approval records of its own (asked,

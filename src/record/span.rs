@@ -71,6 +71,10 @@ struct Open {
     /// For the forward stage: the upstream host and port, then its status.
     upstream: Option<(String, Option<u16>)>,
     status: Option<u16>,
+    /// For the forward stage: which try of the request it is (from 1).
+    attempt: u32,
+    /// Why this stage ended without the answer (a try that is sent again).
+    error: Option<String>,
 }
 
 /// What the request span says besides the audit event.
@@ -201,9 +205,22 @@ impl RequestTrace {
         body: Option<Bytes>,
         url: Option<&reqwest::Url>,
     ) -> Option<Bytes> {
+        self.forward_try(headers, body, url, 1)
+    }
+
+    /// [`Self::forward`] for try number `attempt` of the same message: each
+    /// try is a forward stage of its own, named in its own `traceparent`.
+    pub(crate) fn forward_try(
+        &self,
+        headers: &mut HeaderMap,
+        body: Option<Bytes>,
+        url: Option<&reqwest::Url>,
+        attempt: u32,
+    ) -> Option<Bytes> {
         let mut body = body;
         self.with(|s| {
             let mut open = Open::new(FORWARD, Instant::now());
+            open.attempt = attempt;
             // A stdio server has no address.
             open.upstream = url.and_then(|url| {
                 url.host_str()
@@ -224,6 +241,17 @@ impl RequestTrace {
             s.open_stage(open);
         });
         body
+    }
+
+    /// The try under way failed for `cause` and the request is sent again:
+    /// its forward stage ends with that error (the next try opens its own
+    /// through [`Self::forward`]).
+    pub(crate) fn attempt_failed(&self, cause: &str) {
+        self.with(|s| {
+            if let Some(open) = s.open.as_mut().filter(|o| o.name == FORWARD) {
+                open.error = Some(cause.to_owned());
+            }
+        });
     }
 
     /// The upstream replied with `status`: the forward stage ends and the
@@ -327,6 +355,9 @@ impl State {
                 i64::from(status),
             ));
         }
+        if open.attempt > 0 {
+            attributes.push(KeyValue::new("portcullis.attempt", i64::from(open.attempt)));
+        }
         FinishedStage {
             name: open.name,
             span_id: open.span_id,
@@ -338,7 +369,7 @@ impl State {
             start: self.at(open.started),
             end: self.at(ended),
             attributes,
-            error: None,
+            error: open.error,
         }
     }
 }
@@ -351,6 +382,8 @@ impl Open {
             started,
             upstream: None,
             status: None,
+            attempt: 0,
+            error: None,
         }
     }
 }

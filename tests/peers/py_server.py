@@ -6,7 +6,7 @@ nothing), progress, explode (raises with a secret in the message), admin_reset, 
 sanitizer: leaky_ask (sampling and elicitation whose texts carry the same, as server requests in
 the 2025 era and as an `input_required` result in 2026-07-28), leaky_text (terminal escapes, OSC 8, tag characters, bidi, zero-width, canary secrets
 in text and in an embedded resource), leaky_structured (the same in structuredContent), hang
-(sleeps `seconds`), huge (returns `bytes` bytes of text). Resources: the templates
+(sleeps `seconds`; a cancelled `hang` or `progress` records itself again as `hang:cancelled`, `progress:cancelled`), huge (returns `bytes` bytes of text). Resources: the templates
 `users://{user_id}/profile`, `res://{+path}` and `file:///{+path}` (the last two resolve `..`
 themselves: an admin's profile or item says "ADMIN SECRET", `file:///secret/…` "SECRET KEY").
 
@@ -149,9 +149,14 @@ def build(record: str | None) -> MCPServer:
     @mcp.tool(description="Send `steps` progress notifications, then finish.", structured_output=False)
     async def progress(steps: int, ctx: Context) -> str:
         ran("progress", {"steps": steps})
-        for i in range(1, steps + 1):
-            await ctx.report_progress(i, steps)
-            await anyio.sleep(0.05)
+        try:
+            for i in range(1, steps + 1):
+                await ctx.report_progress(i, steps)
+                await anyio.sleep(0.05)
+        except anyio.get_cancelled_exc_class():
+            # Recorded so a test can see the call was cancelled here, not left running.
+            ran("progress:cancelled", {"steps": steps})
+            raise
         return f"done {steps}"
 
     @mcp.tool(description="Always fails.", structured_output=False)
@@ -241,7 +246,11 @@ def build(record: str | None) -> MCPServer:
     @mcp.tool(description="Sleep for `seconds`, then answer.", structured_output=False)
     async def hang(seconds: float) -> str:
         ran("hang", {"seconds": seconds})
-        await anyio.sleep(seconds)
+        try:
+            await anyio.sleep(seconds)
+        except anyio.get_cancelled_exc_class():
+            ran("hang:cancelled", {"seconds": seconds})
+            raise
         return "woke up"
 
     @mcp.tool(description="Return `size` bytes of text.", structured_output=False)

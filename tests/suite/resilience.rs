@@ -149,7 +149,10 @@ async fn the_budget_caps_retries_during_a_full_outage() {
             r#"{ budget = 0.1, idempotent_tools = ["html_502"] }"#,
         )
         // Without the breaker, which would stop the calls themselves.
-        .replace("[servers.s]", "[servers.s]\nbreaker = { failures = 0 }"),
+        .replace(
+            "[servers.s]",
+            "[servers.s]\nbreaker = { failures = 0, ratio = 0 }",
+        ),
     )
     .await;
     let calls = 20;
@@ -161,6 +164,10 @@ async fn the_budget_caps_retries_during_a_full_outage() {
     // window retries at most 3 requests (its floor) or a tenth of them; a
     // slow run may span two windows.
     let attempts = upstream.calls();
+    eprintln!(
+        "full outage: {calls} calls, {attempts} attempts (budget 0.1; without it {})",
+        calls * 2
+    );
     assert!(attempts > calls, "some calls were retried: {attempts}");
     assert!(attempts <= calls + 6, "the budget held: {attempts}");
     gateway.stop().await;
@@ -177,6 +184,29 @@ async fn a_bad_retry_table_is_refused_with_its_key() {
         let err =
             portcullis::config::load_str(&text, "portcullis.toml", &|_| None).expect_err(retry);
         assert!(err.to_string().contains(key), "{retry}: {err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_breaker_is_refused_with_its_key() {
+    for (breaker, key) in [
+        ("{ ratio = 1.5 }", "servers.s.breaker.ratio"),
+        ("{ window = 0 }", "servers.s.breaker.window"),
+        (
+            "{ window = 5, min_calls = 6 }",
+            "servers.s.breaker.min_calls",
+        ),
+        ("{ share = 0.5 }", "share"),
+    ] {
+        let text = Config::new()
+            .server("s", "http://127.0.0.1:1/mcp")
+            .set_raw("breaker", breaker)
+            .clients()
+            .allow_all()
+            .render();
+        let err =
+            portcullis::config::load_str(&text, "portcullis.toml", &|_| None).expect_err(breaker);
+        assert!(err.to_string().contains(key), "{breaker}: {err}");
     }
 }
 
@@ -244,6 +274,161 @@ async fn the_breaker_opens_answers_without_the_server_half_opens_and_closes() {
     assert_eq!(ran, ["up", "probe", "closed"]);
     gateway.stop().await;
     peer.stop().await;
+}
+
+/// The admin listener's `path`: its status and body.
+async fn admin_get(admin: &str, path: &str) -> (u16, String) {
+    let r = support::http()
+        .get(format!("{admin}{path}"))
+        .send()
+        .await
+        .expect("admin answers");
+    let status = r.status().as_u16();
+    (status, r.text().await.expect("body"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_ratio_opens_the_breaker_and_health_metrics_and_the_dashboard_show_it() {
+    let upstream = Misbehaving::start().await;
+    let text_config = Config::new()
+        .server("s", &upstream.url)
+        .set_raw("retry", "{ attempts = 1 }")
+        .set_raw(
+            "breaker",
+            r#"{ failures = 0, ratio = 0.5, window = 6, min_calls = 6, cool_down = "1h" }"#,
+        )
+        .clients()
+        .allow_all()
+        .render();
+    let gateway = TestGateway::start_raw(&text_config).await;
+    let admin = gateway.admin_url();
+    let health = |admin: String| async move {
+        let (status, body) = admin_get(&admin, "/healthz").await;
+        let body: Value = serde_json::from_str(&body).expect("JSON");
+        (status, body["status"].clone(), body["breakers"].clone())
+    };
+    assert_eq!(health(admin.clone()).await, (200, json!("ok"), Value::Null));
+    let (_, metrics) = admin_get(&admin, "/metrics").await;
+    for line in [
+        r#"portcullis_breaker_state{server="s",state="closed"} 1"#,
+        r#"portcullis_breaker_state{server="s",state="open"} 0"#,
+        r#"portcullis_breaker_opens_total{server="s"} 0"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
+    // A JSON-RPC -32000 (the server's own answer: up) and a 502 (a
+    // failure) in turn: never two failures in a row, so only the ratio can
+    // open it. The tools/list the gateway sends first is a success too.
+    for tool in [
+        "rpc_server_error",
+        "html_502",
+        "rpc_server_error",
+        "html_502",
+        "rpc_server_error",
+    ] {
+        let result = gateway.call("s", tool, json!({})).await;
+        assert_ne!(code(&result), "server_unavailable", "{tool}: {result}");
+    }
+    assert_eq!(
+        health(admin.clone()).await,
+        (200, json!("ok"), Value::Null),
+        "two of the last six failed: still closed"
+    );
+    gateway.call("s", "html_502", json!({})).await;
+    // Half of the last six failed, the last one included: open.
+    assert_eq!(
+        health(admin.clone()).await,
+        (200, json!("degraded"), json!({"s": "open"})),
+        "degraded, not down"
+    );
+    let (_, metrics) = admin_get(&admin, "/metrics").await;
+    for line in [
+        r#"portcullis_breaker_state{server="s",state="closed"} 0"#,
+        r#"portcullis_breaker_state{server="s",state="open"} 1"#,
+        r#"portcullis_breaker_state{server="s",state="half_open"} 0"#,
+        r#"portcullis_breaker_opens_total{server="s"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
+    let (_, overview) = admin_get(&admin, "/api/overview").await;
+    let overview: Value = serde_json::from_str(&overview).expect("JSON");
+    assert_eq!(
+        overview["breakers"],
+        json!([{"server": "s", "state": "open", "opens": 1}])
+    );
+    let (status, ready) = admin_get(&admin, "/readyz").await;
+    let ready: Value = serde_json::from_str(&ready).expect("JSON");
+    assert_eq!(
+        (status, &ready["servers"]["s"]["breaker"]),
+        (200, &json!("open"))
+    );
+    // While open the server is not asked, and the answer does not wait for
+    // a timeout (measured for RELIABILITY.md, not asserted).
+    let before = upstream.calls();
+    let mut took = Vec::new();
+    for _ in 0..50 {
+        let started = std::time::Instant::now();
+        let result = gateway.call("s", "rpc_server_error", json!({})).await;
+        took.push(started.elapsed());
+        assert_eq!(code(&result), "server_unavailable", "{result}");
+    }
+    assert_eq!(upstream.calls(), before);
+    took.sort();
+    eprintln!(
+        "refused while open: p50 {:?}, p99 {:?}, max {:?} (the server's timeout: 30s)",
+        took[took.len() / 2],
+        took[took.len() * 99 / 100],
+        took[took.len() - 1]
+    );
+    gateway.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_try_of_a_retried_call_is_a_span_and_the_event_names_the_causes() {
+    let receiver = support::otlp::Receiver::start().await;
+    let upstream = Misbehaving::start().await;
+    let text_config = config(
+        &upstream.url,
+        r#"{ attempts = 5, idempotent_tools = ["html_502"] }"#,
+    ) + &format!("\n[telemetry]\notlp_endpoint = \"{}\"\n", receiver.endpoint);
+    let gateway = TestGateway::start_raw(&text_config).await;
+    let result = gateway.call("s", "html_502", json!({})).await;
+    assert_eq!(result["isError"], true, "{result}");
+    // The event, as the dashboard's API serves it.
+    let admin = gateway.admin_url();
+    let mut event = Value::Null;
+    for _ in 0..100 {
+        let (_, events) = admin_get(&admin, "/api/events?tool=html_502").await;
+        let events: Value = serde_json::from_str(&events).expect("JSON");
+        event = events["events"][0].clone();
+        if !event.is_null() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        event["retries"],
+        json!({"attempts": 2, "causes": ["http 502"]}),
+        "{event}"
+    );
+    gateway.stop().await;
+    // One forward span per try, in order (after the gateway's own tools/list,
+    // sent once); the first try ended with its cause.
+    let spans = receiver.spans();
+    let forwards: Vec<_> = spans.iter().filter(|s| s.name == "forward").collect();
+    let attempts: Vec<_> = (forwards.iter())
+        .map(|s| s.attr("portcullis.attempt").unwrap_or_default())
+        .collect();
+    assert_eq!(attempts, ["1", "1", "2"], "{spans:#?}");
+    let (first, second) = (forwards[1], forwards[2]);
+    assert_eq!(
+        (first.status_code, first.status_message.as_str()),
+        (2, "http 502"),
+        "{first:#?}"
+    );
+    // Both in the request's trace, under its span.
+    assert_eq!(first.trace_id, second.trace_id);
+    assert_eq!(first.parent_span_id, second.parent_span_id);
 }
 
 /// A probe whose client goes away before the server answers does not keep

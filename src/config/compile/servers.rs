@@ -14,15 +14,20 @@ use http::{HeaderName, HeaderValue};
 use toml::Spanned;
 
 use super::super::model::{
-    BreakerSettings, Mode, RetrySettings, ServerSettings, StdioCommand, Transport,
+    BreakerSettings, Mode, RestartSettings, RetrySettings, ServerSettings, StdioCommand, Transport,
 };
-use super::super::raw::{RawBreaker, RawConfig, RawRetry, RawServer};
+use super::super::raw::{RawBreaker, RawConfig, RawRestart, RawRetry, RawServer};
 use crate::pins::Pinning;
+use crate::policy::glob::Glob;
 
 use super::{Ctx, RESERVED_HEADERS, Result, check_name, check_server_name};
 
 /// Most tries of one request `retry.attempts` may ask for.
 const MAX_ATTEMPTS: usize = 20;
+/// The longest deadline of one tool call.
+const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+/// The longest breaker window, in requests.
+const MAX_WINDOW: usize = 1000;
 
 impl Ctx<'_> {
     pub(super) fn servers(&self, raw: &RawConfig) -> Result<BTreeMap<String, Arc<ServerSettings>>> {
@@ -136,7 +141,33 @@ impl Ctx<'_> {
             identity: None,
             retry: self.retry(&raw.retry, &format!("{key}.retry"))?,
             breaker: self.breaker(&raw.breaker, &format!("{key}.breaker"))?,
+            tool_timeouts: self.tool_timeouts(&raw.timeouts, &format!("{key}.timeouts"))?,
         })
+    }
+
+    /// `[servers.NAME.timeouts]`: each pattern with its deadline, the most
+    /// specific first (literal names, then the longer patterns), so a tool
+    /// named on its own beats a pattern that also matches it.
+    fn tool_timeouts(
+        &self,
+        raw: &BTreeMap<Spanned<String>, Spanned<String>>,
+        key: &str,
+    ) -> Result<Vec<(Glob, Duration)>> {
+        let mut out = Vec::new();
+        for (pattern, limit) in raw {
+            let at = format!("{key}.{:?}", pattern.get_ref());
+            let glob = Glob::new(pattern.get_ref()).map_err(|e| {
+                self.fail(
+                    Some(pattern.span()),
+                    &at,
+                    format!("not a valid tool pattern: {e}"),
+                )
+            })?;
+            let limit = self.duration(Some(limit), &at, Duration::ZERO, MAX_CALL_TIMEOUT)?;
+            out.push((glob, limit));
+        }
+        out.sort_by_key(|(glob, _)| (!glob.is_literal(), std::cmp::Reverse(glob.as_str().len())));
+        Ok(out)
     }
 
     /// `[servers.NAME.breaker]`, with the defaults of [`BreakerSettings`].
@@ -149,6 +180,40 @@ impl Ctx<'_> {
             0,
             1000,
         )?;
+        let ratio = match &raw.ratio {
+            None => defaults.ratio,
+            Some(r) if (0.0..=1.0).contains(r.get_ref()) => *r.get_ref(),
+            Some(r) => {
+                return Err(self.fail(
+                    Some(r.span()),
+                    &format!("{key}.ratio"),
+                    "expected a fraction from 0.0 to 1.0: the share of failed requests that opens the breaker (0 = never by ratio)",
+                ));
+            }
+        };
+        let window = self.size(
+            raw.window.as_ref(),
+            &format!("{key}.window"),
+            defaults.window as usize,
+            1,
+            MAX_WINDOW,
+        )?;
+        let min_calls = self.size(
+            raw.min_calls.as_ref(),
+            &format!("{key}.min_calls"),
+            (defaults.min_calls as usize).min(window),
+            1,
+            MAX_WINDOW,
+        )?;
+        if min_calls > window {
+            return Err(self.fail(
+                raw.min_calls.as_ref().map(|m| m.span()),
+                &format!("{key}.min_calls"),
+                format!(
+                    "expected at most `window` ({window}): the ratio is taken over the last `window` requests"
+                ),
+            ));
+        }
         Ok(BreakerSettings {
             failures: u32::try_from(failures).unwrap_or(defaults.failures),
             cool_down: self.duration(
@@ -157,6 +222,9 @@ impl Ctx<'_> {
                 defaults.cool_down,
                 Duration::from_secs(3600),
             )?,
+            ratio,
+            window: u32::try_from(window).unwrap_or(defaults.window),
+            min_calls: u32::try_from(min_calls).unwrap_or(defaults.min_calls),
         })
     }
 
@@ -204,6 +272,13 @@ impl Ctx<'_> {
                 Some(v.span()),
                 &format!("{key}.env.{k}"),
                 "`env` applies to stdio servers (`command`); an HTTP server gets the gateway's credentials through `headers`",
+            ));
+        }
+        if let Some(r) = &raw.restart {
+            return Err(self.fail(
+                Some(r.span()),
+                &format!("{key}.restart"),
+                "`restart` applies to stdio servers (`command`): the gateway runs their process; an HTTP server's failures meet `retry` and `breaker`",
             ));
         }
         if let Some(cwd) = &raw.cwd {
@@ -320,12 +395,55 @@ impl Ctx<'_> {
             .map(|w| w.get_ref().as_str())
             .collect::<Vec<_>>()
             .join(" ");
+        let restart = match &raw.restart {
+            Some(r) => self.restart(r.get_ref(), &format!("{key}.restart"))?,
+            None => RestartSettings::default(),
+        };
         Ok(StdioCommand {
             program: program.clone(),
             args: args.to_vec(),
             env,
             cwd,
             display,
+            restart,
+        })
+    }
+
+    /// `[servers.NAME.restart]`, with the defaults of [`RestartSettings`].
+    fn restart(&self, raw: &RawRestart, key: &str) -> Result<RestartSettings> {
+        let defaults = RestartSettings::default();
+        let hour = Duration::from_secs(3600);
+        let min_backoff = self.duration(
+            raw.min_backoff.as_ref(),
+            &format!("{key}.min_backoff"),
+            defaults.min_backoff,
+            hour,
+        )?;
+        let max_key = format!("{key}.max_backoff");
+        let max_backoff = self.duration(
+            raw.max_backoff.as_ref(),
+            &max_key,
+            defaults.max_backoff,
+            hour,
+        )?;
+        if max_backoff < min_backoff {
+            return Err(self.fail(
+                raw.max_backoff.as_ref().map(|m| m.span()),
+                &max_key,
+                "expected at least `min_backoff`: the delay doubles from `min_backoff` up to it",
+            ));
+        }
+        let max_restarts = self.size(
+            raw.max_restarts.as_ref(),
+            &format!("{key}.max_restarts"),
+            defaults.max_restarts as usize,
+            0,
+            10_000,
+        )?;
+        Ok(RestartSettings {
+            min_backoff,
+            max_backoff,
+            max_restarts: u32::try_from(max_restarts).unwrap_or(defaults.max_restarts),
         })
     }
 }

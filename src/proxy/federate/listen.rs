@@ -7,7 +7,9 @@
 //!
 //! Invariants: each member is asked only for the subscribed resources this
 //! client may read there, each in its canonical form (the one decided); a URI
-//! no member lets it read gets the answer a missing resource gets.
+//! no member lets it read gets the answer a missing resource gets; a stream
+//! that asked for tool list changes is told when a member's circuit breaker
+//! opens or closes (its tools leave the merged list or come back).
 
 use axum::response::Response;
 use bytes::Bytes;
@@ -73,13 +75,22 @@ pub(super) async fn listen(
         match forward.send(out, body, false).await {
             Ok(Reply::Sse { events, .. }) => {
                 let catalog = part.server.catalog.clone();
-                streams.push(events.inspect(move |item| {
+                let server = part.name().to_owned();
+                // One member's stream breaking (its server died) ends that
+                // member's part, not the others': they keep serving.
+                let events = events.take_while(move |item| {
+                    if let Err(e) = item {
+                        tracing::info!(server = %server, error = %e.reason, "a member's subscription stream ended");
+                    }
+                    std::future::ready(item.is_ok())
+                });
+                streams.push(Box::pin(events.inspect(move |item| {
                     if let Ok(SseItem::Event(e)) = item
                         && e.data.contains("notifications/tools/list_changed")
                     {
                         catalog.invalidate();
                     }
-                }));
+                })));
             }
             Ok(_) => tracing::info!(
                 server = part.name(),
@@ -104,13 +115,64 @@ pub(super) async fn listen(
             && std::mem::replace(&mut acknowledged, true);
         std::future::ready(!duplicate)
     });
+    // Asked for tool list changes: a member's breaker opening or closing is one.
+    let tools = (message.params())
+        .and_then(|p| p.get("notifications")?.get("toolsListChanged"))
+        .and_then(serde_json::Value::as_bool)
+        == Some(true);
+    let turns: Vec<_> = match tools {
+        true => (view.parts.iter())
+            .map(|p| p.server.upstream.breaker.turns())
+            .collect(),
+        false => Vec::new(),
+    };
+    let notice = json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/tools/list_changed",
+        "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": ex.id.clone()}},
+    });
     let reply = Reply::Sse {
         status: Framing::Message,
         headers: HeaderMap::new(),
-        events: Box::pin(events),
+        events: Box::pin(with_breaker_turns(
+            Box::pin(events),
+            turns,
+            notice.to_string(),
+        )),
     };
     ex.server = None;
     Ok(relay(reply, recipient(view.live, ex, first.server, None)))
+}
+
+/// `events`, with a `notifications/tools/list_changed` whenever a member's
+/// circuit breaker opens or closes (its tools leave the merged list or come
+/// back); it ends when `events` ends.
+fn with_breaker_turns<S>(
+    events: S,
+    turns: Vec<tokio::sync::watch::Receiver<u64>>,
+    notice: String,
+) -> impl futures_util::Stream<Item = S::Item> + Send + 'static
+where
+    S: futures_util::Stream<Item = Result<SseItem, crate::proxy::reply::UpstreamError>>
+        + Send
+        + Unpin
+        + 'static,
+{
+    let changes = futures_util::stream::select_all(turns.into_iter().map(|rx| {
+        Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.changed().await.ok().map(|()| ((), rx))
+        }))
+    }));
+    let state = (events, changes, notice);
+    futures_util::stream::unfold(state, |(mut events, mut changes, notice)| async move {
+        tokio::select! {
+            item = events.next() => item.map(|item| (item, (events, changes, notice))),
+            Some(()) = changes.next() => {
+                let event = crate::mcp::sse::SseEvent::message(notice.clone());
+                Some((Ok(SseItem::Event(event)), (events, changes, notice)))
+            }
+        }
+    })
 }
 
 /// Sends the client's message to every member, answers ignored.

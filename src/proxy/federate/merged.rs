@@ -7,7 +7,8 @@
 //! Invariants: a merged session is the gateway's own, minted here and bound
 //! to the client; a list holds only what this client may see, each name
 //! prefixed with its server's; a server that fails is left out, not fatal,
-//! unless none answers.
+//! unless none answers; a server whose circuit breaker is open is not asked
+//! for its list, and the instructions say why it is missing.
 
 use axum::response::Response;
 use bytes::Bytes;
@@ -19,6 +20,7 @@ use crate::mcp::headers::MCP_SESSION_ID;
 use crate::mcp::jsonrpc::Message;
 use crate::mcp::methods::ListKind;
 use crate::mcp::version::{self, Era};
+use crate::proxy::breaker::Phase;
 use crate::proxy::exchange::{Exchange, enter};
 use crate::proxy::forward::{reply_headers, watch_instructions};
 use crate::proxy::lists::{Listed, list_items};
@@ -215,6 +217,21 @@ fn merge_results(view: &View<'_>, answers: &[Answer]) -> Map<String, Value> {
             ));
         }
     }
+    // A server whose breaker is not closed: the client is told why its
+    // tools are missing, and that the others still work.
+    for part in &view.parts {
+        let phase = part.server.upstream.breaker.phase();
+        if phase != Phase::Closed {
+            instructions.push_str(&format!(
+                "\n\nServer `{}` is unavailable for now (its circuit breaker is {}): its tools, prompts \
+                 and resources are left out of the lists until it answers again, its calls are answered \
+                 at once with `server_unavailable`, and the other servers keep serving. A \
+                 `notifications/tools/list_changed` on a `subscriptions/listen` stream says when it is back.",
+                part.name(),
+                phase.as_str().replace('_', "-"),
+            ));
+        }
+    }
     let mut merged = Map::new();
     merged.insert("capabilities".into(), capabilities);
     merged.insert("instructions".into(), instructions.into());
@@ -255,6 +272,12 @@ pub(super) async fn merged_list(
     let mut answered = 0usize;
     let mut ttl: Option<u64> = None;
     for part in &view.parts {
+        // An open breaker: the server is not asked, its items are left out
+        // (half-open, the list is a probe like any request).
+        if part.server.upstream.breaker.phase() == Phase::Open {
+            tracing::debug!(server = part.name(), method = %ex.method, "left out of the merged list: its circuit breaker is open");
+            continue;
+        }
         match part_list(view, ex, part, message, kind).await {
             Ok(Listed::Items(listed, result)) => {
                 answered += 1;

@@ -16,8 +16,10 @@
 //! - one [`Life`] per process: it becomes visible to requests only after the
 //!   `initialize` handshake succeeded, and every request written to it is
 //!   answered (by the child, or as failed when the process ends);
-//! - restarts back off exponentially from [`MIN_BACKOFF`] to [`MAX_BACKOFF`],
-//!   and the delay resets once a process has stayed up for [`STABLE`];
+//! - restarts back off exponentially from `min_backoff` to `max_backoff`
+//!   (`[servers.NAME.restart]`), and the delay resets once a process has
+//!   stayed up for [`STABLE`]; after `max_restarts` restarts in a row the
+//!   gateway stops restarting it ([`Link::CrashLoop`]);
 //! - stopping closes stdin, waits [`STOP_GRACE`], then kills;
 //! - every read is bounded: a stdout line by `max_response_bytes`, a stderr
 //!   line by [`MAX_STDERR_LINE`] (the rest of a longer line is dropped).
@@ -39,10 +41,6 @@ use super::shared::{Life, Link, Pending, Shared, clip, line_of};
 use crate::mcp::version::LEGACY;
 use crate::util::time::humanize;
 
-/// First restart delay.
-pub(crate) const MIN_BACKOFF: Duration = Duration::from_millis(100);
-/// Longest restart delay.
-pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// A process up this long resets the restart delay.
 pub(crate) const STABLE: Duration = Duration::from_secs(30);
 /// How long a stopping child may take to exit once its stdin is closed.
@@ -66,9 +64,12 @@ enum End {
     Failed(String),
 }
 
-/// Runs processes one after another until `stop`.
+/// Runs processes one after another until `stop`, or until they crashed
+/// more than `max_restarts` times in a row.
 pub(super) async fn supervise(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let mut backoff = MIN_BACKOFF;
+    let restart = shared.command.restart.clone();
+    let mut backoff = restart.min_backoff;
+    let mut crashes = 0u32;
     let mut generation = 0u64;
     // Ends when asked to stop; each turn is one process life and one delay.
     while !*stop.borrow() {
@@ -88,7 +89,16 @@ pub(super) async fn supervise(shared: Arc<Shared>, mut stop: watch::Receiver<boo
             &format!("the server process ended while the request was in flight ({reason})"),
         );
         if started.elapsed() >= STABLE {
-            backoff = MIN_BACKOFF;
+            backoff = restart.min_backoff;
+            crashes = 0;
+        }
+        crashes = crashes.saturating_add(1);
+        if restart.max_restarts > 0 && crashes > restart.max_restarts {
+            tracing::error!(server = %shared.name, reason = %reason, crashes,
+                "stdio server process keeps crashing; the gateway stopped restarting it (fix it, then change its configuration or restart the gateway)");
+            shared.link.send_replace(Link::CrashLoop { crashes });
+            until(&mut stop).await;
+            break;
         }
         shared.restarts.fetch_add(1, Ordering::Relaxed);
         shared.link.send_replace(Link::Restarting {
@@ -100,7 +110,7 @@ pub(super) async fn supervise(shared: Arc<Shared>, mut stop: watch::Receiver<boo
             () = tokio::time::sleep(backoff) => {}
             () = until(&mut stop) => break,
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        backoff = (backoff * 2).min(restart.max_backoff);
     }
     shared.link.send_replace(Link::Stopped);
 }

@@ -277,6 +277,10 @@ pub(crate) enum Link {
         at: Instant,
     },
     Stopped,
+    /// It ended `crashes` times in a row, none up for long: not restarted.
+    CrashLoop {
+        crashes: u32,
+    },
 }
 
 /// One process, handshaken.
