@@ -182,6 +182,8 @@ impl SharedState {
         now_ms: i64,
         limits: (usize, usize),
     ) -> Result<Use, Unavailable> {
+        #[cfg(not(feature = "redis-ratelimit"))]
+        let _ = (nonce, client, expires_ms, now_ms, limits);
         match &self.backend {
             Backend::Memory => Ok(Use::Local),
             #[cfg(feature = "redis-ratelimit")]
@@ -244,6 +246,8 @@ impl SharedState {
 
     /// Forgets session `session` of `server` fleet-wide (ended).
     pub async fn forget_session(&self, server: &str, session: &str) -> Result<(), Unavailable> {
+        #[cfg(not(feature = "redis-ratelimit"))]
+        let _ = (server, session);
         match &self.backend {
             Backend::Memory => Ok(()),
             #[cfg(feature = "redis-ratelimit")]
@@ -269,7 +273,7 @@ impl SharedState {
     ) -> Result<(), Unavailable> {
         #[cfg(not(feature = "redis-ratelimit"))]
         let _ = (
-            kind, server, id, client, ttl_ms, max_ttl_ms, now_ms, per_client,
+            kind, server, id, client, value, ttl_ms, max_ttl_ms, now_ms, per_client,
         );
         match &self.backend {
             Backend::Memory => Ok(()),
@@ -327,7 +331,7 @@ impl SharedState {
 
     /// For `/readyz`: the store, and whether it answers now.
     pub async fn health(&self) -> serde_json::Value {
-        let reachable = match &self.backend {
+        let reachable: Result<(), Unavailable> = match &self.backend {
             Backend::Memory => Ok(()),
             #[cfg(feature = "redis-ratelimit")]
             Backend::Redis(redis) => self.observe(redis.ping().await),
