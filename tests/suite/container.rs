@@ -611,7 +611,7 @@ pub(crate) fn on_loopback(config: &str, gateway: u16, admin: u16, server: u16) -
 
 /// A Python SDK client of `mode` lists the tools, calls one, and has a call that
 /// breaks the advertised schema refused.
-pub(crate) async fn lists_calls_and_refuses(url: &str, mode: Mode) {
+async fn lists_calls_and_refuses(url: &str, mode: Mode) {
     let results = sdk(
         Sdk::Python,
         mode,

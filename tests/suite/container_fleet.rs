@@ -20,16 +20,17 @@
 
 use crate::container::{
     ADMIN_TOKEN, AGENT_KEY, MCP_IMAGE, base64_encode, fill, free_port, image, listening,
-    lists_calls_and_refuses, on_loopback, podman, podman_ok, ready, sha256_hex,
+    on_loopback, podman, podman_ok, ready, sha256_hex,
 };
 use crate::support;
 use support::tiers::{self, Tier};
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Mode, borrow, modern_call_headers, raw_post};
+use support::{Mode, Sdk, borrow, call, gateway_code, list, modern_call_headers, raw_post, sdk};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const REDIS_IMAGE: &str = "localhost/portcullis-test-redis:7.0";
@@ -250,7 +251,7 @@ fn admin_reset(id: u64, extra: Value) -> String {
 }
 
 /// Sends `body` as the agent to `url`; the JSON-RPC result.
-async fn call(url: &str, body: String) -> Value {
+async fn post(url: &str, body: String) -> Value {
     let headers = modern_call_headers(AGENT_KEY, "admin_reset");
     let raw = raw_post(url, &borrow(&headers), body).await;
     assert_eq!(raw.status, 200, "{}", raw.text);
@@ -265,30 +266,22 @@ fn code(result: &Value) -> &str {
 
 /// `psql` in the PostgreSQL pod's container: the rows, one line each, fields split on `|`.
 fn psql(container: &str, port: u16, sql: &str) -> Vec<Vec<String>> {
-    let port = port.to_string();
-    podman_ok(&[
-        "exec",
-        container,
-        "psql",
-        "-p",
-        &port,
-        "-U",
-        "portcullis",
-        "-d",
-        "audit",
-        "-X",
-        "-A",
-        "-t",
-        "-q",
-        "-v",
-        "ON_ERROR_STOP=1",
-        "-c",
-        sql,
-    ])
-    .lines()
-    .filter(|l| !l.is_empty())
-    .map(|l| l.split('|').map(str::to_owned).collect())
-    .collect()
+    let out = Command::new("podman")
+        .args(["exec", container, "psql", "-p", &port.to_string()])
+        .args(["-U", "portcullis", "-d", "audit", "-X", "-A", "-t", "-q"])
+        .args(["-v", "ON_ERROR_STOP=1", "-c", sql])
+        .output()
+        .expect("podman runs");
+    assert!(
+        out.status.success(),
+        "psql {sql:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| l.split('|').map(str::to_owned).collect())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -373,22 +366,55 @@ async fn the_fleet_manifests_play_three_replicas_sharing_one_redis_and_one_postg
         .map(|(gateway, _, _)| format!("http://127.0.0.1:{gateway}/mcp/tools"))
         .collect();
 
-    // Every replica lists, calls, and refuses a call that breaks the schema.
-    for url in &urls {
-        lists_calls_and_refuses(url, Mode::Modern).await;
+    // Every replica lists, calls, and refuses a call that breaks the schema (never run).
+    for (i, url) in urls.iter().enumerate() {
+        let text = format!("through replica {i}");
+        let results = sdk(
+            Sdk::Python,
+            Mode::Modern,
+            url,
+            AGENT_KEY,
+            json!([
+                list(),
+                call("echo", json!({"text": text})),
+                call("book_flight", json!({"passengers": 99}))
+            ]),
+        )
+        .await;
+        assert!(
+            results[0]["tools"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|n| n == "admin_reset")),
+            "replica {i}: {}",
+            results[0]
+        );
+        assert_eq!(results[1]["isError"], false, "replica {i}: {}", results[1]);
+        assert!(
+            results[1]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains(&text)),
+            "replica {i}: {}",
+            results[1]
+        );
+        assert_eq!(
+            gateway_code(&results[2]),
+            Some("invalid_arguments"),
+            "replica {i}: {}",
+            results[2]
+        );
     }
 
     // An approval asked on replica 0 runs through replica 1, once; replayed anywhere it is
     // refused as used: its nonce is in the one Redis.
-    let asked = call(&urls[0], admin_reset(1, json!({}))).await;
+    let asked = post(&urls[0], admin_reset(1, json!({}))).await;
     assert_eq!(asked["resultType"], "input_required", "{asked}");
     let state = asked["requestState"].as_str().expect("a state").to_owned();
     let yes = json!({"requestState": state, "inputResponses": {"portcullis_approval":
         {"action": "accept", "content": {"approve": true}}}});
-    let ran = call(&urls[1], admin_reset(2, yes.clone())).await;
+    let ran = post(&urls[1], admin_reset(2, yes.clone())).await;
     assert_eq!(ran["isError"], false, "approved through replica 1: {ran}");
     for (url, id) in [(&urls[2], 3), (&urls[0], 4), (&urls[1], 5)] {
-        let replayed = call(url, admin_reset(id, yes.clone())).await;
+        let replayed = post(url, admin_reset(id, yes.clone())).await;
         assert_eq!(code(&replayed), "approval_used", "{replayed}");
     }
     let redis = format!("{redis_pod}-redis");
