@@ -452,16 +452,19 @@ async fn the_fleet_manifests_play_three_replicas_sharing_one_redis_and_one_postg
         "--no-auth-warning",
         "SHUTDOWN",
     ]);
+    // Until Redis is back a replay is refused unused (`state_unavailable`); the restart count
+    // is read after each replay, so the first one Redis answers again ends the loop.
     let deadline = Instant::now() + Duration::from_secs(60);
-    let after_restart = loop {
+    let mut after_restart = Value::Null;
+    for _ in 0..240 {
+        after_restart = post(&urls[2], admin_reset(6, yes.clone())).await;
         let restarts = podman_ok(&["inspect", "--format", "{{.RestartCount}}", &redis]);
-        let replayed = post(&urls[2], admin_reset(6, yes.clone())).await;
         let back = restarts.parse::<u32>().is_ok_and(|n| n >= 1);
-        if (back && code(&replayed) != "state_unavailable") || Instant::now() > deadline {
-            break replayed;
+        if (back && code(&after_restart) != "state_unavailable") || Instant::now() > deadline {
+            break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    }
     if code(&after_restart) != "approval_used" {
         let logs = |c: &str| {
             let out = podman(&["logs", "--tail", "30", c]);
@@ -483,8 +486,9 @@ async fn the_fleet_manifests_play_three_replicas_sharing_one_redis_and_one_postg
     let sql = "SELECT replica, tool, decision FROM portcullis_events \
                WHERE method = 'tools/call' ORDER BY id";
     let deadline = Instant::now() + Duration::from_secs(60);
-    let rows = loop {
-        let rows = psql(&postgres, ports.postgres, sql);
+    let mut rows = Vec::new();
+    for _ in 0..240 {
+        rows = psql(&postgres, ports.postgres, sql);
         let shipped = gateways.iter().all(|g| {
             rows.iter()
                 .any(|r| r[0] == *g && r[1] == "echo" && r[2] == "forwarded")
@@ -494,10 +498,10 @@ async fn the_fleet_manifests_play_three_replicas_sharing_one_redis_and_one_postg
             .count()
             >= 6;
         if shipped || Instant::now() > deadline {
-            break rows;
+            break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    }
     for g in &gateways {
         assert!(
             rows.iter()
