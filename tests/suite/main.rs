@@ -85,6 +85,7 @@ mod stores;
 mod tasks;
 mod telemetry;
 mod tiers;
+mod typed_request;
 mod upstream_failures;
 
 /// Every `tests/suite/*.rs` file is a module of this binary, and no test file
