@@ -317,6 +317,11 @@ impl Forward<'_> {
         body: Bytes,
         to: Recipient,
     ) -> Result<Response, Rejection> {
+        if let (Some(flow), Some(tool)) = (&to.flow, &to.tool) {
+            // The fleet's store keeps a source call's label before it runs.
+            (flow.before_forward().await)
+                .map_err(|e| super::flow::unavailable(tool, &e, super::flow::Unreadable::Record))?;
+        }
         let retry = &self.server.upstream.settings.retry;
         let hints = &to.call.hints;
         let repeatable = (to.tool.as_deref())

@@ -525,7 +525,7 @@ impl Recipient {
     /// in the caller's session.
     fn read_by_client(&self) {
         if let Some(flow) = &self.flow {
-            flow.record();
+            flow.after_result();
             let line = format!("flow: sets {}", flow.mark.label);
             self.trail.note(|e| e.violations.push(line));
         }
