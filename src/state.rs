@@ -9,7 +9,9 @@
 //! every replica ([`SharedState::bind_task`], [`SharedState::task`],
 //! [`SharedState::bind_session`], [`SharedState::session`]); `/readyz`
 //! reports it
-//! ([`SharedState::health`]).
+//! ([`SharedState::health`]). The fleet's flow labels (`crate::flow`) and
+//! the rate limiter's buckets keep their own connections but name their
+//! keys here ([`Kind::Flow`], [`Kind::Bucket`]), in the same namespace.
 //!
 //! Invariants: every shared key is `portcullis:<namespace>:<kind>:<id>` with
 //! a namespace that holds no `:` and a fixed kind, so two deployments sharing
