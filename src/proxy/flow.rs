@@ -125,9 +125,24 @@ pub(super) fn recording(
     })
 }
 
+/// Just before a call is forwarded: the fleet's store keeps a source call's
+/// mark now (see [`Recording::before_forward`]); a call whose mark cannot be
+/// kept is refused and not forwarded.
+pub(super) async fn before_forward(
+    flow: Option<&Recording>,
+    tool: Option<&str>,
+) -> Result<(), Rejection> {
+    match (flow, tool) {
+        (Some(flow), Some(tool)) => {
+            (flow.before_forward().await).map_err(|e| unavailable(tool, &e, Unreadable::Record))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// What the flow store could not do.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Unreadable {
+enum Unreadable {
     /// Say what a session holds (a sink call under a flow rule).
     Held,
     /// Keep a source call's label (before it is forwarded).
@@ -136,7 +151,7 @@ pub(super) enum Unreadable {
 
 /// `state_unavailable` for a `tools/call` whose flow labels could not be
 /// read or stored: the call is not forwarded, and the text says why.
-pub(super) fn unavailable(tool: &str, e: &Unavailable, what: Unreadable) -> Rejection {
+fn unavailable(tool: &str, e: &Unavailable, what: Unreadable) -> Rejection {
     let store = e.store;
     let why = match what {
         Unreadable::Held => format!(

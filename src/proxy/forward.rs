@@ -317,11 +317,7 @@ impl Forward<'_> {
         body: Bytes,
         to: Recipient,
     ) -> Result<Response, Rejection> {
-        if let (Some(flow), Some(tool)) = (&to.flow, &to.tool) {
-            // The fleet's store keeps a source call's label before it runs.
-            (flow.before_forward().await)
-                .map_err(|e| super::flow::unavailable(tool, &e, super::flow::Unreadable::Record))?;
-        }
+        super::flow::before_forward(to.flow.as_ref(), to.tool.as_deref()).await?;
         let retry = &self.server.upstream.settings.retry;
         let hints = &to.call.hints;
         let repeatable = (to.tool.as_deref())
