@@ -82,18 +82,21 @@ impl Recording {
     /// result instead, a write that fails once the client has the result
     /// would let a later sink call through on any replica. `Err` when the
     /// store cannot take it: the call must not be forwarded.
-    pub async fn before_forward(&self) -> Result<(), Unavailable> {
+    /// `Ok(true)` when it recorded the mark now.
+    pub async fn before_forward(&self) -> Result<bool, Unavailable> {
         if !self.store.shared() {
-            return Ok(());
+            return Ok(false);
         }
-        self.store.record(&self.keys(), &self.mark).await
+        self.store.record(&self.keys(), &self.mark).await?;
+        Ok(true)
     }
 
     /// The server's content reached the client: this process's own store
     /// records the mark now (a shared one did before the call was forwarded).
-    pub fn after_result(&self) {
+    /// True when it recorded the mark now.
+    pub fn after_result(&self) -> bool {
         if self.store.shared() {
-            return;
+            return false;
         }
         // An in-process store answers at once: there is nothing to wait for.
         let recorded = self.store.record(&self.keys(), &self.mark).now_or_never();
@@ -101,6 +104,7 @@ impl Recording {
             recorded.is_some(),
             "an in-process flow store answers at once"
         );
+        true
     }
 }
 

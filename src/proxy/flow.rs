@@ -131,13 +131,24 @@ pub(super) fn recording(
 pub(super) async fn before_forward(
     flow: Option<&Recording>,
     tool: Option<&str>,
+    trail: &Trail,
 ) -> Result<(), Rejection> {
-    match (flow, tool) {
-        (Some(flow), Some(tool)) => {
-            (flow.before_forward().await).map_err(|e| unavailable(tool, &e, Unreadable::Record))
-        }
-        _ => Ok(()),
+    let (Some(flow), Some(tool)) = (flow, tool) else {
+        return Ok(());
+    };
+    let recorded = flow.before_forward().await;
+    if recorded.as_ref().is_ok_and(|now| *now) {
+        noted(trail, flow);
     }
+    recorded
+        .map(|_| ())
+        .map_err(|e| unavailable(tool, &e, Unreadable::Record))
+}
+
+/// The audit's line for a mark the store took: `flow: sets LABEL`.
+pub(super) fn noted(trail: &Trail, flow: &Recording) {
+    let line = format!("flow: sets {}", flow.mark.label);
+    trail.note(|e| e.violations.push(line));
 }
 
 /// What the flow store could not do.

@@ -30,12 +30,14 @@ use support::redis::RedisServer;
 use support::{ALICE, Mode, Peer, PeerServer, Sdk, call, gateway_code};
 
 const DENY: &str = "{ holds = [\"private\", \"untrusted\"], then = \"deny\" }";
+const ADMIN_TOKEN: &str = "fleet-flows-admin-token";
 
 /// Every replica of deployment `namespace`: the trifecta's labels and a
 /// deny flow rule; `huge` is allowed and unlabelled.
 fn config(upstream: &str, redis: &str, namespace: &str) -> String {
+    let token = hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN));
     format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{token}\"\n\
          [state]\nbackend = \"redis\"\nredis_url = \"{redis}\"\nnamespace = \"{namespace}\"\n\
          [approvals]\nkey = \"fleet-flows-key-of-at-least-32-bytes!!\"\n\
          [servers.py]\nurl = \"{upstream}\"\ntimeout = \"20s\"\n\
@@ -161,6 +163,21 @@ async fn a_conversation_read_through_two_replicas_is_refused_its_egress_call_thr
         "the other deployment's egress call",
     );
     assert_eq!(flights(&upstream), 2);
+
+    // The audit of the replica that read the private tool says it set the label, once.
+    let admin = support::admin::Admin::at(&one.admin, Some(ADMIN_TOKEN));
+    let mut sets = Vec::new();
+    for _ in 0..100 {
+        sets = (admin.events().await.iter())
+            .flat_map(|e| e["violations"].as_array().cloned().unwrap_or_default())
+            .filter(|v| v.as_str().is_some_and(|v| v.starts_with("flow: sets")))
+            .collect::<Vec<_>>();
+        if !sets.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(sets, [json!("flow: sets private")]);
 
     // Every flow key is in prod's namespace, with a TTL (a day, renewed on use).
     let flow_keys = keys(&redis, "portcullis:*:flow*");

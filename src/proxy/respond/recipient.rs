@@ -524,10 +524,10 @@ impl Recipient {
     /// The server's content reached the client: a source tool's label is set
     /// in the caller's session.
     fn read_by_client(&self) {
-        if let Some(flow) = &self.flow {
-            flow.after_result();
-            let line = format!("flow: sets {}", flow.mark.label);
-            self.trail.note(|e| e.violations.push(line));
+        if let Some(flow) = &self.flow
+            && flow.after_result()
+        {
+            crate::proxy::flow::noted(&self.trail, flow);
         }
     }
 }
