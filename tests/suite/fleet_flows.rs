@@ -7,7 +7,9 @@
 //! of the official Python SDK client meets the same through HAProxy
 //! round-robin. With Redis stopped, a sink under a flow rule and a source
 //! call are refused naming the store (never forwarded), an unlabelled call
-//! runs, and all resumes once Redis is back. The Redis store keeps the
+//! runs, and all resumes once Redis is back; an egress call held for an
+//! operator by a replica that only read the labels from Redis is refused,
+//! not run, when the yes comes while Redis is away. The Redis store keeps the
 //! in-process store's bounds (per label, per client, in all).
 //!
 //! Against the official Python SDK server (`echo` labelled private,
@@ -35,6 +37,11 @@ const ADMIN_TOKEN: &str = "fleet-flows-admin-token";
 /// Every replica of deployment `namespace`: the trifecta's labels and a
 /// deny flow rule; `huge` is allowed and unlabelled.
 fn config(upstream: &str, redis: &str, namespace: &str) -> String {
+    config_with(upstream, redis, namespace, &format!("flow = {DENY}\n"))
+}
+
+/// [`config`] with `rule` (a `flow`, and an `approval` when it asks) on the rule.
+fn config_with(upstream: &str, redis: &str, namespace: &str, rule: &str) -> String {
     let token = hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN));
     format!(
         "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{token}\"\n\
@@ -47,7 +54,7 @@ fn config(upstream: &str, redis: &str, namespace: &str) -> String {
          \"book_flight\" = {{ sink = \"egress\" }}\n\
          {}\n\
          [[rules]]\nclients = [\"*\"]\nservers = [\"py\"]\ntools = [\"echo\", \"leaky_text\", \"book_flight\", \"huge\"]\n\
-         action = \"allow\"\nflow = {DENY}\n\
+         action = \"allow\"\n{rule}\
          [pins]\ndatabase = \":memory:\"\n[audit]\ndatabase = \":memory:\"\n",
         support::clients()
     )
@@ -301,6 +308,49 @@ async fn with_redis_stopped_a_sink_and_a_source_are_refused_naming_the_store_nev
     }
     assert_eq!(code(&refused), "flow_denied", "{refused}");
     assert_eq!(flights(&upstream), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_egress_call_held_for_an_operator_is_refused_when_the_yes_comes_with_redis_stopped() {
+    if !tiers::ready(&[Tier::Python, Tier::Redis]) {
+        return;
+    }
+    let mut redis = RedisServer::start();
+    let upstream = PeerServer::start(Peer::Python).await;
+    let rule = "approval = { by = \"operator\", timeout = \"1m\", reason = \"egress after private and untrusted\" }\n\
+                flow = { holds = [\"private\", \"untrusted\"], then = \"approval\" }\n";
+    let text = config_with(&upstream.url, &redis.url(), "prod", rule);
+    let (one, two) = (Observed::start(&text).await, Observed::start(&text).await);
+    ran(
+        &in_conversation(&one, "c1", "echo", json!({"text": "x"})).await,
+        "the private read",
+    );
+    ran(
+        &in_conversation(&one, "c1", "leaky_text", json!({})).await,
+        "the untrusted read",
+    );
+    // Through replica 2, which saw neither read: held for an operator.
+    let url = two.url("py");
+    let held = tokio::spawn(async move {
+        let mut meta = support::modern_meta();
+        meta["io.portcullis/conversation"] = "c1".into();
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "book_flight", "arguments": book(), "_meta": meta}});
+        let headers = support::modern_call_headers(ALICE, "book_flight");
+        support::raw_post(&url, &support::borrow(&headers), body.to_string()).await
+    });
+    let operator = support::admin::Admin::at(&two.admin, Some(ADMIN_TOKEN));
+    let entry = operator.first_pending().await;
+    let id = entry["id"].as_str().expect("queued id").to_owned();
+
+    // The yes comes while Redis is away: the labels cannot be read again.
+    redis.stop();
+    assert_eq!(operator.decide(&id, "approve").await.0, 200);
+    let out = held.await.expect("the held call answers");
+    let result = &out.body["result"];
+    assert_eq!(code(result), "state_unavailable", "{}", out.text);
+    assert_eq!(result["_meta"]["portcullis/error"]["store"], "redis");
+    assert_eq!(flights(&upstream), 0, "the egress call never ran");
 }
 
 /// One step of a session store's life: a client reads (`None`) or records
