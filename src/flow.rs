@@ -93,6 +93,11 @@ impl Recording {
 
     /// The server's content reached the client: this process's own store
     /// records the mark now (a shared one did before the call was forwarded).
+    /// The audit's line once the store took the mark: `flow: sets LABEL`.
+    pub fn audit_line(&self) -> String {
+        format!("flow: sets {}", self.mark.label)
+    }
+
     /// True when it recorded the mark now.
     pub fn after_result(&self) -> bool {
         if self.store.shared() {

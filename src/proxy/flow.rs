@@ -138,17 +138,12 @@ pub(super) async fn before_forward(
     };
     let recorded = flow.before_forward().await;
     if recorded.as_ref().is_ok_and(|now| *now) {
-        noted(trail, flow);
+        let line = flow.audit_line();
+        trail.note(|e| e.violations.push(line));
     }
     recorded
         .map(|_| ())
         .map_err(|e| unavailable(tool, &e, Unreadable::Record))
-}
-
-/// The audit's line for a mark the store took: `flow: sets LABEL`.
-pub(super) fn noted(trail: &Trail, flow: &Recording) {
-    let line = format!("flow: sets {}", flow.mark.label);
-    trail.note(|e| e.violations.push(line));
 }
 
 /// What the flow store could not do.

@@ -527,7 +527,8 @@ impl Recipient {
         if let Some(flow) = &self.flow
             && flow.after_result()
         {
-            crate::proxy::flow::noted(&self.trail, flow);
+            let line = flow.audit_line();
+            self.trail.note(|e| e.violations.push(line));
         }
     }
 }
