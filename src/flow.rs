@@ -17,15 +17,41 @@
 //! client sends removes one); the store is bounded in total and per client,
 //! and what it drops first is a client's own least recently used session; a
 //! session of one client is never seen by another (the client is part of
-//! the key).
+//! the key). With the fleet's store (`[state] backend = "redis"`) a source
+//! call's mark is stored before the call is forwarded, and a call whose mark
+//! cannot be stored is not forwarded: no result reaches a client without its
+//! label being where every replica reads it.
 
 mod model;
+#[cfg(feature = "redis-ratelimit")]
+mod redis;
 mod store;
 
 use std::sync::Arc;
 
+use futures_util::FutureExt;
+
 pub use model::{FlowRule, FlowSettings, Label, Mark, SessionKey, Sink, Then, ToolLabels};
+#[cfg(feature = "redis-ratelimit")]
+pub use redis::RedisFlows;
 pub use store::{FlowLimits, FlowStore, MemoryFlows};
+
+use crate::state::{StateBackend, StateError, StateSettings, Unavailable};
+
+/// The store `[state]` asks for: this process's, or the deployment's in
+/// Redis (inside a Tokio runtime; it connects on first use).
+pub fn open(state: &StateSettings, limits: FlowLimits) -> Result<Arc<dyn FlowStore>, StateError> {
+    match &state.backend {
+        StateBackend::Memory => Ok(Arc::new(MemoryFlows::new(limits))),
+        #[cfg(feature = "redis-ratelimit")]
+        StateBackend::Redis(url) => Ok(Arc::new(
+            RedisFlows::new(url, &state.namespace, limits)
+                .map_err(|e| StateError::RedisUrl(e.to_string()))?,
+        )),
+        #[cfg(not(feature = "redis-ratelimit"))]
+        StateBackend::Redis(_) => Err(StateError::RedisNotBuilt),
+    }
+}
 
 /// What a call will set once its result comes back successful: its mark, in
 /// its own session and in its client's client-wide scope (so that a request
@@ -39,16 +65,51 @@ pub struct Recording {
 }
 
 impl Recording {
-    /// Records the mark (the call succeeded).
-    pub fn record(&self) {
-        self.store.record(&self.key, self.mark.clone());
+    /// The call's session, and its client's client-wide scope.
+    fn keys(&self) -> Vec<SessionKey> {
+        let mut keys = vec![self.key.clone()];
         if !self.key.scope.is_empty() {
-            let wide = SessionKey {
+            keys.push(SessionKey {
                 client: self.key.client.clone(),
                 scope: String::new(),
-            };
-            self.store.record(&wide, self.mark.clone());
+            });
         }
+        keys
+    }
+
+    /// Just before the call is forwarded. A store the fleet shares records
+    /// the mark now, whatever the call's outcome will be: recorded after the
+    /// result instead, a write that fails once the client has the result
+    /// would let a later sink call through on any replica. `Err` when the
+    /// store cannot take it: the call must not be forwarded.
+    /// `Ok(true)` when it recorded the mark now.
+    pub async fn before_forward(&self) -> Result<bool, Unavailable> {
+        if !self.store.shared() {
+            return Ok(false);
+        }
+        self.store.record(&self.keys(), &self.mark).await?;
+        Ok(true)
+    }
+
+    /// The server's content reached the client: this process's own store
+    /// records the mark now (a shared one did before the call was forwarded).
+    /// The audit's line once the store took the mark: `flow: sets LABEL`.
+    pub fn audit_line(&self) -> String {
+        format!("flow: sets {}", self.mark.label)
+    }
+
+    /// True when it recorded the mark now.
+    pub fn after_result(&self) -> bool {
+        if self.store.shared() {
+            return false;
+        }
+        // An in-process store answers at once: there is nothing to wait for.
+        let recorded = self.store.record(&self.keys(), &self.mark).now_or_never();
+        debug_assert!(
+            recorded.is_some(),
+            "an in-process flow store answers at once"
+        );
+        true
     }
 }
 

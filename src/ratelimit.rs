@@ -124,7 +124,9 @@ impl RateLimiter {
     pub fn from_settings(settings: &RateLimitSettings) -> Result<Self, RateLimitError> {
         match &settings.backend {
             RateBackend::Memory => Ok(Self::memory(Arc::new(MonotonicClock::new()))),
-            RateBackend::Redis(url) => Self::redis(url, settings.on_backend_error),
+            RateBackend::Redis(url) => {
+                Self::redis_in(url, &settings.namespace, settings.on_backend_error)
+            }
         }
     }
 
@@ -140,11 +142,21 @@ impl RateLimiter {
         }
     }
 
-    /// Buckets shared through the Redis at `url`.
-    #[cfg(feature = "redis-ratelimit")]
+    /// Buckets shared through the Redis at `url`, in the default namespace.
     pub fn redis(url: &str, on_error: OnBackendError) -> Result<Self, RateLimitError> {
-        let store =
-            redis::RedisStore::new(url).map_err(|e| RateLimitError::RedisUrl(e.to_string()))?;
+        Self::redis_in(url, crate::state::settings::DEFAULT_NAMESPACE, on_error)
+    }
+
+    /// Buckets shared through the Redis at `url` by the replicas of
+    /// deployment `namespace` (another deployment's buckets are other keys).
+    #[cfg(feature = "redis-ratelimit")]
+    pub fn redis_in(
+        url: &str,
+        namespace: &str,
+        on_error: OnBackendError,
+    ) -> Result<Self, RateLimitError> {
+        let store = redis::RedisStore::new(url, namespace)
+            .map_err(|e| RateLimitError::RedisUrl(e.to_string()))?;
         Ok(Self {
             backend: Backend::Redis(store),
             on_error,
@@ -154,7 +166,11 @@ impl RateLimiter {
 
     /// Buckets shared through Redis: not in this build.
     #[cfg(not(feature = "redis-ratelimit"))]
-    pub fn redis(_url: &str, _on_error: OnBackendError) -> Result<Self, RateLimitError> {
+    pub fn redis_in(
+        _url: &str,
+        _namespace: &str,
+        _on_error: OnBackendError,
+    ) -> Result<Self, RateLimitError> {
         Err(RateLimitError::RedisNotBuilt)
     }
 
@@ -510,6 +526,10 @@ pub struct RateLimitSettings {
     pub backend: RateBackend,
     /// What a call gets when the backend cannot answer.
     pub on_backend_error: OnBackendError,
+    /// The deployment's namespace (`[state] namespace`): the Redis buckets
+    /// are `portcullis:<namespace>:rl:…`, so deployments sharing one Redis
+    /// never share a bucket.
+    pub namespace: String,
 }
 
 /// Bucket storage.

@@ -9,7 +9,9 @@
 //! every replica ([`SharedState::bind_task`], [`SharedState::task`],
 //! [`SharedState::bind_session`], [`SharedState::session`]); `/readyz`
 //! reports it
-//! ([`SharedState::health`]).
+//! ([`SharedState::health`]). The fleet's flow labels (`crate::flow`) and
+//! the rate limiter's buckets keep their own connections but name their
+//! keys here ([`Kind::Flow`], [`Kind::Bucket`]), in the same namespace.
 //!
 //! Invariants: every shared key is `portcullis:<namespace>:<kind>:<id>` with
 //! a namespace that holds no `:` and a fixed kind, so two deployments sharing
@@ -47,6 +49,16 @@ pub enum Kind {
     Session,
     /// One client's session bindings, scored by creation (the per-client bound).
     SessionsOf,
+    /// The flow labels of one session: a list of marks (`label:server:tool`,
+    /// hex-encoded names), at most a few per label.
+    Flow,
+    /// One client's flow sessions, scored by last use (the per-client bound).
+    FlowsOf,
+    /// Every flow session (`all`), scored by last use, and how many each
+    /// client holds (`clients`): the deployment's bound.
+    Flows,
+    /// A rate-limit bucket (`<rule tag>/<key>`).
+    Bucket,
 }
 
 /// How long a 2025-era session binding is kept in the shared store (a
@@ -67,6 +79,10 @@ impl Kind {
             Kind::TasksOf => "tasks-of",
             Kind::Session => "session",
             Kind::SessionsOf => "sessions-of",
+            Kind::Flow => "flow",
+            Kind::FlowsOf => "flows-of",
+            Kind::Flows => "flows",
+            Kind::Bucket => "rl",
         }
     }
 }
@@ -388,7 +404,11 @@ mod tests {
             Just(Kind::Task),
             Just(Kind::TasksOf),
             Just(Kind::Session),
-            Just(Kind::SessionsOf)
+            Just(Kind::SessionsOf),
+            Just(Kind::Flow),
+            Just(Kind::FlowsOf),
+            Just(Kind::Flows),
+            Just(Kind::Bucket)
         ]
     }
 

@@ -82,13 +82,14 @@ pub(super) fn compile(
     let flow = cx.flow_labels(&raw)?;
     let policy = cx.policy(&raw.rules, &client_names, &servers, &flow.sources())?;
     let sanitize = cx.sanitize(&raw, &servers)?;
+    let state = cx.state(&raw)?;
     Ok(Config {
         source: file.to_owned(),
         gateway,
         servers,
         clients,
         policy,
-        rate_limit: cx.rate_limit(&raw)?,
+        rate_limit: cx.rate_limit(&raw, &state.namespace)?,
         sanitize,
         audit: cx.audit(&raw)?,
         pins: cx.pins(&raw)?,
@@ -97,7 +98,7 @@ pub(super) fn compile(
         approvals: cx.approvals(&raw.approvals)?,
         identity,
         flow,
-        state: cx.state(&raw)?,
+        state,
     })
 }
 

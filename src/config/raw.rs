@@ -472,7 +472,8 @@ pub(crate) struct RawState {
     /// when it names none of its own.
     #[schemars(with = "Option<String>")]
     pub redis_url: Option<Spanned<String>>,
-    /// The deployment's name in every key (`portcullis:<namespace>:…`).
+    /// The deployment's name in every key (`portcullis:<namespace>:…`), the
+    /// rate-limit buckets' included; `default` when unset.
     #[schemars(with = "Option<String>")]
     pub namespace: Option<Spanned<String>>,
 }

@@ -1,28 +1,43 @@
-//! Where the labels of each session are kept: a [`FlowStore`] trait, so a
-//! store shared by a fleet of gateways can take the place of the in-memory
-//! [`MemoryFlows`] without the proxy changing.
+//! Where the labels of each session are kept: a [`FlowStore`] trait, the
+//! in-memory [`MemoryFlows`] of one replica, and (`[state] backend =
+//! "redis"`) the fleet's store in Redis (`super::redis`), with the proxy
+//! unchanged between them.
 //!
 //! Place: held by the gateway's state, outliving any one configuration (a
 //! reload keeps what sessions hold). Invariants: bounded in sessions (total
 //! and per client) and in marks per session; a new session past a client's
 //! quota drops that client's own least recently used one, a full store drops
 //! the least recently used session of the client holding the most, so one
-//! client's flood never erases another client's labels.
+//! client's flood never erases another client's labels. A store that cannot
+//! answer says so ([`Unavailable`]); it never answers "nothing held".
 
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Mutex;
 
+use futures_util::future::{BoxFuture, FutureExt};
+
 use super::model::{Mark, SessionKey};
 use crate::auth::ClientId;
+use crate::state::Unavailable;
 
 /// The labels sessions hold.
 pub trait FlowStore: Debug + Send + Sync {
     /// What `key`'s session holds, earliest mark first.
-    fn held(&self, key: &SessionKey) -> Vec<Mark>;
-    /// Adds `mark` to `key`'s session (a label already held keeps its first
-    /// calls; later ones are kept up to the per-label bound).
-    fn record(&self, key: &SessionKey, mark: Mark);
+    fn held<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<Vec<Mark>, Unavailable>>;
+    /// Adds `mark` to the session of each of `keys` (all of one client; a
+    /// label already held keeps its first calls, later ones are kept up to
+    /// the per-label bound).
+    fn record<'a>(
+        &'a self,
+        keys: &'a [SessionKey],
+        mark: &'a Mark,
+    ) -> BoxFuture<'a, Result<(), Unavailable>>;
+    /// Whether every replica of the deployment shares it: its marks are
+    /// then stored before a source call is forwarded (see `Recording`).
+    fn shared(&self) -> bool {
+        false
+    }
 }
 
 /// The bounds of the in-memory store.
@@ -88,13 +103,21 @@ impl Inner {
     }
 }
 
+impl FlowLimits {
+    /// At least one of each, and no more sessions per client than in all
+    /// (every store applies the limits so).
+    pub fn normalised(self) -> Self {
+        Self {
+            sessions: self.sessions.max(1),
+            sessions_per_client: self.sessions_per_client.clamp(1, self.sessions.max(1)),
+            marks_per_label: self.marks_per_label.max(1),
+        }
+    }
+}
+
 impl MemoryFlows {
     pub fn new(limits: FlowLimits) -> Self {
-        let limits = FlowLimits {
-            sessions: limits.sessions.max(1),
-            sessions_per_client: limits.sessions_per_client.clamp(1, limits.sessions.max(1)),
-            marks_per_label: limits.marks_per_label.max(1),
-        };
+        let limits = limits.normalised();
         Self {
             inner: Mutex::new(Inner::default()),
             limits,
@@ -122,7 +145,26 @@ impl Default for MemoryFlows {
 }
 
 impl FlowStore for MemoryFlows {
-    fn held(&self, key: &SessionKey) -> Vec<Mark> {
+    fn held<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<Vec<Mark>, Unavailable>> {
+        let held = MemoryFlows::held(self, key);
+        async move { Ok(held) }.boxed()
+    }
+
+    fn record<'a>(
+        &'a self,
+        keys: &'a [SessionKey],
+        mark: &'a Mark,
+    ) -> BoxFuture<'a, Result<(), Unavailable>> {
+        for key in keys {
+            MemoryFlows::record(self, key, mark.clone());
+        }
+        async { Ok(()) }.boxed()
+    }
+}
+
+impl MemoryFlows {
+    /// What `key`'s session holds, earliest mark first (at once).
+    pub fn held(&self, key: &SessionKey) -> Vec<Mark> {
         let mut inner = self.lock();
         inner.clock += 1;
         let now = inner.clock;
@@ -135,7 +177,8 @@ impl FlowStore for MemoryFlows {
         }
     }
 
-    fn record(&self, key: &SessionKey, mark: Mark) {
+    /// Adds `mark` to `key`'s session (at once).
+    pub fn record(&self, key: &SessionKey, mark: Mark) {
         let mut inner = self.lock();
         inner.clock += 1;
         let now = inner.clock;

@@ -77,9 +77,17 @@ fn a_recording_also_marks_the_clients_wide_scope() {
         key: key("alice", "conversation:x"),
         mark: mark(Label::Untrusted, "fetch"),
     };
-    recording.record();
-    assert_eq!(store.held(&key("alice", "")).len(), 1);
-    assert!(store.held(&key("alice", "conversation:y")).is_empty());
+    let held = |k: SessionKey| {
+        let store = store.clone();
+        futures_executor::block_on(async move { store.held(&k).await.expect("memory answers") })
+    };
+    // This process's store keeps nothing before the call ran, and the mark once its result came back.
+    futures_executor::block_on(recording.before_forward()).expect("memory answers");
+    assert!(held(key("alice", "conversation:x")).is_empty());
+    recording.after_result();
+    assert_eq!(held(key("alice", "")).len(), 1);
+    assert_eq!(held(key("alice", "conversation:x")).len(), 1);
+    assert!(held(key("alice", "conversation:y")).is_empty());
 }
 
 #[test]

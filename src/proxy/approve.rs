@@ -273,19 +273,21 @@ impl Held {
     /// decision whose rates it is charged. Anything that no longer lets it
     /// through as it was approved ends it — a flow rule that refuses it
     /// included.
-    fn redecide(
+    async fn redecide(
         &self,
         live: &Live,
         answered_by: Approver,
         trail: &Trail,
-    ) -> Result<(Arc<ServerState>, Decision), Refusal> {
+    ) -> Result<(Arc<ServerState>, Decision), Rejection> {
+        let reloaded =
+            || error::approval_refused(&self.shown_tool, &self.server, &Refusal::Reloaded);
         let config = &live.config;
-        let server = live.servers.get(&self.server).ok_or(Refusal::Reloaded)?;
+        let server = live.servers.get(&self.server).ok_or_else(reloaded)?;
         if !config
             .clients
             .still_admits(&self.asked_under.clients, &self.client)
         {
-            return Err(Refusal::Reloaded);
+            return Err(reloaded());
         }
         let facts = Facts {
             claims: self.claims.as_ref(),
@@ -296,14 +298,14 @@ impl Held {
         let decision = config
             .policy
             .decide_call(&self.client, &self.server, &self.tool, &facts)
-            .map_err(|_| Refusal::Reloaded)?;
+            .map_err(|_| reloaded())?;
         if !decision.allowed {
-            return Err(Refusal::Reloaded);
+            return Err(reloaded());
         }
         config
             .policy
             .check_arguments(&decision, &self.arguments)
-            .map_err(|_| Refusal::Reloaded)?;
+            .map_err(|_| reloaded())?;
         // The outgoing secret scan as it stands now (a reload may have turned it on).
         let sanitize = &live.sanitize;
         let skip = sanitize.skip_for(&self.server, &self.tool);
@@ -311,12 +313,17 @@ impl Held {
             && !skip.arguments
             && !(Sanitizer::new(sanitize, skip).find_outgoing(&self.arguments, "", &[])).is_empty()
         {
-            return Err(Refusal::Reloaded);
+            return Err(reloaded());
         }
         let flows = (&*self.state.flows, &config.policy, &config.flow);
         let (server_name, tool) = (self.server.as_str(), self.tool.as_str());
         let held = flow::check(flows, trail, &self.flow, server_name, tool, &decision)
-            .map_err(|_| Refusal::Reloaded)?;
+            .await
+            .map_err(|r| match r.code() {
+                // The store's own refusal: the call may run once it answers.
+                "state_unavailable" => r,
+                _ => reloaded(),
+            })?;
         // The answer given must still be one the live rules accept.
         let wanted = config.policy.approval(&decision).into_iter().chain(held);
         if let Some(now) = config.policy.strictest_approval(wanted) {
@@ -325,7 +332,7 @@ impl Held {
                 (wanted, by) => wanted == by,
             };
             if !accepted {
-                return Err(Refusal::Reloaded);
+                return Err(reloaded());
             }
         }
         Ok((server.clone(), decision))
@@ -334,9 +341,7 @@ impl Held {
     /// After a yes from `answered_by`: decided again, its token taken, forwarded.
     async fn run(self, answered_by: Approver, to: Recipient) -> Result<Response, Rejection> {
         let live = self.state.live.load_full();
-        let (server, decision) = self
-            .redecide(&live, answered_by, &to.trail)
-            .map_err(|r| error::approval_refused(&self.shown_tool, &self.server, &r))?;
+        let (server, decision) = self.redecide(&live, answered_by, &to.trail).await?;
         let forward = Forward {
             state: &self.state,
             live: &live,

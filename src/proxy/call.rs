@@ -337,7 +337,7 @@ pub(super) async fn check_call(
     ex.trail.stage("flow");
     let session = flow::key(ex, client, server_name, message);
     let flows = (&*state.flows, &config.policy, &config.flow);
-    let held = flow::check(flows, &ex.trail, &session, server_name, name, &decision)?;
+    let held = flow::check(flows, &ex.trail, &session, server_name, name, &decision).await?;
     ex.trail.stage("rate_limit");
     let subject = Subject::Tool(name);
     rate_limit(state, live, client, server, subject, &decision, Spend::Peek).await?;

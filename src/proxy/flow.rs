@@ -5,7 +5,8 @@
 //! Place: in the call check after the access decision and the rules'
 //! `arguments`, before the rate limit (a call a flow rule denies takes no
 //! token); the mark is recorded by the reply's recipient once the result
-//! came back successful. Invariants: the session key always contains the
+//! came back successful (with the fleet's store: just before the call is
+//! forwarded, see [`Recording::before_forward`]). Invariants: the session key always contains the
 //! client, so no client reads or sets another's labels; a client-chosen
 //! conversation key is bounded before it is kept.
 
@@ -22,6 +23,7 @@ use crate::mcp::request::Request;
 use crate::mcp::version::Era;
 use crate::policy::{Decision, Policy};
 use crate::record::trail::Trail;
+use crate::state::Unavailable;
 
 /// The `_meta` key a 2026-era client names its conversation with.
 pub(crate) const CONVERSATION_META: &str = "io.portcullis/conversation";
@@ -60,8 +62,9 @@ fn cut(text: &str) -> &str {
 /// What a call to `tool` on `server` meets of the flow rules: refused
 /// (`flow_denied`) when a deny flow rule's labels are all held, the
 /// strictest approval of the approval flow rules whose labels are held, or
-/// nothing. Only a tool labelled as a sink is ever stopped.
-pub(super) fn check<'p>(
+/// nothing; refused (`state_unavailable`) when the store cannot say what
+/// the session holds. Only a tool labelled as a sink is ever stopped.
+pub(super) async fn check<'p>(
     (store, policy, flow): (&dyn FlowStore, &'p Policy, &crate::flow::FlowSettings),
     trail: &Trail,
     key: &SessionKey,
@@ -76,7 +79,10 @@ pub(super) fn check<'p>(
     if flows.peek().is_none() {
         return Ok(None);
     }
-    let held = store.held(key);
+    let held = store
+        .held(key)
+        .await
+        .map_err(|e| unavailable(tool, &e, Unreadable::Held))?;
     let mut approvals = Vec::new();
     for of in flows {
         let Some(marks) = triggered(of.flow, &held) else {
@@ -113,6 +119,64 @@ pub(super) fn recording(
             server: server.to_owned(),
             tool: tool.to_owned(),
         },
+    })
+}
+
+/// Just before a call is forwarded: the fleet's store keeps a source call's
+/// mark now (see [`Recording::before_forward`]); a call whose mark cannot be
+/// kept is refused and not forwarded.
+pub(super) async fn before_forward(
+    flow: Option<&Recording>,
+    tool: Option<&str>,
+    trail: &Trail,
+) -> Result<(), Rejection> {
+    let (Some(flow), Some(tool)) = (flow, tool) else {
+        return Ok(());
+    };
+    let recorded = flow.before_forward().await;
+    if recorded.as_ref().is_ok_and(|now| *now) {
+        let line = flow.audit_line();
+        trail.note(|e| e.violations.push(line));
+    }
+    recorded
+        .map(|_| ())
+        .map_err(|e| unavailable(tool, &e, Unreadable::Record))
+}
+
+/// What the flow store could not do.
+#[derive(Debug, Clone, Copy)]
+enum Unreadable {
+    /// Say what a session holds (a sink call under a flow rule).
+    Held,
+    /// Keep a source call's label (before it is forwarded).
+    Record,
+}
+
+/// `state_unavailable` for a `tools/call` whose flow labels could not be
+/// read or stored: the call is not forwarded, and the text says why.
+fn unavailable(tool: &str, e: &Unavailable, what: Unreadable) -> Rejection {
+    let store = e.store;
+    let why = match what {
+        Unreadable::Held => format!(
+            "`{tool}` can send data out of this conversation, and a flow rule decides such calls by what this \
+             session has read; the gateway's shared state store ({store}) did not answer, so that cannot be known"
+        ),
+        Unreadable::Record => format!(
+            "`{tool}` brings data into this conversation that flow rules track, and the gateway's shared state \
+             store ({store}) did not answer, so the label it sets could not be kept where every replica reads it"
+        ),
+    };
+    let text = format!(
+        "The call to `{tool}` was not run: {why}. Nothing was sent to the server. Retry shortly; if it keeps \
+         failing, tell the gateway's operator that the {store} state store is unreachable."
+    );
+    let mut detail = Map::new();
+    detail.insert("tool".into(), tool.into());
+    detail.insert("store".into(), store.into());
+    Rejection::Tool(ToolRefusal {
+        code: "state_unavailable",
+        text,
+        detail,
     })
 }
 

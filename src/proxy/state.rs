@@ -100,6 +100,8 @@ impl AppState {
         let shared =
             crate::state::SharedState::from_settings(&config.state).map_err(io::Error::other)?;
         let shared = Arc::new(shared);
+        let flows = crate::flow::open(&config.state, crate::flow::FlowLimits::default())
+            .map_err(io::Error::other)?;
         let approvals = Arc::new(Approvals::with_store(
             &config.approvals,
             approval_sink(sinks.clone()),
@@ -135,7 +137,7 @@ impl AppState {
             traces,
             loopback,
             next_id: AtomicU64::new(1),
-            flows: Arc::new(crate::flow::MemoryFlows::default()),
+            flows,
         })
     }
 

@@ -16,6 +16,9 @@
 //! it is checked, a take when it runs); a call never waits longer than
 //! [`CALL_TIMEOUT`] for Redis; the connection is re-established by itself
 //! after Redis goes away (the first call after an outage reconnects).
+//! Every key is in the deployment's namespace (`[state] namespace`, the
+//! state store's): replicas of one deployment share each bucket, two
+//! deployments sharing one Redis share none.
 //! Redis Cluster is not supported (a call's keys may live in different slots).
 
 use std::time::Duration;
@@ -26,8 +29,6 @@ use redis::{RedisError, Script};
 use super::bucket::Bucket;
 use super::gcra::NANOS_PER_SEC;
 
-/// Prefix of every key the gateway writes.
-pub(crate) const KEY_PREFIX: &str = "portcullis:rl:";
 /// Longest wait for one decision, connecting included.
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_millis(1500);
 
@@ -38,6 +39,8 @@ pub(crate) type Decision = Result<(), (usize, u64)>;
 pub(crate) struct RedisStore {
     connection: ConnectionManager,
     script: Script,
+    /// The deployment's namespace, in every bucket's key.
+    namespace: String,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -49,12 +52,13 @@ impl std::fmt::Debug for RedisStore {
 impl RedisStore {
     /// A store at `url`; connects on first use (Redis may be down at start).
     /// Must be called inside a Tokio runtime.
-    pub(crate) fn new(url: &str) -> Result<Self, RedisError> {
+    pub(crate) fn new(url: &str, namespace: &str) -> Result<Self, RedisError> {
         // The same connection settings as the shared state store's.
         let connection = crate::state::redis::connect(url)?;
         Ok(Self {
             connection,
             script: Script::new(include_str!("gcra.lua")),
+            namespace: namespace.to_owned(),
         })
     }
 
@@ -75,7 +79,7 @@ impl RedisStore {
         for bucket in buckets {
             let (interval, capacity) = (bucket.quota.interval(), bucket.quota.capacity());
             invocation
-                .key(redis_key(&bucket.key))
+                .key(redis_key(&self.namespace, &bucket.key))
                 .arg(interval / NANOS_PER_SEC)
                 .arg(interval % NANOS_PER_SEC)
                 .arg(capacity / NANOS_PER_SEC)
@@ -107,7 +111,8 @@ impl RedisStore {
     }
 }
 
-/// The Redis key of a bucket.
-pub(crate) fn redis_key(bucket_key: &str) -> String {
-    format!("{KEY_PREFIX}{bucket_key}")
+/// The Redis key of a bucket of deployment `namespace`:
+/// `portcullis:<namespace>:rl:<rule tag>/<key>`.
+pub(crate) fn redis_key(namespace: &str, bucket_key: &str) -> String {
+    crate::state::key(namespace, crate::state::Kind::Bucket, bucket_key)
 }

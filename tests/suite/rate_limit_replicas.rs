@@ -1,7 +1,8 @@
 //! Two gateway processes (the real binary, each on its own port) sharing one
 //! real redis-server: together they admit what one bucket allows, not twice
 //! that; and when Redis goes away they follow `on_backend_error`, keep
-//! serving, and recover by themselves when it comes back.
+//! serving, and recover by themselves when it comes back. Two deployments
+//! sharing that Redis (`[state] namespace`) share no bucket.
 
 use crate::support;
 use support::Config;
@@ -31,7 +32,18 @@ impl Replica {
     /// Runs `portcullis run --config FILE` in front of `upstream` with `redis`
     /// as the rate-limit backend, and waits until it listens.
     async fn start(upstream: &str, redis: &str, on_error: &str, rate: &str) -> Self {
-        let text = Config::new()
+        Self::start_in(upstream, redis, on_error, rate, None).await
+    }
+
+    /// [`Replica::start`], as a replica of deployment `namespace` when given.
+    async fn start_in(
+        upstream: &str,
+        redis: &str,
+        on_error: &str,
+        rate: &str,
+        namespace: Option<&str>,
+    ) -> Self {
+        let mut config = Config::new()
             .server("demo", upstream)
             .clients()
             .allow(&["echo"])
@@ -40,8 +52,11 @@ impl Replica {
             .section("rate_limit")
             .set("backend", "redis")
             .set("redis_url", redis)
-            .set("on_backend_error", on_error)
-            .render();
+            .set("on_backend_error", on_error);
+        if let Some(namespace) = namespace {
+            config = config.section("state").set("namespace", namespace);
+        }
+        let text = config.render();
         let config = support::ConfigFile::new(&text);
         let mut child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
             .arg("run")
@@ -268,4 +283,63 @@ async fn replicas_follow_on_backend_error_while_redis_is_down_and_recover() {
     );
     deny.stop().await;
     allow.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_of_one_deployment_share_buckets_and_two_deployments_do_not() {
+    if !tiers::ready(&[Tier::Redis]) {
+        return;
+    }
+    let redis = RedisServer::start();
+    let upstream = InProcess::demo().await;
+    // Three calls, then one more a thousand seconds later: no refill during the test.
+    let rate = "{ burst = 3, per_second = 0.001, key = \"client+tool\" }";
+    let url = redis.url();
+    let start = |ns: &'static str| Replica::start_in(&upstream.url, &url, "deny", rate, Some(ns));
+    let (prod_a, prod_b) = (start("prod").await, start("prod").await);
+    let staging = start("staging").await;
+    let http = support::http();
+
+    // prod's one bucket: three calls in all, whichever replica takes them.
+    for url in [&prod_a.url, &prod_b.url, &prod_a.url] {
+        let r = echo(&http, url).await;
+        assert!(r["result"]["isError"].is_null(), "within prod's burst: {r}");
+    }
+    for url in [&prod_b.url, &prod_a.url] {
+        let r = echo(&http, url).await;
+        assert_eq!(
+            code(&r),
+            Some("rate_limited"),
+            "prod's bucket is empty: {r}"
+        );
+    }
+    // staging, on the same Redis, has its own.
+    for _ in 0..3 {
+        let r = echo(&http, &staging.url).await;
+        assert!(
+            r["result"]["isError"].is_null(),
+            "staging's own bucket: {r}"
+        );
+    }
+    let r = echo(&http, &staging.url).await;
+    assert_eq!(code(&r), Some("rate_limited"), "{r}");
+    assert_eq!(upstream.ran().len(), 6);
+
+    // Each bucket is one key in its deployment's namespace, with a TTL.
+    for ns in ["prod", "staging"] {
+        let keys = redis.command(&format!("KEYS portcullis:{ns}:rl:*"));
+        assert!(keys.starts_with("*1\r\n"), "{ns}: {keys:?}");
+        let key = keys.lines().nth(2).expect("one key").to_owned();
+        let ttl = redis.command(&format!("PTTL {key}"));
+        let ttl: i64 = ttl.trim().trim_start_matches(':').parse().expect("PTTL");
+        assert!(ttl > 0, "{key}: {ttl}");
+    }
+    let outside = redis.command("KEYS portcullis:rl:*");
+    assert!(
+        outside.starts_with("*0"),
+        "no bucket outside a namespace: {outside:?}"
+    );
+    for replica in [prod_a, prod_b, staging] {
+        replica.stop().await;
+    }
 }

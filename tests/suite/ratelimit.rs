@@ -493,7 +493,7 @@ fn redis_time_is_the_clock() {
         }
     });
     // The key expires by itself once its bucket is full again (4 h, plus 1 s).
-    let ttl = server.command(&format!("PTTL portcullis:rl:{key}"));
+    let ttl = server.command(&format!("PTTL portcullis:default:rl:{key}"));
     let ms: u64 = ttl
         .trim()
         .trim_start_matches(':')

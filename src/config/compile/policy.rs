@@ -271,7 +271,7 @@ impl Ctx<'_> {
         })
     }
 
-    pub(super) fn rate_limit(&self, raw: &RawConfig) -> Result<RateLimitSettings> {
+    pub(super) fn rate_limit(&self, raw: &RawConfig, namespace: &str) -> Result<RateLimitSettings> {
         let r = &raw.rate_limit;
         let redis = self.one_of(
             r.backend.as_ref(),
@@ -306,6 +306,8 @@ impl Ctx<'_> {
                 ],
                 OnBackendError::Deny,
             )?,
+            // The deployment's, as the state store's keys.
+            namespace: namespace.to_owned(),
         })
     }
 }

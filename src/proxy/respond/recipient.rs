@@ -525,9 +525,10 @@ impl Recipient {
     /// The server's content reached the client: a source tool's label is set
     /// in the caller's session.
     fn read_by_client(&self) {
-        if let Some(flow) = &self.flow {
-            flow.record();
-            let line = format!("flow: sets {}", flow.mark.label);
+        if let Some(flow) = &self.flow
+            && flow.after_result()
+        {
+            let line = flow.audit_line();
             self.trail.note(|e| e.violations.push(line));
         }
     }
