@@ -7,8 +7,9 @@
 //! fleet ([`SharedState::use_once`]), and beneath the task store and the
 //! session table, which bind a task or a 2025-era session to its client for
 //! every replica ([`SharedState::bind_task`], [`SharedState::task`],
-//! [`SharedState::bind_session`], [`SharedState::session`]); `/readyz`
-//! reports it
+//! [`SharedState::bind_session`], [`SharedState::session`]), and beneath
+//! the operator queue and the pins, which share their entries, decisions
+//! and approvals through it ([`queue`]); `/readyz` reports it
 //! ([`SharedState::health`]).
 //!
 //! Invariants: every shared key is `portcullis:<namespace>:<kind>:<id>` with
@@ -22,11 +23,13 @@
 //! Cluster is not supported (a script touches keys in several slots).
 
 pub mod model;
+pub mod queue;
 #[cfg(feature = "redis-ratelimit")]
 pub(crate) mod redis;
 pub mod settings;
 
 pub use model::{CALL_TIMEOUT, Use};
+pub use queue::{Decided, QueueIds, Queued, Settled};
 pub use settings::{StateBackend, StateSettings};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -47,6 +50,18 @@ pub enum Kind {
     Session,
     /// One client's session bindings, scored by creation (the per-client bound).
     SessionsOf,
+    /// A call queued for an operator (JSON, at most [`queue::MAX_ENTRY_BYTES`]).
+    Approval,
+    /// An operator's decision on a queued call (JSON, small).
+    Decision,
+    /// A queued call's approval id, by the digest of the call.
+    ApprovalCall,
+    /// The fleet's queued ids, scored by expiry (the overall bound).
+    Approvals,
+    /// One client's queued ids, scored by expiry (the per-client bound).
+    ApprovalsOf,
+    /// The fleet's pin approvals (one hash, bounded).
+    Pins,
 }
 
 /// How long a 2025-era session binding is kept in the shared store (a
@@ -67,6 +82,12 @@ impl Kind {
             Kind::TasksOf => "tasks-of",
             Kind::Session => "session",
             Kind::SessionsOf => "sessions-of",
+            Kind::Approval => "approval",
+            Kind::Decision => "decision",
+            Kind::ApprovalCall => "approval-call",
+            Kind::Approvals => "approvals",
+            Kind::ApprovalsOf => "approvals-of",
+            Kind::Pins => "pins",
         }
     }
 }
@@ -388,7 +409,13 @@ mod tests {
             Just(Kind::Task),
             Just(Kind::TasksOf),
             Just(Kind::Session),
-            Just(Kind::SessionsOf)
+            Just(Kind::SessionsOf),
+            Just(Kind::Approval),
+            Just(Kind::Decision),
+            Just(Kind::ApprovalCall),
+            Just(Kind::Approvals),
+            Just(Kind::ApprovalsOf),
+            Just(Kind::Pins)
         ]
     }
 

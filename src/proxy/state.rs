@@ -100,10 +100,11 @@ impl AppState {
         let shared =
             crate::state::SharedState::from_settings(&config.state).map_err(io::Error::other)?;
         let shared = Arc::new(shared);
-        let approvals = Arc::new(Approvals::with_store(
+        let approvals = Arc::new(Approvals::for_replica(
             &config.approvals,
             approval_sink(sinks.clone()),
             shared.clone(),
+            &config.telemetry.replica,
         ));
         let asks = config.policy.rules.iter().any(|r| r.approval.is_some());
         if approvals.key_generated && asks {

@@ -45,6 +45,7 @@ mod edges;
 mod expressions;
 mod federation;
 mod fleet;
+mod fleet_approvals;
 mod fleet_state;
 mod flow;
 mod fuzz;
