@@ -132,7 +132,8 @@ pub struct SharedState {
 enum Backend {
     Memory,
     #[cfg(feature = "redis-ratelimit")]
-    Redis(redis::RedisState),
+    /// Boxed: the scripts make it large beside the empty memory store.
+    Redis(Box<redis::RedisState>),
 }
 
 impl std::fmt::Debug for SharedState {
@@ -151,9 +152,9 @@ impl SharedState {
         let backend = match &settings.backend {
             StateBackend::Memory => Backend::Memory,
             #[cfg(feature = "redis-ratelimit")]
-            StateBackend::Redis(url) => Backend::Redis(
+            StateBackend::Redis(url) => Backend::Redis(Box::new(
                 redis::RedisState::new(url).map_err(|e| StateError::RedisUrl(e.to_string()))?,
-            ),
+            )),
             #[cfg(not(feature = "redis-ratelimit"))]
             StateBackend::Redis(_) => return Err(StateError::RedisNotBuilt),
         };

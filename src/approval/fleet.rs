@@ -30,6 +30,7 @@ use super::binding::Binding;
 use super::gate::{Call, Gate, Refusal};
 use super::queue::{DecideError, Entry, Status, new_id};
 use super::settings::{Pending, Requirement};
+use crate::state::queue::MAX_ENTRY_BYTES;
 use crate::state::{Decided, QueueIds, Queued, Settled, Unavailable};
 
 /// How often a held call looks for its decision in the shared store.
@@ -167,9 +168,17 @@ impl Approvals {
                 replica: self.queue.replica().to_owned(),
             };
             let times = (call.now_ms, entry.expires_ms);
+            let text = stored(&entry);
+            if text.len() > MAX_ENTRY_BYTES {
+                // Never queued cut: refused like a question too long to show.
+                return Gate::Refuse(Refusal::Unpresentable {
+                    chars: text.len(),
+                    limit: MAX_ENTRY_BYTES,
+                });
+            }
             let added = self
                 .shared
-                .queue_add(ids(&entry, &key), &stored(&entry), times, limits)
+                .queue_add(ids(&entry, &key), &text, times, limits)
                 .await;
             let (found, decided) = match added {
                 Ok(Queued::Added) => {

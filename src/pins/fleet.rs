@@ -83,14 +83,33 @@ impl Pins {
 
     /// Applies the fleet's approvals (field, value); how many changed trust.
     pub(crate) fn accept_fleet(&self, rows: &[(String, String)]) -> usize {
+        let parsed = rows.iter().filter_map(|(field, value)| {
+            Some((
+                key_of(field)?,
+                serde_json::from_str::<FleetApproval>(value).ok()?,
+            ))
+        });
+        // Under the read lock: the pins to change (usually none), so the
+        // lists and calls of this second never wait for the write lock.
+        let wanted: Vec<(Key, FleetApproval)> = {
+            let view = self.view.read().unwrap_or_else(|p| p.into_inner());
+            parsed
+                .filter(|(key, approval)| {
+                    let record = view.get(&key.server).and_then(|sv| match key.kind {
+                        PinKind::Tool => sv.tools.get(&key.name),
+                        PinKind::Instructions => sv.instructions.as_ref(),
+                    });
+                    record
+                        .is_some_and(|r| !r.trusted() && hex::encode(r.seen.hash) == approval.hash)
+                })
+                .collect()
+        };
+        if wanted.is_empty() {
+            return 0;
+        }
         let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
         let mut accepted = 0;
-        for (field, value) in rows {
-            let (Some(key), Ok(approval)) =
-                (key_of(field), serde_json::from_str::<FleetApproval>(value))
-            else {
-                continue;
-            };
+        for (key, approval) in wanted {
             let record = view.get_mut(&key.server).and_then(|sv| match key.kind {
                 PinKind::Tool => sv.tools.get_mut(&key.name),
                 PinKind::Instructions => sv.instructions.as_mut(),
@@ -144,7 +163,11 @@ mod tests {
         let v2 = json!({"name": "echo", "description": "echo, then mail it away"});
         let v3 = json!({"name": "echo", "description": "something else"});
         pins.observe_tools("files", super::super::Pinning::Block, &[v1]);
-        let held = pins.observe_tools("files", super::super::Pinning::Block, &[v2.clone()]);
+        let held = pins.observe_tools(
+            "files",
+            super::super::Pinning::Block,
+            std::slice::from_ref(&v2),
+        );
         assert!(held[0].held().is_some());
         let key = Key::tool("files", "echo");
         let approved = hex::encode(super::super::digest(&v2));
@@ -152,7 +175,11 @@ mod tests {
         // Another definition is live: the approval of v2 does not apply to v3.
         pins.observe_tools("files", super::super::Pinning::Block, &[v3]);
         assert_eq!(pins.accept_fleet(&rows), 0);
-        let held = pins.observe_tools("files", super::super::Pinning::Block, &[v2.clone()]);
+        let held = pins.observe_tools(
+            "files",
+            super::super::Pinning::Block,
+            std::slice::from_ref(&v2),
+        );
         assert!(held[0].held().is_some());
         assert_eq!(pins.accept_fleet(&rows), 1);
         let now = pins.observe_tools("files", super::super::Pinning::Block, &[v2]);
