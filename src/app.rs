@@ -154,9 +154,10 @@ impl Gateway {
         let _janitor = AbortOnDrop(janitor);
         // A fleet's pin approvals, applied off the request path.
         let _pin_sync = app.approvals.shared.is_shared().then(|| {
+            let pins = app.pins.clone();
             AbortOnDrop(Some(tokio::spawn(crate::pins::fleet::sync(
-                app.pins.clone(),
                 app.approvals.shared.clone(),
+                move |key, hash, by| pins.approve(key, Some(hash), by),
             ))))
         });
         let _watch = match &self.admin_state.config_path {

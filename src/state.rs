@@ -28,41 +28,10 @@ pub mod queue;
 pub(crate) mod redis;
 pub mod settings;
 
-pub use model::{CALL_TIMEOUT, Use};
+pub use model::{CALL_TIMEOUT, Kind, Unavailable, Use, key};
 pub use queue::{Decided, QueueIds, Queued, Settled};
 pub use settings::{StateBackend, StateSettings};
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// What a shared key holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// A used `requestState` nonce (value `1`, until the state's expiry).
-    Nonce,
-    /// The fleet's used nonces, scored by expiry (the overall bound).
-    UsedNonces,
-    /// One client's used nonces, scored by expiry (the per-client bound).
-    UsedNoncesOf,
-    /// A task's binding to its creator (JSON, at most [`MAX_TASK_BYTES`]).
-    Task,
-    /// One client's task bindings, scored by creation (the per-client bound).
-    TasksOf,
-    /// A 2025-era upstream session's binding to its client (JSON, bounded).
-    Session,
-    /// One client's session bindings, scored by creation (the per-client bound).
-    SessionsOf,
-    /// A call queued for an operator (JSON, at most [`queue::MAX_ENTRY_BYTES`]).
-    Approval,
-    /// An operator's decision on a queued call (JSON, small).
-    Decision,
-    /// A queued call's approval id, by the digest of the call.
-    ApprovalCall,
-    /// The fleet's queued ids, scored by expiry (the overall bound).
-    Approvals,
-    /// One client's queued ids, scored by expiry (the per-client bound).
-    ApprovalsOf,
-    /// The fleet's pin approvals (one hash, bounded).
-    Pins,
-}
 
 /// How long a 2025-era session binding is kept in the shared store (a
 /// session older than this continues on the replicas that know it; another
@@ -71,32 +40,6 @@ pub const SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(24 *
 
 /// Longest task binding written (client, tool, era, expiry as JSON).
 pub const MAX_TASK_BYTES: usize = 2048;
-
-impl Kind {
-    fn as_str(self) -> &'static str {
-        match self {
-            Kind::Nonce => "nonce",
-            Kind::UsedNonces => "nonces",
-            Kind::UsedNoncesOf => "nonces-of",
-            Kind::Task => "task",
-            Kind::TasksOf => "tasks-of",
-            Kind::Session => "session",
-            Kind::SessionsOf => "sessions-of",
-            Kind::Approval => "approval",
-            Kind::Decision => "decision",
-            Kind::ApprovalCall => "approval-call",
-            Kind::Approvals => "approvals",
-            Kind::ApprovalsOf => "approvals-of",
-            Kind::Pins => "pins",
-        }
-    }
-}
-
-/// The Redis key of `id` of `kind` in `namespace`. Client names and other
-/// free text are hex-encoded by the caller when they are ids.
-pub fn key(namespace: &str, kind: Kind, id: &str) -> String {
-    format!("portcullis:{namespace}:{}:{id}", kind.as_str())
-}
 
 /// A store that cannot be built from the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -109,16 +52,6 @@ pub enum StateError {
     /// The Redis URL cannot be used.
     #[error("`state.redis_url` cannot be used: {0}")]
     RedisUrl(String),
-}
-
-/// The store did not answer (down, unreachable, too slow): the caller
-/// refuses what needed it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the shared state store ({store}) did not answer: {detail}")]
-pub struct Unavailable {
-    /// `redis`.
-    pub store: &'static str,
-    pub detail: String,
 }
 
 /// The deployment's state store.
@@ -349,6 +282,110 @@ impl SharedState {
             hex::encode(id.as_bytes())
         );
         key(&self.namespace, kind, &id)
+    }
+
+    /// The fleet's queue and pin approvals in Redis.
+    #[cfg(feature = "redis-ratelimit")]
+    fn fleet<'a>(&'a self, redis: &'a redis::RedisState) -> queue::Fleet<'a> {
+        queue::Fleet {
+            namespace: &self.namespace,
+            redis,
+        }
+    }
+
+    /// Queues a call for the fleet's operators ([`queue::Fleet::add`]); the
+    /// memory store queues nothing (its queue is the approval gate's own).
+    pub async fn queue_add(
+        &self,
+        ids: QueueIds<'_>,
+        entry: &str,
+        times: (i64, i64),
+        limits: (usize, usize),
+    ) -> Result<Queued, Unavailable> {
+        #[cfg(not(feature = "redis-ratelimit"))]
+        let _ = (ids, entry, times, limits);
+        match &self.backend {
+            Backend::Memory => Ok(Queued::Full),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(r) => self.observe(self.fleet(r).add(ids, entry, times, limits).await),
+        }
+    }
+
+    /// An operator's decision on a queued call, set once fleet-wide.
+    pub async fn queue_decide(&self, id: &str, decision: &str) -> Result<Decided, Unavailable> {
+        #[cfg(not(feature = "redis-ratelimit"))]
+        let _ = (id, decision);
+        match &self.backend {
+            Backend::Memory => Ok(Decided::Unknown),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(r) => self.observe(self.fleet(r).decide(id, decision).await),
+        }
+    }
+
+    /// Takes a queued call's decision, once fleet-wide (`close`: or takes
+    /// the undecided entry out as expired).
+    pub async fn queue_settle(
+        &self,
+        ids: QueueIds<'_>,
+        close: bool,
+    ) -> Result<Settled, Unavailable> {
+        #[cfg(not(feature = "redis-ratelimit"))]
+        let _ = (ids, close);
+        match &self.backend {
+            Backend::Memory => Ok(Settled::Gone),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(r) => self.observe(self.fleet(r).settle(ids, close).await),
+        }
+    }
+
+    /// A queued call and its decision, if it lives.
+    pub async fn queue_get(
+        &self,
+        id: &str,
+    ) -> Result<Option<(String, Option<String>)>, Unavailable> {
+        #[cfg(not(feature = "redis-ratelimit"))]
+        let _ = id;
+        match &self.backend {
+            Backend::Memory => Ok(None),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(r) => self.observe(self.fleet(r).get(id).await),
+        }
+    }
+
+    /// The fleet's queued calls with their decisions, at most `max`.
+    pub async fn queue_list(
+        &self,
+        now_ms: i64,
+        max: usize,
+    ) -> Result<Vec<(String, Option<String>)>, Unavailable> {
+        #[cfg(not(feature = "redis-ratelimit"))]
+        let _ = (now_ms, max);
+        match &self.backend {
+            Backend::Memory => Ok(Vec::new()),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(r) => self.observe(self.fleet(r).list(now_ms, max).await),
+        }
+    }
+
+    /// Records the fleet's approval of pin `pin`; `Ok(false)` when the
+    /// bound of pins is reached. Nothing to record for the memory store.
+    pub async fn pin_approve(&self, pin: &str, value: &str) -> Result<bool, Unavailable> {
+        #[cfg(not(feature = "redis-ratelimit"))]
+        let _ = (pin, value);
+        match &self.backend {
+            Backend::Memory => Ok(true),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(r) => self.observe(self.fleet(r).pin_approve(pin, value).await),
+        }
+    }
+
+    /// The fleet's pin approvals (none for the memory store).
+    pub async fn pin_approvals(&self) -> Result<Vec<(String, String)>, Unavailable> {
+        match &self.backend {
+            Backend::Memory => Ok(Vec::new()),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(r) => self.observe(self.fleet(r).pin_approvals().await),
+        }
     }
 
     /// For `/readyz`: the store, and whether it answers now.

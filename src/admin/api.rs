@@ -156,7 +156,7 @@ pub(crate) async fn approve(
     let mut expected = request.hash.clone();
     let shared = &state.app.approvals.shared;
     if shared.is_shared()
-        && let Some(seen) = state.app.pins.seen_hash(&key)
+        && let Some(seen) = seen_hash(&state, &key)
         && expected
             .as_deref()
             .is_none_or(|h| h.eq_ignore_ascii_case(&seen))
@@ -217,6 +217,24 @@ pub(crate) async fn approve(
             r
         }
     }
+}
+
+/// The hash (hex) of the definition `key`'s server serves now, as
+/// `GET /api/pins` reports it.
+fn seen_hash(state: &AdminState, key: &Key) -> Option<String> {
+    let config = state.config();
+    let mode = config.servers.get(&key.server)?.pinning;
+    let modes = BTreeMap::from([(key.server.clone(), mode)]);
+    let report = state.app.pins.report(&modes);
+    let server = &report["servers"][&key.server];
+    let pin = match key.kind {
+        crate::pins::PinKind::Tool => server["tools"]
+            .as_array()?
+            .iter()
+            .find(|t| t["name"] == key.name.as_str())?,
+        crate::pins::PinKind::Instructions => &server["instructions"],
+    };
+    pin["seen"]["hash"].as_str().map(str::to_owned)
 }
 
 fn describe(key: &Key) -> String {

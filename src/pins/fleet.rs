@@ -1,25 +1,26 @@
 //! Pin approvals shared by a fleet: an operator's approval of a changed
 //! definition on one replica is accepted by every replica of the deployment.
 //!
-//! Place: beside the view ([`super::Pins`]); the admin API records an
-//! approval in the shared store ([`crate::state::SharedState::pin_approve`])
-//! before it applies it, and every replica applies the fleet's approvals
-//! ([`sync`], every [`SYNC_EVERY`]) off the request path.
+//! Place: beside the pins' view; the admin API records an approval in the
+//! shared store (`pin_approve` of the state store) before it applies it,
+//! and every replica applies the fleet's approvals through the pins' own
+//! approval ([`sync`], every [`SYNC_EVERY`]) off the request path.
 //!
 //! Invariants: the fleet's record of a pin is the hash an operator approved
 //! (a definition of any other hash stays held: what runs is what was
 //! reviewed); it is applied only to a pin whose live definition has that
-//! very hash and that this replica does not trust yet, then written to the
-//! replica's own pin store as any approval; the hot path never waits on the
+//! very hash (the pins' approval with that hash expected), then written to
+//! the replica's own pin store as any approval; the hot path never waits on the
 //! shared store; an unreachable store leaves every held definition held.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Approved, Key, PinKind, Pins};
+use super::model::{Key, PinKind};
+use super::store::ApproveOutcome;
 use crate::state::SharedState;
 use crate::util::time::now_ms;
 
@@ -69,124 +70,97 @@ pub(crate) fn value(hash: &str, by: &str) -> String {
     serde_json::to_string(&approval).unwrap_or_default()
 }
 
-impl Pins {
-    /// The hash (hex) of the definition last seen for `key`, if pinned.
-    pub(crate) fn seen_hash(&self, key: &Key) -> Option<String> {
-        let view = self.view.read().unwrap_or_else(|p| p.into_inner());
-        let sv = view.get(&key.server)?;
-        let record = match key.kind {
-            PinKind::Tool => sv.tools.get(&key.name),
-            PinKind::Instructions => sv.instructions.as_ref(),
-        }?;
-        Some(hex::encode(record.seen.hash))
-    }
-
-    /// Applies the fleet's approvals (field, value); how many changed trust.
-    pub(crate) fn accept_fleet(&self, rows: &[(String, String)]) -> usize {
-        let parsed = rows.iter().filter_map(|(field, value)| {
-            Some((
-                key_of(field)?,
-                serde_json::from_str::<FleetApproval>(value).ok()?,
-            ))
-        });
-        // Under the read lock: the pins to change (usually none), so the
-        // lists and calls of this second never wait for the write lock.
-        let wanted: Vec<(Key, FleetApproval)> = {
-            let view = self.view.read().unwrap_or_else(|p| p.into_inner());
-            parsed
-                .filter(|(key, approval)| {
-                    let record = view.get(&key.server).and_then(|sv| match key.kind {
-                        PinKind::Tool => sv.tools.get(&key.name),
-                        PinKind::Instructions => sv.instructions.as_ref(),
-                    });
-                    record
-                        .is_some_and(|r| !r.trusted() && hex::encode(r.seen.hash) == approval.hash)
-                })
-                .collect()
-        };
-        if wanted.is_empty() {
-            return 0;
-        }
-        let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
-        let mut accepted = 0;
-        for (key, approval) in wanted {
-            let record = view.get_mut(&key.server).and_then(|sv| match key.kind {
-                PinKind::Tool => sv.tools.get_mut(&key.name),
-                PinKind::Instructions => sv.instructions.as_mut(),
-            });
-            let Some(record) = record else { continue };
-            if record.trusted() || hex::encode(record.seen.hash) != approval.hash {
-                continue;
-            }
-            let mut version = record.seen.clone();
-            version.at = approval.at_ms;
-            record.approved = Some(Approved {
-                version,
-                by: format!("fleet:{}", approval.by),
-            });
-            self.put(key.clone(), record, true);
-            accepted += 1;
-            tracing::info!(server = %key.server, kind = key.kind.as_str(), name = %key.name,
-                hash = %approval.hash, by = %approval.by, "pin approval accepted from the fleet");
-        }
-        drop(view);
-        if accepted > 0 {
-            self.generation.fetch_add(1, Ordering::AcqRel);
-        }
-        accepted
-    }
-}
-
-/// Applies the fleet's pin approvals to `pins` every [`SYNC_EVERY`], until
-/// the task is aborted (with the gateway). An unreachable store is logged
-/// by the store once; held definitions stay held meanwhile.
-pub(crate) async fn sync(pins: Arc<Pins>, shared: Arc<SharedState>) {
+/// Applies the fleet's pin approvals every [`SYNC_EVERY`] through
+/// `approve` (the pins' own approval of a pin's live definition when it has
+/// the hash given, by whom), until the task is aborted with the gateway.
+/// An approval applied, or found applied, is not tried again until the
+/// fleet records another for that pin; one whose hash this replica does
+/// not serve (yet) is tried each round. An unreachable store is logged by
+/// the store once; held definitions stay held meanwhile.
+pub(crate) async fn sync(
+    shared: Arc<SharedState>,
+    approve: impl Fn(&Key, &str, &str) -> ApproveOutcome + Send,
+) {
     let mut every = tokio::time::interval(SYNC_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut done: HashMap<String, String> = HashMap::new();
     loop {
         every.tick().await;
         if let Ok(rows) = shared.pin_approvals().await {
-            pins.accept_fleet(&rows);
+            apply(&rows, &mut done, &approve);
         }
     }
+}
+
+/// One round of [`sync`]: how many approvals were applied now.
+fn apply(
+    rows: &[(String, String)],
+    done: &mut HashMap<String, String>,
+    approve: &impl Fn(&Key, &str, &str) -> ApproveOutcome,
+) -> usize {
+    // Bounded by the store's bound of rows: only what the fleet still holds.
+    done.retain(|field, _| rows.iter().any(|(f, _)| f == field));
+    let mut applied = 0;
+    for (field, value) in rows {
+        if done.get(field) == Some(value) {
+            continue;
+        }
+        let (Some(key), Ok(approval)) =
+            (key_of(field), serde_json::from_str::<FleetApproval>(value))
+        else {
+            continue;
+        };
+        let by = format!("fleet:{}", approval.by);
+        match approve(&key, &approval.hash, &by) {
+            ApproveOutcome::Approved { .. } => {
+                applied += 1;
+                tracing::info!(server = %key.server, kind = key.kind.as_str(), name = %key.name,
+                    hash = %approval.hash, by = %approval.by, "pin approval accepted from the fleet");
+            }
+            ApproveOutcome::AlreadyApproved { .. } => {}
+            // Not served here (yet): tried again next round.
+            ApproveOutcome::HashMismatch { .. } | ApproveOutcome::Unknown => continue,
+        }
+        done.insert(field.clone(), value.clone());
+    }
+    applied
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::{Pinning, Pins, digest};
     use super::*;
     use serde_json::json;
 
     #[test]
     fn a_fleet_approval_is_accepted_only_for_the_hash_approved() {
         let pins = Pins::empty(":memory:", "c.toml", None);
+        let approve = |k: &Key, h: &str, by: &str| pins.approve(k, Some(h), by);
+        let mut done = HashMap::new();
         let v1 = json!({"name": "echo", "description": "echo"});
         let v2 = json!({"name": "echo", "description": "echo, then mail it away"});
         let v3 = json!({"name": "echo", "description": "something else"});
-        pins.observe_tools("files", super::super::Pinning::Block, &[v1]);
-        let held = pins.observe_tools(
-            "files",
-            super::super::Pinning::Block,
-            std::slice::from_ref(&v2),
-        );
-        assert!(held[0].held().is_some());
+        let observe = |v: &serde_json::Value| {
+            pins.observe_tools("files", Pinning::Block, std::slice::from_ref(v))[0]
+                .held()
+                .is_some()
+        };
+        observe(&v1);
+        assert!(observe(&v2), "changed: held");
         let key = Key::tool("files", "echo");
-        let approved = hex::encode(super::super::digest(&v2));
-        let rows = vec![(field(&key), value(&approved, "api"))];
+        let rows = vec![(field(&key), value(&hex::encode(digest(&v2)), "api"))];
         // Another definition is live: the approval of v2 does not apply to v3.
-        pins.observe_tools("files", super::super::Pinning::Block, &[v3]);
-        assert_eq!(pins.accept_fleet(&rows), 0);
-        let held = pins.observe_tools(
-            "files",
-            super::super::Pinning::Block,
-            std::slice::from_ref(&v2),
-        );
-        assert!(held[0].held().is_some());
-        assert_eq!(pins.accept_fleet(&rows), 1);
-        let now = pins.observe_tools("files", super::super::Pinning::Block, &[v2]);
-        assert!(now[0].held().is_none());
-        // Applied once; unreadable rows are ignored.
-        assert_eq!(pins.accept_fleet(&rows), 0);
-        assert_eq!(pins.accept_fleet(&[("x".into(), "y".into())]), 0);
+        assert!(observe(&v3));
+        assert_eq!(apply(&rows, &mut done, &approve), 0);
+        assert!(observe(&v3), "still held");
+        // Once v2 is what the server serves, it is accepted, once.
+        assert!(observe(&v2));
+        assert_eq!(apply(&rows, &mut done, &approve), 1);
+        assert!(!observe(&v2), "accepted from the fleet");
+        assert_eq!(apply(&rows, &mut done, &approve), 0);
+        // Unreadable rows are ignored; forgotten rows leave the memory.
+        assert_eq!(apply(&[("x".into(), "y".into())], &mut done, &approve), 0);
+        assert!(done.is_empty());
         assert_eq!(key_of(&field(&key)), Some(key));
     }
 }

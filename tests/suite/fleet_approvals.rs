@@ -23,6 +23,8 @@ use futures_util::future::join_all;
 use portcullis::state::{
     Decided, QueueIds, Queued, Settled, SharedState, StateBackend, StateSettings,
 };
+use proptest::prelude::*;
+use proptest::test_runner::{Config as Cases, TestRunner};
 use serde_json::{Value, json};
 use support::process::Observed;
 use support::redis::RedisServer;
@@ -291,11 +293,14 @@ async fn with_redis_stopped_holding_deciding_and_listing_say_the_store_is_unavai
     // Once Redis is back, the call is held for an operator again.
     redis.restart();
     let mut listed = Vec::new();
-    for _ in 0..50 {
-        if operator(&fleet[1]).get("/api/approvals").await.0 == 200 {
-            break;
+    // Each replica reconnects by itself; until it has, it still refuses.
+    for replica in &fleet {
+        for _ in 0..50 {
+            if operator(replica).get("/api/approvals").await.0 == 200 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let held = hold(&fleet[0], "y");
     for _ in 0..100 {
@@ -401,8 +406,6 @@ fn store(redis: &str) -> SharedState {
 
 #[test]
 fn for_any_interleaving_of_decisions_across_replicas_one_takes_effect_once() {
-    use proptest::prelude::*;
-    use proptest::test_runner::{Config as Cases, TestRunner};
     if !tiers::ready(&[Tier::Redis]) {
         return;
     }
