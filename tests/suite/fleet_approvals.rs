@@ -289,6 +289,14 @@ async fn with_redis_stopped_holding_deciding_and_listing_say_the_store_is_unavai
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["store"], "redis");
     assert_eq!(echoes(&upstream), 0, "nothing ran while Redis was away");
+    // The refusal is in the replica's audit like any other.
+    let events = operator(&fleet[0]).events().await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e["tool"] == "echo" && e["decision"] == "state_unavailable"),
+        "{events:?}"
+    );
 
     // Once Redis is back, the call is held for an operator again.
     redis.restart();
