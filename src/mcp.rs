@@ -10,6 +10,7 @@ pub(crate) mod headers;
 pub(crate) mod jsonrpc;
 pub(crate) mod limits;
 pub(crate) mod methods;
+pub(crate) mod request;
 pub(crate) mod sse;
 pub(crate) mod version;
 

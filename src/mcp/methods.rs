@@ -467,5 +467,18 @@ pub(crate) fn server_message(name: &str, kind: Kind, era: Era) -> Option<Entry> 
     entry(name, Direction::ServerToClient, kind, era)
 }
 
+/// The method of the specification an upstream's message names (`None`: a
+/// response, or a name the table does not have): its method looked up in the
+/// table once, wherever the message is read.
+pub(crate) fn named_in(message: &serde_json::Value) -> Option<Method> {
+    message.get("method")?.as_str().and_then(Method::of)
+}
+
+/// True when an upstream's message says its tool list changed: the one test
+/// of it, whatever the transport the message came by.
+pub(crate) fn tool_list_changed(message: &serde_json::Value) -> bool {
+    named_in(message) == Some(Method::ToolsListChanged)
+}
+
 #[cfg(test)]
 mod tests;

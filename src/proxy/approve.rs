@@ -28,7 +28,7 @@ use futures_util::{StreamExt, stream};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Map, Value, json};
 
-use super::exchange::{Exchange, canonical_body, observe_or_enforce, rebuild};
+use super::exchange::{Exchange, canonical_body, observe_or_enforce};
 use super::flow;
 use super::forward::Forward;
 use super::rate::take;
@@ -40,15 +40,21 @@ use crate::config::{ArgumentScan, Config, Mode};
 use crate::error::{self, Rejection, RenderCtx};
 use crate::flow::SessionKey;
 use crate::identity::Caller;
-use crate::mcp::jsonrpc::Message;
+use crate::mcp::methods::Method as Rpc;
+use crate::mcp::request::{META_CLIENT_CAPABILITIES, Request};
 use crate::mcp::version::Era;
 use crate::policy::{Decision, Facts, Subject};
 use crate::proxy::respond::{self, Recipient};
 use crate::record::trail::Trail;
 use crate::sanitize::Sanitizer;
 
-/// The `_meta` key of 2026-era client capabilities.
-const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// A call's arguments as an approval binds them: absent or `null` is `{}`.
+fn call_arguments(request: &Request) -> Value {
+    match request.arguments() {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(a) => a.clone(),
+    }
+}
 
 /// Puts the call to a person (or lets it through in observe mode), then
 /// forwards it only on a yes.
@@ -58,25 +64,20 @@ pub(super) async fn approve(
     forward: &Forward<'_>,
     client: &ClientId,
     headers: &HeaderMap,
-    message: &Message,
+    message: &Request,
     (requirement, decision, annotations): (&Requirement, &Decision, Option<&Value>),
     to: Recipient,
 ) -> Result<Response, Rejection> {
     let approvals = forward.state.approvals.clone();
     let empty = Map::new();
-    let params = message.params().unwrap_or(&empty);
-    let tool = params
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    // The approval round's own keys (`requestState`, `inputResponses`, `_meta`).
+    let params = message.unjudged().unwrap_or(&empty);
+    let tool = message.tool().unwrap_or_default();
     let server = forward.name().to_owned();
-    let arguments = match params.get("arguments") {
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(a) => a.clone(),
-    };
+    let arguments = call_arguments(message);
     let modern = ex.era == Era::Modern;
     let can_elicit = if modern {
-        let meta = params.get("_meta").and_then(|m| m.get(CLIENT_CAPABILITIES));
+        let meta = message.meta_value(META_CLIENT_CAPABILITIES);
         inband::declares_elicitation(meta)
     } else {
         ex.client_session
@@ -221,15 +222,10 @@ impl Held {
         forward: &Forward<'_>,
         client: &ClientId,
         headers: &HeaderMap,
-        message: &Message,
+        message: &Request,
         arguments: &Value,
     ) -> Self {
-        let tool = message
-            .params()
-            .and_then(|p| p.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
+        let tool = message.tool().unwrap_or_default().to_owned();
         Self {
             state: forward.state.clone(),
             asked_under: forward.live.config.clone(),
@@ -293,7 +289,7 @@ impl Held {
         }
         let facts = Facts {
             claims: self.claims.as_ref(),
-            method: "tools/call",
+            method: Rpc::ToolsCall.name(),
             arguments: &self.arguments,
             annotations: self.annotations.as_ref(),
         };
@@ -384,27 +380,16 @@ pub(super) fn lapsed(
     forward: &Forward<'_>,
     ex: &Exchange,
     client: &ClientId,
-    message: &Message,
+    message: &Request,
     rejection: Rejection,
 ) -> Rejection {
     let lapses = matches!(rejection.code(), "unknown_tool" | "argument_not_permitted");
-    let params = message.params();
-    let state = params
-        .and_then(|p| p.get("requestState"))
-        .and_then(Value::as_str)
-        .filter(|s| Signer::is_ours(s));
-    let (Some(params), Some(state), true, true) = (params, state, lapses, ex.era == Era::Modern)
-    else {
+    let state = message.request_state().filter(|s| Signer::is_ours(s));
+    let (Some(state), true, true) = (state, lapses, ex.era == Era::Modern) else {
         return rejection;
     };
-    let tool = params
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let arguments = match params.get("arguments") {
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(a) => a.clone(),
-    };
+    let tool = message.tool().unwrap_or_default();
+    let arguments = call_arguments(message);
     let binding = Binding::new(client.name(), forward.name(), tool, &arguments);
     let now = crate::util::time::now_ms();
     match forward.state.approvals.signer.verify(state, &binding, now) {
@@ -452,11 +437,8 @@ fn sse_event(message: &Value) -> String {
 /// The call as forwarded: without the gateway's own approval parameters
 /// (its `requestState`, the answer under its reserved key, the approval id),
 /// whether or not a rule asks for approval.
-pub(super) fn stripped(message: &Message, round: Option<&Value>) -> Bytes {
-    let mut value = rebuild(message);
-    if let Some(Value::Object(params)) = value.get_mut("params") {
-        gate::strip(params, round);
-    }
+pub(super) fn stripped(message: &Request, round: Option<&Value>) -> Bytes {
+    let value = message.to_value_with(|params| gate::strip(params, round));
     Bytes::from(crate::util::canonical::to_vec(&value))
 }
 

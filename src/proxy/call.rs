@@ -7,7 +7,7 @@
 //! none — and nothing is sent upstream before validation passed.
 
 use super::approve;
-use super::exchange::{Exchange, observe_or_enforce, param_str, recipient};
+use super::exchange::{Exchange, observe_or_enforce, recipient};
 use super::flow;
 use super::forward::{Forward, upstream};
 use super::rate::{Spend, rate_limit, take};
@@ -32,23 +32,26 @@ use crate::config::ArgumentScan;
 use crate::error::{self, Rejection};
 use crate::mcp::headers::{self};
 use crate::mcp::jsonrpc::Message;
+use crate::mcp::methods::Method as Rpc;
+use crate::mcp::request::Request;
 use crate::mcp::version::Era;
 use crate::pins::{self};
 use crate::policy::{Decision, Facts, Outcome, Subject};
 use crate::sanitize::{Sanitizer, Skip};
 use crate::validate::Violation;
 
-/// A stream (a GET stream, `subscriptions/listen`) is held for `client` on
-/// each of `servers`, so that a reload revoking its access ends it; any other
-/// response is returned as it is.
+/// A stream (a GET stream: `get_stream`, or `subscriptions/listen`) is held
+/// for `client` on each of `servers`, so that a reload revoking its access
+/// ends it; any other response is returned as it is.
 pub(super) fn held<'a>(
     state: &AppState,
     ex: &Exchange,
     client: &ClientId,
     servers: impl IntoIterator<Item = &'a str>,
+    get_stream: bool,
     mut response: Response,
 ) -> Response {
-    if ex.method != "GET" && ex.method != "subscriptions/listen" {
+    if !get_stream && ex.rpc != Some(Rpc::SubscriptionsListen) {
         return response;
     }
     for server in servers {
@@ -65,15 +68,16 @@ pub(super) async fn task(
     forward: &Forward<'_>,
     client: &ClientId,
     headers: &HeaderMap,
-    message: &Message,
+    request: &Request,
     body: Bytes,
 ) -> Result<Response, Rejection> {
     let to = recipient(forward.live, ex, forward.server, None);
-    task_calls::serve(forward, client, &mut ex.tool, headers, message, body, to).await
+    task_calls::serve(forward, client, &mut ex.tool, headers, request, body, to).await
 }
 
 /// The outgoing secret scan of everything a message carries towards the
-/// upstream (`sanitize.arguments = "block"`); the arguments of a tool call
+/// upstream (`sanitize.arguments = "block"`), as classification parsed it:
+/// the (pointer, kind) of each finding. The arguments of a tool call
 /// (`tools/call`, or an operator's method of class tool: `tool_call`) are
 /// scanned in [`check_call`], under the tool's exemption.
 pub(super) fn scan_outgoing(
@@ -81,13 +85,12 @@ pub(super) fn scan_outgoing(
     message: &Message,
     body: &Bytes,
     tool_call: bool,
-) -> Result<(), Rejection> {
+) -> Vec<(String, String)> {
     if live.sanitize.arguments != ArgumentScan::Block {
-        return Ok(());
+        return Vec::new();
     }
     let sanitizer = Sanitizer::new(&live.sanitize, Skip::default());
-    let method = message.method().unwrap_or("(response)").to_owned();
-    let found = match message {
+    match message {
         Message::Request { params, .. } | Message::Notification { params, .. } => {
             let skip: &[&str] = if tool_call {
                 &["/params/arguments"]
@@ -103,21 +106,23 @@ pub(super) fn scan_outgoing(
         Message::Response { .. } => serde_json::from_slice::<Value>(body)
             .map(|v| sanitizer.find_outgoing(&v, "", &[]))
             .unwrap_or_default(),
-    };
+    }
+}
+
+/// The refusal of what [`scan_outgoing`] found in `request`, if anything.
+pub(super) fn outgoing_refusal(
+    request: &Request,
+    found: Vec<(String, String)>,
+) -> Result<(), Rejection> {
     if found.is_empty() {
         return Ok(());
     }
-    if let (Message::Request { .. }, true) = (message, tool_call) {
-        let name = message
-            .params()
-            .and_then(|p| p.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+    if let (Some(name), false) = (request.tool(), request.is_notification()) {
         return Err(error::secret_in_call(name, &found));
     }
     Err(Rejection::SecretInParams(error::SecretFound {
-        request: matches!(message, Message::Request { .. }),
-        method,
+        request: !request.is_notification() && request.called().is_some(),
+        method: request.method_name().to_owned(),
         found,
     }))
 }
@@ -129,9 +134,9 @@ pub(super) async fn call_tool(
     forward: &Forward<'_>,
     client: &ClientId,
     headers: &HeaderMap,
-    message: &Message,
+    message: &Request,
 ) -> Result<Response, Rejection> {
-    let name = param_str(message, "name")?.to_owned();
+    let name = message.tool().unwrap_or_default().to_owned();
     ex.tool = Some(name.clone());
     let server = forward.server;
     let server_name = server.upstream.settings.name.as_str();
@@ -164,10 +169,9 @@ pub(super) async fn call_tool(
     };
     if checked.is_none() {
         // Observed: the transport's own check of `Mcp-Param-*` still holds.
-        if let (Some(entry), Some(Value::Object(args))) = (
-            tools.tools.get(&name),
-            message.params().and_then(|p| p.get("arguments")),
-        ) {
+        if let (Some(entry), Some(Value::Object(args))) =
+            (tools.tools.get(&name), message.arguments())
+        {
             let input_schema = entry.definition.get("inputSchema").unwrap_or(&Value::Null);
             headers::check_params(headers, args, input_schema, ex.era == Era::Modern)
                 .map_err(|m| Rejection::HeaderMismatch(m.0))?;
@@ -211,7 +215,7 @@ pub(super) async fn call_tool(
 /// The call as forwarded: as the gateway serialises the parsed call, not as
 /// the client spelled it, and never with an answer under the gateway's
 /// reserved key.
-fn forwarded(message: &Message) -> Bytes {
+fn forwarded(message: &Request) -> Bytes {
     approve::stripped(message, None)
 }
 
@@ -230,7 +234,7 @@ pub(super) struct Call<'a> {
     pub(super) headers: &'a HeaderMap,
     pub(super) tools: &'a ToolSet,
     pub(super) name: &'a str,
-    pub(super) message: &'a Message,
+    pub(super) message: &'a Request,
 }
 
 /// Every decision on a `tools/call`, in order: access rules, pin, the rules'
@@ -285,7 +289,7 @@ pub(super) async fn check_call(
         tracing::warn!(server = server_name, tool = %name, changed = %pins::changed_fields(&flag.changes).join(","),
             findings = flag.findings.len(), "calling a tool whose definition is not the approved one (pinning = warn)");
     }
-    let arguments = match message.params().and_then(|p| p.get("arguments")) {
+    let arguments = match message.arguments() {
         None | Some(Value::Null) => Value::Object(Map::new()),
         Some(a @ Value::Object(_)) => a.clone(),
         Some(_) => {
@@ -303,7 +307,7 @@ pub(super) async fn check_call(
     // The rules' `when` expressions, now that the call's facts are known.
     let facts = Facts {
         claims: ex.token.as_ref().map(|t| t.claims()),
-        method: "tools/call",
+        method: Rpc::ToolsCall.name(),
         arguments: &arguments,
         annotations: entry.definition.get("annotations"),
     };

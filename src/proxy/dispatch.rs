@@ -2,13 +2,16 @@
 //! method table typed it, each arm a straight sequence of steps.
 //!
 //! Place: after routing; the merged view dispatches here too, once it has
-//! routed a name to its server. Invariant: no method name is compared as a
-//! string; a method outside the table never reaches a step.
+//! routed a name to its server. Invariants: no method name is compared as a
+//! string; a method outside the table never reaches a step; every step reads
+//! the message through its [`Request`], typed once right after the method
+//! table, and what is forwarded is that request serialised again (or the
+//! bytes received, when nothing was changed).
 
 use super::approve::answered;
-use super::call::{call_tool, scan_outgoing, task};
+use super::call::{call_tool, outgoing_refusal, scan_outgoing, task};
 use super::exchange::session;
-use super::exchange::{Exchange, observe_or_enforce, param_str, recipient};
+use super::exchange::{Exchange, observe_or_enforce, recipient};
 use super::forward::{Forward, upstream, watch_instructions};
 use super::lists::list;
 use super::resource;
@@ -29,6 +32,7 @@ use crate::error::Rejection;
 use crate::mcp::jsonrpc::{ClassifyError, Message};
 use crate::mcp::limits;
 use crate::mcp::methods::{self, Called, Class, Kind, Method as Rpc};
+use crate::mcp::request::{Ask, Request};
 use crate::mcp::version::Era;
 use crate::policy::Subject;
 
@@ -59,17 +63,18 @@ pub(super) async fn post(
     let called = resolve(config, &message, era)?;
     ex.trail.stage("scan_outgoing");
     let tool_call = called.as_ref().map(Called::class) == Some(Class::Tool);
-    observe_or_enforce(ex, scan_outgoing(live, &message, &body, tool_call))?;
+    let found = scan_outgoing(live, &message, &body, tool_call);
+    let request = type_request(ex, message, called)?;
+    observe_or_enforce(ex, outgoing_refusal(&request, found))?;
     // The answer to one of the gateway's own approval questions stays here
     // (the merged view checks it the same way before it broadcasts).
-    if called.is_none()
+    if request.called().is_none()
         && let Some(accepted) = answered(state, ex, client, &body)?
     {
         return Ok(accepted);
     }
     let incoming = Incoming {
-        message,
-        called,
+        request,
         body,
         session,
     };
@@ -79,9 +84,8 @@ pub(super) async fn post(
 /// A client's message, classified, bounded, negotiated and scanned, on its
 /// way to one server.
 pub(super) struct Incoming {
-    pub(super) message: Message,
-    /// Its method as the method table typed it (`None`: a response).
-    pub(super) called: Option<Called>,
+    /// The message, typed once (its method as the method table typed it).
+    pub(super) request: Request,
     /// The bytes forwarded: the client's, or the merged view's renaming.
     pub(super) body: Bytes,
     /// The handshake-era session with this server, checked to be the client's.
@@ -103,8 +107,7 @@ pub(super) async fn serve(
 ) -> Result<Response, Rejection> {
     let config = &*live.config;
     let Incoming {
-        message,
-        called,
+        request,
         body,
         session,
     } = incoming;
@@ -116,10 +119,10 @@ pub(super) async fn serve(
         ex_era: era,
         session: session.as_deref(),
         trail: ex.trail.clone(),
-        listen: called.as_ref().map(Called::class) == Some(Class::Subscription),
+        listen: matches!(request.ask(), Ask::Subscription { .. }),
         caller: ex.caller(client),
     };
-    let Some(called) = called else {
+    let Some(called) = request.called() else {
         // A client's answer to a server's request (handshake era).
         return forward
             .relay(headers, body, recipient(live, ex, server, None))
@@ -128,14 +131,14 @@ pub(super) async fn serve(
     match (called.method(), called.class()) {
         // An operator's method of class tool is a tool call: the same steps.
         (Some(Rpc::ToolsCall), _) | (_, Class::Tool) => {
-            call_tool(ex, &forward, client, headers, &message).await
+            call_tool(ex, &forward, client, headers, &request).await
         }
-        (_, Class::List(kind)) => list(config, ex, &forward, client, headers, &message, kind).await,
+        (_, Class::List(kind)) => list(config, ex, &forward, client, headers, &request, kind).await,
         (Some(Rpc::Initialize), _) => {
             forward
                 .initialize(
                     headers,
-                    &message,
+                    &request,
                     body,
                     client,
                     recipient(live, ex, server, None),
@@ -151,7 +154,9 @@ pub(super) async fn serve(
             Ok(relay(reply, recipient(live, ex, server, None)))
         }
         (method, Class::Resource) => {
-            let uri = param_str(&message, "uri")?;
+            let Ask::Resource { uri } = request.ask() else {
+                return Err(untyped(&request));
+            };
             let canonical = resource::canonical(uri)?;
             let subject = Subject::Resource(canonical.identity());
             // Reads take rate-limit tokens; (un)subscribing does not.
@@ -170,13 +175,15 @@ pub(super) async fn serve(
                 || format!("Resource not found: {uri}"),
             )
             .await?;
-            let (headers, body) = resource::forwarded(&message, headers, body, &canonical);
+            let (headers, body) = resource::forwarded(&request, headers, body, &canonical);
             forward
                 .relay(&headers, body, recipient(live, ex, server, None))
                 .await
         }
         (_, Class::Prompt) => {
-            let name = param_str(&message, "name")?;
+            let Ask::Prompt { name, .. } = request.ask() else {
+                return Err(untyped(&request));
+            };
             let subject = Subject::Prompt(name);
             decide_subject(state, live, ex, client, server, subject, true, || {
                 format!("Unknown prompt: {name}")
@@ -188,12 +195,15 @@ pub(super) async fn serve(
         }
         (_, Class::Completion) => {
             ex.trail.stage("authorize");
-            let uri = resource::completion_uri(&message)?;
-            let decided = authorize_completion(config, client, server, &message);
+            let Ask::Completion { reference } = request.ask() else {
+                return Err(untyped(&request));
+            };
+            let uri = resource::completion_uri(reference)?;
+            let decided = authorize_completion(config, client, server, reference);
             observe_or_enforce(ex, decided)?;
             // The server completes on the URI that was decided.
             let body = match &uri {
-                Some(uri) => resource::with_completion_uri(&message, body, uri),
+                Some(uri) => resource::with_uris(request, body, &[uri.as_str()]),
                 None => body,
             };
             forward
@@ -202,17 +212,31 @@ pub(super) async fn serve(
         }
         (_, Class::Subscription) => {
             ex.trail.stage("authorize");
-            let uris = resource::subscribed(&message)?;
+            let Ask::Subscription { uris, .. } = request.ask() else {
+                return Err(untyped(&request));
+            };
+            let uris = resource::subscribed(uris.as_deref())?;
             let decided = authorize_subscriptions(config, client, server, &uris);
             observe_or_enforce(ex, decided)?;
             // The server subscribes to the URIs that were decided.
             let sent: Vec<&str> = uris.iter().map(|u| u.as_str()).collect();
-            let body = resource::with_subscriptions(&message, body, &sent);
+            let body = resource::with_uris(request, body, &sent);
             forward
                 .relay(headers, body, recipient(live, ex, server, None))
                 .await
         }
-        (_, Class::Task) => task(ex, &forward, client, headers, &message, body).await,
+        (_, Class::Task) => task(ex, &forward, client, headers, &request, body).await,
+        (Some(Rpc::Cancelled), _) => {
+            if let Ask::Cancel {
+                request_id: Some(id),
+            } = request.ask()
+            {
+                forward.cancel_in_flight(id);
+            }
+            forward
+                .relay(headers, body, recipient(live, ex, server, None))
+                .await
+        }
         (_, Class::Lifecycle | Class::Notification) => {
             forward
                 .relay(headers, body, recipient(live, ex, server, None))
@@ -230,6 +254,27 @@ pub(super) fn note_message(ex: &mut Exchange, message: &Message) -> Result<(), R
     ex.id = message.id().filter(|id| limits::id_fits(id)).cloned();
     ex.method = crate::util::text::clip(message.method().unwrap_or("(response)"));
     limits::check(message).map_err(Rejection::TooLong)
+}
+
+/// The message typed once ([`Request`]): what the exchange records of its
+/// method, or the refusal (-32602) of a field its method cannot go without.
+pub(super) fn type_request(
+    ex: &mut Exchange,
+    message: Message,
+    called: Option<Called>,
+) -> Result<Request, Rejection> {
+    let request = Request::typed(message, called).map_err(|u| Rejection::InvalidParams(u.0))?;
+    ex.rpc = request.method();
+    Ok(request)
+}
+
+/// A request whose class and [`Ask`] disagree: cannot be built by
+/// [`Request::typed`], refused like a request missing its field.
+fn untyped(request: &Request) -> Rejection {
+    Rejection::InvalidParams(format!(
+        "{} could not be read as its method requires",
+        request.method_name()
+    ))
 }
 
 /// The method of a client's message, looked up in the method table of its era

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use http::HeaderMap;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::state::{AppState, Live, ServerState};
 use crate::proxy::catalog::CallFacts;
@@ -22,7 +22,8 @@ use crate::config::Mode;
 use crate::error::{Rejection, RenderCtx};
 use crate::identity::Caller;
 use crate::mcp::headers::{self, MCP_SESSION_ID};
-use crate::mcp::jsonrpc::Message;
+use crate::mcp::methods::Method as Rpc;
+use crate::mcp::request::Request;
 use crate::mcp::version::Era;
 use crate::record::trail::Trail;
 
@@ -38,7 +39,10 @@ pub(super) struct Exchange {
     /// a token exchange, the claims of an identity template.
     pub(super) token: Option<PresentedToken>,
     pub(super) server: Option<String>,
+    /// The method as received (or the HTTP method), for the audit and logs.
     pub(super) method: String,
+    /// The method of the specification the request was typed as, once it is.
+    pub(super) rpc: Option<Rpc>,
     pub(super) id: Option<Value>,
     pub(super) era: Era,
     pub(super) tool: Option<String>,
@@ -115,12 +119,13 @@ pub(super) fn recipient(
     let tasks = ex.client.clone().map(|client| TaskScope {
         store: ex.tasks.clone(),
         client,
-        creates: ex.method == "tools/call",
+        creates: ex.rpc == Some(Rpc::ToolsCall),
     });
     Recipient {
         tasks,
         id: ex.id.clone(),
         method: ex.method.clone(),
+        rpc: ex.rpc,
         era: ex.era,
         server: server.upstream.settings.name.clone(),
         tool,
@@ -132,35 +137,12 @@ pub(super) fn recipient(
     }
 }
 
-pub(super) fn param_str<'m>(message: &'m Message, key: &str) -> Result<&'m str, Rejection> {
-    message
-        .params()
-        .and_then(|p| p.get(key))
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            let method = message.method().unwrap_or_default();
-            Rejection::InvalidParams(format!("{method} needs params.{key}, a string"))
-        })
-}
-
-/// The message as a JSON value again (to send it page by page).
-pub(super) fn rebuild(message: &Message) -> Value {
-    let mut v = json!({"jsonrpc": "2.0", "method": message.method().unwrap_or_default()});
-    if let Some(id) = message.id() {
-        v["id"] = id.clone();
-    }
-    if let Some(params) = message.params() {
-        v["params"] = Value::Object(params.clone());
-    }
-    v
-}
-
-/// The bytes a call is forwarded as: the parsed message serialised once,
+/// The bytes a call is forwarded as: the typed request serialised once,
 /// canonically ([`crate::util::canonical`]), never the client's own spelling,
 /// so the arguments the server receives are byte-for-byte those an approval
 /// binds and a person is shown.
-pub(super) fn canonical_body(message: &Message) -> bytes::Bytes {
-    bytes::Bytes::from(crate::util::canonical::to_vec(&rebuild(message)))
+pub(super) fn canonical_body(request: &Request) -> bytes::Bytes {
+    bytes::Bytes::from(crate::util::canonical::to_vec(&request.to_value()))
 }
 
 /// The session a legacy request presents must be this client's (known

@@ -31,7 +31,7 @@ use http::request::Parts;
 use http::{HeaderMap, Method};
 use serde_json::json;
 
-use super::exchange::{ACCEPT_BOTH, Exchange, param_str};
+use super::exchange::{ACCEPT_BOTH, Exchange};
 use super::state::{AppState, Live};
 use crate::auth::ClientId;
 use crate::error::Rejection;
@@ -39,6 +39,7 @@ use crate::mcp::headers::{self, MCP_SESSION_ID};
 use crate::mcp::jsonrpc::Message;
 use crate::mcp::methods::ListKind;
 use crate::mcp::methods::{Class, Method as Rpc};
+use crate::mcp::request::Ask;
 use crate::mcp::version::Era;
 use crate::proxy::reply::UpstreamError;
 use crate::proxy::upstream::forwarded_headers;
@@ -81,7 +82,9 @@ pub(super) async fn post_merged(
     let called = super::dispatch::resolve(&live.config, &message, era)?;
     ex.trail.stage("scan_outgoing");
     let tool_call = called.as_ref().map(|c| c.class()) == Some(Class::Tool);
-    let scanned = super::call::scan_outgoing(live, &message, &body, tool_call);
+    let found = super::call::scan_outgoing(live, &message, &body, tool_call);
+    let message = super::dispatch::type_request(ex, message, called)?;
+    let scanned = super::call::outgoing_refusal(&message, found);
     super::exchange::observe_or_enforce(ex, scanned)?;
     if members.is_some() {
         // The merged session (checked just now): what its initialize declared counts.
@@ -96,9 +99,8 @@ pub(super) async fn post_merged(
         client,
         headers,
         parts: parts(live, members.as_deref()),
-        called: called.clone(),
     };
-    let Some(called) = called else {
+    let Some(called) = message.called() else {
         // The answer to one of the gateway's own approval questions stays here.
         if let Some(accepted) = super::approve::answered(state, ex, client, &body)? {
             return Ok(accepted);
@@ -123,14 +125,17 @@ pub(super) async fn post_merged(
             named(&view, ex, &message, ListKind::Tools, true).await
         }
         (_, Class::Prompt) => named(&view, ex, &message, ListKind::Prompts, false).await,
-        (_, Class::Resource) => {
-            let uri = param_str(&message, "uri")?.to_owned();
-            by_uri(&view, ex, &message, &uri, body, false).await
-        }
+        (_, Class::Resource) => match message.ask() {
+            Ask::Resource { uri } => {
+                let uri = uri.clone();
+                by_uri(&view, ex, &message, &uri, body, false).await
+            }
+            _ => Err(Rejection::MethodNotFound(ex.method.clone())),
+        },
         (_, Class::Completion) => completion(&view, ex, &message, body).await,
         (_, Class::Subscription) => listen(&view, ex, &message).await,
         // Notifications: every member server gets them.
-        (_, Class::Lifecycle | Class::Notification) if message.id().is_none() => {
+        (_, Class::Lifecycle | Class::Notification) if message.is_notification() => {
             broadcast(&view, ex, &message, body).await;
             Ok(accepted())
         }

@@ -11,14 +11,14 @@
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, json};
 
 use super::exchange::Exchange;
 use crate::approval::Requirement;
 use crate::auth::ClientId;
 use crate::error::{Rejection, ToolRefusal};
 use crate::flow::{FlowStore, Mark, Recording, SessionKey, Then, triggered};
-use crate::mcp::jsonrpc::Message;
+use crate::mcp::request::Request;
 use crate::mcp::version::Era;
 use crate::policy::{Decision, Policy};
 use crate::record::trail::Trail;
@@ -32,16 +32,13 @@ const MAX_CONVERSATION: usize = 128;
 /// The session of this call: the handshake-era session the client presented
 /// (the merged view's own in the merged view), or in the 2026 era the
 /// conversation it names in `_meta`; else the client alone.
-pub(super) fn key(ex: &Exchange, client: &ClientId, server: &str, message: &Message) -> SessionKey {
+pub(super) fn key(ex: &Exchange, client: &ClientId, server: &str, message: &Request) -> SessionKey {
     let scope = match (ex.era, &ex.client_session) {
         (Era::Legacy, Some(id)) if !ex.prefix.is_empty() => format!("merged:{id}"),
         (Era::Legacy, Some(id)) => format!("session:{server}:{id}"),
         (Era::Legacy, None) => String::new(),
         (Era::Modern, _) => message
-            .params()
-            .and_then(|p| p.get("_meta"))
-            .and_then(|m| m.get(CONVERSATION_META))
-            .and_then(Value::as_str)
+            .meta_str(CONVERSATION_META)
             .filter(|c| !c.is_empty())
             .map(|c| format!("conversation:{}", cut(c)))
             .unwrap_or_default(),

@@ -36,8 +36,8 @@ use crate::identity::Caller;
 use crate::mcp::headers::{
     self, MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
-use crate::mcp::jsonrpc::Message;
 use crate::mcp::methods::ListKind;
+use crate::mcp::request::{Ask, Request};
 use crate::mcp::sse::SseItem;
 use crate::mcp::version::Era;
 use crate::record::trail::Trail;
@@ -310,6 +310,13 @@ impl Forward<'_> {
         Ok(reply)
     }
 
+    /// The client gave up on its call `id`: it is not sent again (the
+    /// notification itself goes on to the server).
+    pub(super) fn cancel_in_flight(&self, id: &Value) {
+        let key = inflight::key(self.caller.client.name(), self.session, id);
+        self.server.upstream.in_flight.cancel(&key);
+    }
+
     /// Forwards the client's body and relays the reply.
     pub(super) async fn relay(
         &self,
@@ -321,14 +328,6 @@ impl Forward<'_> {
         let hints = &to.call.hints;
         let repeatable = (to.tool.as_deref())
             .is_some_and(|tool| retry.repeatable(tool, hints.read_only, hints.idempotent));
-        if to.method == "notifications/cancelled"
-            && let Some(id) = inflight::cancelled_id(&body)
-        {
-            // The client gave up on a call: it is not sent again (the
-            // notification itself goes on to the server).
-            let key = inflight::key(self.caller.client.name(), self.session, &id);
-            self.server.upstream.in_flight.cancel(&key);
-        }
         let call = match (&to.tool, &to.id) {
             (Some(tool), Some(id)) => Some(deadline::Call {
                 id,
@@ -349,12 +348,15 @@ impl Forward<'_> {
     pub(super) async fn initialize(
         &self,
         headers: &HeaderMap,
-        message: &Message,
+        request: &Request,
         body: Bytes,
         client: &ClientId,
         to: Recipient,
     ) -> Result<Response, Rejection> {
-        let capabilities = message.params().and_then(|p| p.get("capabilities"));
+        let capabilities = match request.ask() {
+            Ask::Initialize { capabilities, .. } => capabilities.as_ref(),
+            _ => None,
+        };
         let reply = self
             .send(self.headers(headers), body, true)
             .await
@@ -376,7 +378,7 @@ impl Forward<'_> {
     pub(super) async fn tool_set(
         &self,
         headers: &HeaderMap,
-        call: &Message,
+        call: &Request,
         _id: Option<&Value>,
     ) -> Result<Arc<ToolSet>, UpstreamError> {
         if let Some(tools) = self.server.catalog.get() {
@@ -566,22 +568,8 @@ pub(super) const MAX_PAGES: usize = 100;
 /// collects, remembers in its catalog and filters. A 2026-era request keeps
 /// the protocol's `_meta` keys (version, capabilities, client info) of the
 /// client's message, which that era requires on every request.
-pub(super) fn own_list_request(era: Era, kind: ListKind, client: &Message, id: Value) -> Value {
-    let mut params = Map::new();
-    if era == Era::Modern
-        && let Some(meta) = client
-            .params()
-            .and_then(|p| p.get("_meta"))
-            .and_then(Value::as_object)
-    {
-        let keep: Map<String, Value> = meta
-            .iter()
-            .filter(|(k, _)| k.starts_with("io.modelcontextprotocol/"))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        params.insert("_meta".into(), Value::Object(keep));
-    }
-    json!({"jsonrpc": "2.0", "id": id, "method": kind.method().name(), "params": params})
+pub(super) fn own_list_request(era: Era, kind: ListKind, client: &Request, id: Value) -> Value {
+    Request::own_list(id, kind, client, era == Era::Modern).to_value()
 }
 
 /// Outcome of collecting a paginated list.

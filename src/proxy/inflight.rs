@@ -73,12 +73,6 @@ pub(crate) fn key(client: &str, session: Option<&str>, id: &Value) -> String {
     format!("{client}\n{}\n{id}", session.unwrap_or_default())
 }
 
-/// The id a client's `notifications/cancelled` names.
-pub(crate) fn cancelled_id(body: &[u8]) -> Option<Value> {
-    let message: Value = serde_json::from_slice(body).ok()?;
-    message.get("params")?.get("requestId").cloned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

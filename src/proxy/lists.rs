@@ -22,8 +22,8 @@ use crate::proxy::respond::{self};
 use crate::auth::ClientId;
 use crate::config::{Config, Mode};
 use crate::error::Rejection;
-use crate::mcp::jsonrpc::Message;
 use crate::mcp::methods::ListKind;
+use crate::mcp::request::{Ask, Request};
 use crate::mcp::version::Era;
 use crate::policy::Subject;
 use crate::sanitize::exempt::{Answer, Pos};
@@ -49,7 +49,7 @@ pub(super) async fn list(
     forward: &Forward<'_>,
     client: &ClientId,
     headers: &HeaderMap,
-    message: &Message,
+    message: &Request,
     kind: ListKind,
 ) -> Result<Response, Rejection> {
     refuse_cursor(message)?;
@@ -64,13 +64,17 @@ pub(super) async fn list(
 /// The gateway answers every list whole, on one page, and never issues a
 /// cursor: a cursor a client sends is not one of the gateway's, and is refused
 /// (-32602) rather than letting it choose which page the gateway collects.
-pub(super) fn refuse_cursor(message: &Message) -> Result<(), Rejection> {
-    match message.params().and_then(|p| p.get("cursor")) {
+pub(super) fn refuse_cursor(message: &Request) -> Result<(), Rejection> {
+    let cursor = match message.ask() {
+        Ask::List { cursor, .. } => cursor.as_ref(),
+        _ => None,
+    };
+    match cursor {
         None | Some(Value::Null) => Ok(()),
         Some(_) => Err(Rejection::InvalidParams(format!(
             "invalid cursor: this gateway answers {} whole on one page and issues no cursors; \
              list again without params.cursor",
-            message.method().unwrap_or_default()
+            message.method_name()
         ))),
     }
 }
@@ -87,7 +91,7 @@ pub(super) async fn list_items(
     forward: &Forward<'_>,
     client: &ClientId,
     headers: &HeaderMap,
-    message: &Message,
+    message: &Request,
     kind: ListKind,
 ) -> Result<Listed, Rejection> {
     let server = forward.server;

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! admit → route → authenticate → read body → classify → bound identifiers → negotiate → session
-//!   → method table → outgoing secret scan
+//!   → method table → typed request (mcp::request) → outgoing secret scan
 //!   unknown method:  refused (-32601), nothing sent upstream
 //!   tools/call:      catalog → authorize → pin → rule arguments → rate limit → Mcp-Param-* → validate → approval (when a rule asks) → forward → relay
 //!   lists:           the gateway's own request, every page → remember tools (pins) → serve pinned → filter per client → answer
@@ -14,8 +14,10 @@
 //! ```
 //!
 //! Dispatch is a match on the method as [`crate::mcp::methods`] typed it
-//! (its class, and which method of the specification it is); no method
-//! name is compared as a string here.
+//! (its class, and which method of the specification it is), and every step
+//! reads the message as [`crate::mcp::request`] typed it once: no parameter
+//! is read by its key and no method name is compared as a string after
+//! classification (`tests/suite/typed_request.rs` keeps it so).
 //!
 //! Invariants: a step either passes the exchange on or stops it with a
 //! [`Rejection`]; nothing is sent upstream before every step for that method has
@@ -79,6 +81,7 @@ pub(crate) async fn handle(
         token: None,
         server: None,
         method: crate::util::text::clip(parts.method.as_str()),
+        rpc: None,
         id: None,
         era: Era::Legacy,
         tool: None,
@@ -174,12 +177,13 @@ async fn serve(
             .await?;
             let response = post(state, live, ex, server, &client, &parts.headers, body).await?;
             let name = [server.upstream.settings.name.as_str()];
-            Ok(held(state, ex, &client, name, response))
+            Ok(held(state, ex, &client, name, false, response))
         }
         (Target::One(server), Method::GET | Method::DELETE) => {
             let response = stream_or_end(state, live, server, ex, &client, &parts).await?;
             let name = [server.upstream.settings.name.as_str()];
-            Ok(held(state, ex, &client, name, response))
+            let get_stream = parts.method == Method::GET;
+            Ok(held(state, ex, &client, name, get_stream, response))
         }
         (Target::Merged, Method::POST) => {
             let body = read_body(
@@ -193,7 +197,7 @@ async fn serve(
                 federate::post_merged(state, live, ex, &client, &parts.headers, body).await?;
             // A merged stream carries every server's notifications: losing any ends it.
             let names = live.servers.keys().map(String::as_str);
-            Ok(held(state, ex, &client, names, response))
+            Ok(held(state, ex, &client, names, false, response))
         }
         (Target::Merged, Method::DELETE) => federate::end(state, live, ex, &client, &parts).await,
         // The merged view offers no GET stream (the spec's 405); 2026-era

@@ -16,10 +16,9 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::Value;
 
-use super::exchange::rebuild;
 use crate::error::Rejection;
 use crate::mcp::headers::{self, MCP_NAME};
-use crate::mcp::jsonrpc::Message;
+use crate::mcp::request::{Reference, Request};
 use crate::policy::uri::{self, CanonicalUri};
 
 /// The canonical form of a client's URI, or the refusal of its spelling.
@@ -33,25 +32,20 @@ pub(super) fn canonical(uri: &str) -> Result<CanonicalUri, Rejection> {
 /// The request as the upstream must see it: `params.uri` (and `Mcp-Name`,
 /// when present) replaced by the canonical URI.
 pub(super) fn forwarded(
-    message: &Message,
+    request: &Request,
     headers: &HeaderMap,
     body: Bytes,
     canonical: &CanonicalUri,
 ) -> (HeaderMap, Bytes) {
     let mut headers = headers.clone();
-    let sent = message
-        .params()
-        .and_then(|p| p.get("uri"))
-        .and_then(Value::as_str);
-    if sent == Some(canonical.as_str()) {
+    let mut request = request.clone();
+    if !request.set_uris(&[canonical.as_str()]) {
         return (headers, body);
     }
     if headers.contains_key(MCP_NAME) {
         headers.insert(MCP_NAME, headers::encode(canonical.as_str()));
     }
-    let mut request = rebuild(message);
-    request["params"]["uri"] = canonical.as_str().into();
-    let body = serde_json::to_vec(&request)
+    let body = serde_json::to_vec(&request.to_value())
         .map(Bytes::from)
         .unwrap_or(body);
     (headers, body)
@@ -67,83 +61,32 @@ pub(super) fn listed(item: &Value) -> Option<String> {
 /// The URIs a `subscriptions/listen` subscribes to, each in its canonical
 /// form; a spelling that cannot be canonicalized is refused as a read of it
 /// would be.
-pub(super) fn subscribed(message: &Message) -> Result<Vec<CanonicalUri>, Rejection> {
-    subscribed_uris(message)?
-        .into_iter()
-        .map(canonical)
+pub(super) fn subscribed(uris: Option<&[String]>) -> Result<Vec<CanonicalUri>, Rejection> {
+    uris.unwrap_or_default()
+        .iter()
+        .map(|u| canonical(u))
         .collect()
 }
 
-/// The URIs a `subscriptions/listen` subscribes to (none when it names none).
-fn subscribed_uris(message: &Message) -> Result<Vec<&str>, Rejection> {
-    let subscribed = message
-        .params()
-        .and_then(|p| p.get("notifications"))
-        .and_then(|n| n.get("resourceSubscriptions"));
-    let invalid = || {
-        Rejection::InvalidParams(
-            "subscriptions/listen needs params.notifications.resourceSubscriptions to be a list of URI strings"
-                .into(),
-        )
-    };
-    match subscribed {
-        None => Ok(Vec::new()),
-        Some(Value::Array(uris)) => uris
-            .iter()
-            .map(|u| u.as_str().ok_or_else(invalid))
-            .collect(),
-        Some(_) => Err(invalid()),
-    }
-}
-
-/// A `subscriptions/listen` as the upstream must see it: the subscribed URIs
-/// replaced by `uris` (canonical), the body kept when nothing changes.
-pub(super) fn with_subscriptions(message: &Message, body: Bytes, uris: &[&str]) -> Bytes {
-    let sent = message
-        .params()
-        .and_then(|p| p.get("notifications"))
-        .and_then(|n| n.get("resourceSubscriptions"))
-        .and_then(Value::as_array);
-    let same = sent.is_some_and(|s| {
-        s.len() == uris.len() && s.iter().zip(uris).all(|(a, b)| a.as_str() == Some(*b))
-    });
-    if same || (sent.is_none() && uris.is_empty()) {
+/// A `subscriptions/listen` or a `completion/complete` on a resource as the
+/// upstream must see it: its URIs replaced by `uris` (canonical), the body
+/// kept when nothing changes.
+pub(super) fn with_uris(mut request: Request, body: Bytes, uris: &[&str]) -> Bytes {
+    if !request.set_uris(uris) {
         return body;
     }
-    let mut request = rebuild(message);
-    request["params"]["notifications"]["resourceSubscriptions"] = uris.into();
-    serde_json::to_vec(&request)
+    serde_json::to_vec(&request.to_value())
         .map(Bytes::from)
         .unwrap_or(body)
 }
 
 /// The canonical URI of a `completion/complete` on a `ref/resource` naming a
 /// URI (`None` for a prompt or a template, which is decided as listed).
-pub(super) fn completion_uri(message: &Message) -> Result<Option<CanonicalUri>, Rejection> {
-    let reference = message.params().and_then(|p| p.get("ref"));
-    let field = |k: &str| reference.and_then(|r| r.get(k)).and_then(Value::as_str);
-    match (field("type"), field("uri")) {
-        (Some("ref/resource"), Some(uri)) if !uri.contains('{') => canonical(uri).map(Some),
+pub(super) fn completion_uri(reference: &Reference) -> Result<Option<CanonicalUri>, Rejection> {
+    match reference {
+        Reference::Resource { uri } if !uri.contains('{') => canonical(uri).map(Some),
         _ => Ok(None),
     }
-}
-
-/// A `completion/complete` as the upstream must see it: `params.ref.uri`
-/// replaced by the canonical URI, the body kept when already canonical.
-pub(super) fn with_completion_uri(message: &Message, body: Bytes, uri: &CanonicalUri) -> Bytes {
-    let sent = message
-        .params()
-        .and_then(|p| p.get("ref"))
-        .and_then(|r| r.get("uri"))
-        .and_then(Value::as_str);
-    if sent == Some(uri.as_str()) {
-        return body;
-    }
-    let mut request = rebuild(message);
-    request["params"]["ref"]["uri"] = uri.as_str().into();
-    serde_json::to_vec(&request)
-        .map(Bytes::from)
-        .unwrap_or(body)
 }
 
 /// What `completion/complete` on a `ref/resource` is decided on: a template

@@ -47,6 +47,7 @@ use super::reply::{Framing, Reply, SseStream, UpstreamError};
 use crate::config::StdioCommand;
 use crate::error::UpstreamKind;
 use crate::mcp::headers::MCP_SESSION_ID;
+use crate::mcp::methods::{self, Method as Rpc};
 use crate::mcp::sse::{SseEvent, SseItem};
 use crate::mcp::version::{LEGACY, MODERN};
 use crate::util::time::humanize;
@@ -172,29 +173,27 @@ impl Stdio {
             .as_deref()
             .and_then(|b| serde_json::from_slice(b).ok())
             .ok_or_else(|| UpstreamError::new(UpstreamKind::Protocol, "the request is not JSON"))?;
-        let method_name = message
-            .get("method")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        match (method_name.as_deref(), message.get("id")) {
-            (Some("initialize"), Some(id)) => {
+        let named = message.get("method").is_some_and(Value::is_string);
+        let method = methods::named_in(&message);
+        match (named, method, message.get("id")) {
+            (true, Some(Rpc::Initialize), Some(id)) => {
                 let life = self.ready(deadline).await?;
                 Ok(json_reply(
                     self.initialize_result(&life, &message, id),
                     Some(mint_session()),
                 ))
             }
-            (Some("server/discover"), Some(id)) => {
+            (true, Some(Rpc::ServerDiscover), Some(id)) => {
                 let life = self.ready(deadline).await?;
                 Ok(json_reply(discover_result(&life, id), None))
             }
-            (Some(_), Some(_)) => self.request(message, session, deadline, idle).await,
-            (Some(name), None) => {
-                self.notify(name, message, session.as_deref()).await;
+            (true, _, Some(_)) => self.request(message, session, deadline, idle).await,
+            (true, method, None) => {
+                self.notify(method, message, session.as_deref()).await;
                 Ok(taken())
             }
             // A response to a request the gateway never relayed.
-            (None, _) => Ok(taken()),
+            (false, ..) => Ok(taken()),
         }
     }
 
@@ -338,13 +337,13 @@ impl Stdio {
 
     /// Passes a client notification on: `initialized` belongs to the gateway's
     /// own handshake, `cancelled` is mapped to the child's id of that client's request.
-    async fn notify(&self, name: &str, mut message: Value, session: Option<&str>) {
+    async fn notify(&self, method: Option<Rpc>, mut message: Value, session: Option<&str>) {
         let Link::Running(life) = self.shared.link.borrow().clone() else {
             return;
         };
-        match name {
-            "notifications/initialized" => return,
-            "notifications/cancelled" => {
+        match method {
+            Some(Rpc::Initialized) => return,
+            Some(Rpc::Cancelled) => {
                 let asked = message.get("params").and_then(|p| p.get("requestId"));
                 let found = asked.and_then(|asked| {
                     let pending = self.shared.lock();

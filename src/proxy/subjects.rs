@@ -9,14 +9,12 @@ use super::exchange::{Exchange, observe_or_enforce};
 use super::rate::{Spend, rate_limit};
 use super::resource;
 
-use serde_json::Value;
-
 use super::state::{AppState, Live, ServerState};
 
 use crate::auth::ClientId;
 use crate::config::Config;
 use crate::error::Rejection;
-use crate::mcp::jsonrpc::Message;
+use crate::mcp::request::Reference;
 use crate::policy::{Decision, Subject};
 
 /// The access rules for a subject a request names (a resource, a prompt),
@@ -69,29 +67,22 @@ pub(super) fn authorize_completion(
     config: &Config,
     client: &ClientId,
     server: &ServerState,
-    message: &Message,
+    reference: &Reference,
 ) -> Result<(), Rejection> {
-    let reference = message.params().and_then(|p| p.get("ref"));
-    let field = |k: &str| reference.and_then(|r| r.get(k)).and_then(Value::as_str);
-    match field("type") {
-        Some("ref/prompt") => {
-            let name = field("name").unwrap_or_default();
+    match reference {
+        Reference::Prompt { name } => {
             authorize_or_hide(config, client, server, Subject::Prompt(name), || {
                 format!("Unknown prompt: {name}")
             })
             .map(drop)
         }
-        Some("ref/resource") => {
-            let uri = field("uri").unwrap_or_default();
+        Reference::Resource { uri } => {
             let subject = resource::completion_subject(uri)?;
             authorize_or_hide(config, client, server, Subject::Resource(&subject), || {
                 format!("Resource not found: {uri}")
             })
             .map(drop)
         }
-        _ => Err(Rejection::InvalidParams(
-            "completion/complete needs params.ref of type ref/prompt or ref/resource".into(),
-        )),
     }
 }
 

@@ -21,7 +21,8 @@ use super::respond::{self, Recipient};
 use super::tasks::{TaskMethod, TaskStore};
 use crate::auth::ClientId;
 use crate::error::{Rejection, UpstreamKind};
-use crate::mcp::jsonrpc::Message;
+use crate::mcp::methods::Method as Rpc;
+use crate::mcp::request::{Ask, Request};
 use crate::policy::Subject;
 use crate::proxy::reply::UpstreamError;
 use crate::sanitize::{Report, Sanitizer, Skip};
@@ -33,27 +34,28 @@ pub(super) async fn serve(
     client: &ClientId,
     audit_tool: &mut Option<String>,
     headers: &HeaderMap,
-    message: &Message,
+    message: &Request,
     body: Bytes,
     mut to: Recipient,
 ) -> Result<Response, Rejection> {
-    let name = message.method().unwrap_or_default();
-    let method = TaskMethod::of(name).ok_or_else(|| Rejection::MethodNotFound(name.to_owned()))?;
+    let name = message.method_name();
+    let method = (message.method().and_then(TaskMethod::of))
+        .ok_or_else(|| Rejection::MethodNotFound(name.to_owned()))?;
     let store = forward.state.tasks.clone();
     let server = forward.name().to_owned();
     if method == TaskMethod::List {
         return list(forward, &store, client, headers, message, to).await;
     }
-    let task_id = message
-        .params()
-        .and_then(|p| p.get("taskId"))
-        .and_then(Value::as_str)
-        .ok_or_else(|| {
-            Rejection::InvalidParams(format!(
-                "{} needs params.taskId, a string",
-                message.method().unwrap_or_default()
-            ))
-        })?;
+    let task_id = match message.ask() {
+        Ask::Task {
+            task_id: Some(id), ..
+        } => id.as_str(),
+        _ => {
+            return Err(Rejection::InvalidParams(format!(
+                "{name} needs params.taskId, a string"
+            )));
+        }
+    };
     let policy = &forward.live.config.policy;
     let task = match store.owned(&server, task_id, client) {
         Some(task) => Some(task),
@@ -103,17 +105,19 @@ async fn list(
     store: &TaskStore,
     client: &ClientId,
     headers: &HeaderMap,
-    message: &Message,
+    message: &Request,
     to: Recipient,
 ) -> Result<Response, Rejection> {
-    let mut params = message.params().cloned().unwrap_or_default();
-    if params.remove("cursor").is_some() {
+    if let Ask::Task {
+        cursor: Some(_), ..
+    } = message.ask()
+    {
         return Err(Rejection::InvalidParams(
             "tasks/list: the gateway answers every task of yours on one page and hands out no cursor; send tasks/list without one".into(),
         ));
     }
-    let request = json!({"jsonrpc": "2.0", "id": to.id.clone().unwrap_or(Value::Null),
-        "method": "tasks/list", "params": Value::Object(params)});
+    // The client's own params (its `_meta`), its id, no cursor.
+    let request = message.to_value();
     let sanitizer = Sanitizer::new(&to.sanitize, Skip::default());
     let mut report = Report::default();
     let server = forward.name();
@@ -144,7 +148,7 @@ async fn list(
     // The gateway built this response itself from the upstream's pages: its
     // shape is known, and every string in it is sanitized like any message.
     if sanitizer
-        .message(&mut response, Some("tasks/list"), &mut report)
+        .message(&mut response, Some(Rpc::TasksList.name()), &mut report)
         .is_err()
     {
         let e = UpstreamError::new(UpstreamKind::Protocol, "its task list could not be read");

@@ -40,6 +40,7 @@ use serde_json::Value;
 
 use super::catalog::CallFacts;
 use crate::auth::ClientId;
+use crate::mcp::methods::{self, Method as Rpc};
 use crate::mcp::version::Era;
 use crate::sanitize::{Report, SanitizeSettings, Sanitizer};
 use crate::state::{SharedState, Unavailable};
@@ -63,17 +64,25 @@ pub(crate) enum TaskMethod {
 }
 
 impl TaskMethod {
-    /// The task method `method` names, exactly.
-    pub(crate) fn of(method: &str) -> Option<Self> {
+    /// The task method `method` is, if any.
+    pub(crate) fn of(method: Rpc) -> Option<Self> {
         Some(match method {
-            "tasks/get" => TaskMethod::Get,
-            "tasks/result" => TaskMethod::Result,
-            "tasks/cancel" => TaskMethod::Cancel,
-            "tasks/update" => TaskMethod::Update,
-            "tasks/list" => TaskMethod::List,
+            Rpc::TasksGet => TaskMethod::Get,
+            Rpc::TasksResult => TaskMethod::Result,
+            Rpc::TasksCancel => TaskMethod::Cancel,
+            Rpc::TasksUpdate => TaskMethod::Update,
+            Rpc::TasksList => TaskMethod::List,
             _ => return None,
         })
     }
+}
+
+/// A server's task status notification (either era's), by the method table.
+fn is_task_status(message: &Value) -> bool {
+    matches!(
+        methods::named_in(message),
+        Some(Rpc::TasksStatus | Rpc::Tasks)
+    )
 }
 
 /// What the gateway knows of one task.
@@ -401,11 +410,11 @@ impl TaskScope {
     /// client's (a status notification, or a message `_meta` relates to a
     /// task): it is not relayed.
     pub(crate) fn hides(&self, server: &str, message: &Value) -> bool {
-        let Some(method) = message.get("method").and_then(Value::as_str) else {
+        if message.get("method").is_none() {
             return false;
-        };
+        }
         let params = message.get("params");
-        let status = matches!(method, "notifications/tasks/status" | "notifications/tasks");
+        let status = is_task_status(message);
         let named = if status {
             Some(params.and_then(|p| p.get("taskId")).and_then(Value::as_str))
         } else {
@@ -438,11 +447,7 @@ impl TaskScope {
                 }
             }
         };
-        let status = matches!(
-            message.get("method").and_then(Value::as_str),
-            Some("notifications/tasks/status" | "notifications/tasks")
-        );
-        if status {
+        if is_task_status(message) {
             if let Some(params) = message.get_mut("params") {
                 task(params);
             }
@@ -524,9 +529,9 @@ mod tests {
 
     #[test]
     fn task_methods_are_named_exactly() {
-        assert_eq!(TaskMethod::of("tasks/get"), Some(TaskMethod::Get));
-        assert_eq!(TaskMethod::of("tasks/update"), Some(TaskMethod::Update));
-        assert_eq!(TaskMethod::of("Tasks/get"), None);
-        assert_eq!(TaskMethod::of("tasks/get "), None);
+        assert_eq!(TaskMethod::of(Rpc::TasksGet), Some(TaskMethod::Get));
+        assert_eq!(TaskMethod::of(Rpc::TasksUpdate), Some(TaskMethod::Update));
+        assert_eq!(TaskMethod::of(Rpc::ToolsCall), None);
+        assert_eq!(TaskMethod::of(Rpc::TasksStatus), None);
     }
 }

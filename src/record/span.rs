@@ -28,6 +28,7 @@ use sha2::{Digest, Sha256};
 use crate::mcp::META_PROTOCOL_VERSION;
 use crate::mcp::headers::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::mcp::jsonrpc::Message;
+use crate::mcp::methods::Method as Rpc;
 use crate::record::event::Event;
 use crate::telemetry::context::TraceParent;
 use crate::telemetry::export::{Exporter, Finished, FinishedStage};
@@ -428,7 +429,8 @@ fn request_attributes(facts: &Facts, event: &Event, error: Option<&str>) -> Vec<
     };
     text("mcp.method.name", facts.mcp_method.as_deref());
     text("gen_ai.tool.name", event.tool.as_deref());
-    if facts.mcp_method.as_deref() == Some("tools/call") {
+    let method = facts.mcp_method.as_deref().and_then(Rpc::of);
+    if method == Some(Rpc::ToolsCall) {
         text("gen_ai.operation.name", Some("execute_tool"));
     }
     text(

@@ -35,7 +35,7 @@
 use serde_json::{Map, Value};
 
 use super::unicode;
-use crate::mcp::methods::ListKind;
+use crate::mcp::methods::{ListKind, Method};
 
 /// What an exempt value must look like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,16 +115,22 @@ pub enum Answer {
 impl Answer {
     /// The answer to a request of `method`.
     pub fn of(method: Option<&str>) -> Answer {
-        match method.unwrap_or_default() {
-            "initialize" => Answer::Initialize,
-            "tools/list" => Answer::ToolsList,
-            "prompts/list" => Answer::PromptsList,
-            "resources/list" => Answer::ResourcesList,
-            "resources/templates/list" => Answer::TemplatesList,
-            "resources/read" => Answer::ResourcesRead,
-            "prompts/get" => Answer::PromptsGet,
-            "tools/call" => Answer::ToolsCall,
-            m if m.starts_with("tasks/") => Answer::Tasks,
+        match method.and_then(Method::of) {
+            Some(Method::Initialize) => Answer::Initialize,
+            Some(Method::ToolsList) => Answer::ToolsList,
+            Some(Method::PromptsList) => Answer::PromptsList,
+            Some(Method::ResourcesList) => Answer::ResourcesList,
+            Some(Method::ResourcesTemplatesList) => Answer::TemplatesList,
+            Some(Method::ResourcesRead) => Answer::ResourcesRead,
+            Some(Method::PromptsGet) => Answer::PromptsGet,
+            Some(Method::ToolsCall) => Answer::ToolsCall,
+            Some(
+                Method::TasksGet
+                | Method::TasksResult
+                | Method::TasksList
+                | Method::TasksCancel
+                | Method::TasksUpdate,
+            ) => Answer::Tasks,
             _ => Answer::Other,
         }
     }
@@ -146,14 +152,21 @@ pub(crate) enum Sent {
 
 impl Sent {
     fn of(method: Option<&Value>) -> Sent {
-        match method.and_then(Value::as_str).unwrap_or_default() {
-            "notifications/progress" => Sent::Progress,
-            "notifications/cancelled" => Sent::Cancelled,
-            "notifications/resources/updated" => Sent::ResourceUpdated,
-            "notifications/tasks/status" | "notifications/tasks" => Sent::Task,
-            m if m.starts_with("tasks/") => Sent::Task,
-            "sampling/createMessage" => Sent::Sampling,
-            "elicitation/create" | "notifications/elicitation/complete" => Sent::Elicitation,
+        match method.and_then(Value::as_str).and_then(Method::of) {
+            Some(Method::Progress) => Sent::Progress,
+            Some(Method::Cancelled) => Sent::Cancelled,
+            Some(Method::ResourcesUpdated) => Sent::ResourceUpdated,
+            Some(
+                Method::TasksStatus
+                | Method::Tasks
+                | Method::TasksGet
+                | Method::TasksResult
+                | Method::TasksList
+                | Method::TasksCancel
+                | Method::TasksUpdate,
+            ) => Sent::Task,
+            Some(Method::SamplingCreateMessage) => Sent::Sampling,
+            Some(Method::ElicitationCreate | Method::ElicitationComplete) => Sent::Elicitation,
             _ => Sent::Other,
         }
     }

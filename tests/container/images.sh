@@ -21,6 +21,13 @@
 #   localhost/portcullis-test-mcp:2.3.0     the official Python SDK (mcp 2.3.0) serving
 #                                           tests/peers/py_server.py
 #
+# Two more are the engines the fleet manifests (deploy/kubernetes/fleet) name, for the
+# fleet test; Debian's packages on the debian image above, built with podman:
+#   localhost/portcullis-test-redis:7.0     redis-server 7.0 (redis.Containerfile)
+#   localhost/portcullis-test-postgres:15   postgresql-15 with a small entrypoint for
+#                                           POSTGRES_USER/PASSWORD/DB and PGDATA
+#                                           (postgres.Containerfile)
+#
 # Containers run with runc (crun fails on this hybrid cgroup setup) and without default
 # ulimits (refused by the sandbox): /etc/containers/containers.conf says so.
 set -euo pipefail
@@ -92,6 +99,22 @@ else
     -t localhost/portcullis-test-mcp:2.3.0 "$WORK" >/dev/null
   say "built portcullis-test-mcp:2.3.0"
 fi
+
+# Redis and PostgreSQL for the fleet manifests (deploy/kubernetes/fleet), from Debian's
+# packages on the base image above; each build's time is printed when it happens.
+build_local() {
+  local image="$1" containerfile="$2"; shift 2
+  if podman image exists "$image"; then
+    say "$image present"
+    return
+  fi
+  local started=$SECONDS
+  cp "$HERE/$containerfile" "$@" "$WORK/"
+  podman build --quiet --network host -f "$WORK/$containerfile" -t "$image" "$WORK" >/dev/null
+  say "built $image in $((SECONDS - started)) s"
+}
+build_local localhost/portcullis-test-redis:7.0 redis.Containerfile
+build_local localhost/portcullis-test-postgres:15 postgres.Containerfile "$HERE/postgres-entrypoint.sh"
 
 # podman-compose (PyPI) plays deploy/compose/compose.yaml, in a venv of its own.
 PEERS="${PORTCULLIS_PEERS:-$HOME/.cache/portcullis-peers}"

@@ -183,6 +183,57 @@ async fn each_bad_input_gets_its_answer_and_no_upstream_call() {
     gateway.stop().await;
 }
 
+/// A field its method cannot go without — a tool's or prompt's name, a
+/// resource's URI, a completion's reference — missing or of the wrong type:
+/// refused where the request is typed (-32602, naming the field), before
+/// any rule, any list the gateway would fetch, or the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_its_judged_field_is_refused_with_its_path() {
+    let (upstream, gateway) = setup().await;
+    let url = gateway.url("demo");
+    let message = |method: &str, params: Value| {
+        json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}).to_string()
+    };
+    for (body, why) in [
+        (
+            message("tools/call", json!({"name": 7, "arguments": {}})),
+            "tools/call needs params.name, a string",
+        ),
+        (
+            message("tools/call", json!({"arguments": {"text": "hi"}})),
+            "tools/call needs params.name, a string",
+        ),
+        (
+            message("resources/read", json!({"uri": ["file:///a"]})),
+            "resources/read needs params.uri, a string",
+        ),
+        (
+            message("prompts/get", json!({})),
+            "prompts/get needs params.name, a string",
+        ),
+        (
+            message(
+                "completion/complete",
+                json!({"ref": {"type": "ref/prompt"}, "argument": {"name": "a", "value": ""}}),
+            ),
+            "completion/complete needs params.ref.name, a string",
+        ),
+        (
+            message(
+                "completion/complete",
+                json!({"ref": {"type": "ref/tool", "name": "echo"}, "argument": {"name": "a", "value": ""}}),
+            ),
+            "completion/complete needs params.ref of type ref/prompt or ref/resource",
+        ),
+    ] {
+        let answer = refused(&upstream, &url, &[ALICE_AUTH], body, 400, Some(-32602)).await;
+        assert_eq!(answer["error"]["message"], why, "{answer}");
+        assert_eq!(answer["id"], 7);
+    }
+    assert!(upstream.ran().is_empty());
+    gateway.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_belongs_to_the_client_that_opened_it() {
     let (upstream, gateway) = setup().await;

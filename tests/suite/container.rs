@@ -25,18 +25,18 @@ use support::{Mode, Peer, PeerServer, Sdk, call, gateway_code, list, sdk};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const IMAGE: &str = "localhost/portcullis:test";
-const MCP_IMAGE: &str = "localhost/portcullis-test-mcp:2.3.0";
-const AGENT_KEY: &str = "agent-container-key";
-const ADMIN_TOKEN: &str = "admin-container-token";
+pub(crate) const MCP_IMAGE: &str = "localhost/portcullis-test-mcp:2.3.0";
+pub(crate) const AGENT_KEY: &str = "agent-container-key";
+pub(crate) const ADMIN_TOKEN: &str = "admin-container-token";
 
-fn podman(args: &[&str]) -> Output {
+pub(crate) fn podman(args: &[&str]) -> Output {
     Command::new("podman")
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("podman {args:?} cannot run ({e}): tests/run.sh installs it"))
 }
 
-fn podman_ok(args: &[&str]) -> String {
+pub(crate) fn podman_ok(args: &[&str]) -> String {
     let out = podman(args);
     assert!(
         out.status.success(),
@@ -48,7 +48,7 @@ fn podman_ok(args: &[&str]) -> String {
 }
 
 /// Builds the image from the repository's Dockerfile once per test binary.
-fn image() -> &'static str {
+pub(crate) fn image() -> &'static str {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         let setup = Command::new("bash")
@@ -92,19 +92,19 @@ fn image() -> &'static str {
     IMAGE
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port")
 }
 
-fn base64_encode(bytes: &[u8]) -> String {
+pub(crate) fn base64_encode(bytes: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-fn sha256_hex(s: &str) -> String {
+pub(crate) fn sha256_hex(s: &str) -> String {
     hex::encode(portcullis::auth::hash_key(s))
 }
 
@@ -121,7 +121,7 @@ fn state_dir() -> tempfile::TempDir {
 }
 
 /// Polls `url` until it answers 200; the time it took.
-async fn ready(url: &str, within: Duration) -> Duration {
+pub(crate) async fn ready(url: &str, within: Duration) -> Duration {
     support::init();
     let started = Instant::now();
     let client = reqwest::Client::builder()
@@ -142,7 +142,7 @@ async fn ready(url: &str, within: Duration) -> Duration {
 
 /// Waits until something accepts connections on 127.0.0.1:`port` (a server in a
 /// container: the gateway's /readyz does not probe HTTP upstreams).
-async fn listening(port: u16, within: Duration) {
+pub(crate) async fn listening(port: u16, within: Duration) {
     let started = Instant::now();
     while tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -381,7 +381,7 @@ async fn wait_for_call(up: &PeerServer, tool: &str) {
 
 /// Replaces `from` by `to` in `text`, which must contain it: a manifest that no longer
 /// has what the test fills in fails here, loudly.
-fn fill(text: &str, from: &str, to: &str) -> String {
+pub(crate) fn fill(text: &str, from: &str, to: &str) -> String {
     assert!(
         text.contains(from),
         "the manifest no longer contains {from:?}"
@@ -591,7 +591,7 @@ async fn the_compose_file_comes_up_with_podman_compose() {
 
 /// A shipped configuration with its listeners on the ports the test picked on
 /// 127.0.0.1, and its upstream on the MCP server's.
-fn on_loopback(config: &str, gateway: u16, admin: u16, server: u16) -> String {
+pub(crate) fn on_loopback(config: &str, gateway: u16, admin: u16, server: u16) -> String {
     let config = fill(
         config,
         "listen = \"0.0.0.0:8080\"",

@@ -26,9 +26,9 @@ fn check(path: &Path) -> std::process::Output {
         .expect("the binary runs")
 }
 
-/// The TOML embedded in the ConfigMap (`portcullis.toml: |` block).
-fn configmap_toml() -> String {
-    let yaml = read("deploy/kubernetes/configmap.yaml");
+/// The TOML embedded in a ConfigMap (`portcullis.toml: |` block).
+fn configmap_toml(path: &str) -> String {
+    let yaml = read(path);
     let mut lines = yaml
         .lines()
         .skip_while(|l| l.trim() != "portcullis.toml: |");
@@ -56,7 +56,7 @@ fn the_deploy_configs_pass_check() {
     );
     let dir = tempfile::tempdir().expect("dir");
     let k8s = dir.path().join("portcullis.toml");
-    fs::write(&k8s, configmap_toml()).expect("write");
+    fs::write(&k8s, configmap_toml("deploy/kubernetes/configmap.yaml")).expect("write");
     let out = check(&k8s);
     assert!(
         out.status.success(),
@@ -64,7 +64,7 @@ fn the_deploy_configs_pass_check() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(
-        configmap_toml(),
+        configmap_toml("deploy/kubernetes/configmap.yaml"),
         read("deploy/compose/portcullis.toml"),
         "the ConfigMap and the compose example hold the same configuration"
     );
@@ -117,6 +117,67 @@ fn the_manifests_agree_with_the_dockerfile() {
         deployment.contains("name: PORTCULLIS_ADMIN_TOKEN_SHA256")
             && deployment.contains("secretKeyRef")
     );
+}
+
+/// The fleet variant (`deploy/kubernetes/fleet/`): its configuration passes `portcullis
+/// check` with the environment its Deployment gives, every `${VAR}` it reads is in that
+/// environment, and every Secret key a manifest names is in the example Secret. It is
+/// played with podman in `tests/suite/container_fleet.rs`.
+#[test]
+fn the_fleet_manifests_agree_with_each_other() {
+    let toml = configmap_toml("deploy/kubernetes/fleet/configmap.yaml");
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("portcullis.toml");
+    fs::write(&path, &toml).expect("write");
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&path)
+        .env("PORTCULLIS_ADMIN_TOKEN_SHA256", "ab".repeat(32))
+        .env("AGENT_KEY", "agent-key")
+        .env("POD_NAME", "portcullis-fleet-0")
+        .env("PORTCULLIS_APPROVAL_KEY", "k".repeat(32))
+        .env("REDIS_PASSWORD", "redispassword")
+        .env("PGPASSWORD", "pgpassword")
+        .output()
+        .expect("the binary runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for shared in [
+        "backend = \"redis\"",
+        "backend = \"postgres\"",
+        "replica = \"${POD_NAME}\"",
+    ] {
+        assert!(
+            toml.contains(shared),
+            "the fleet configuration sets {shared}"
+        );
+    }
+    let gateway = read("deploy/kubernetes/fleet/gateway.yaml");
+    assert!(gateway.contains("  replicas: 3\n"));
+    assert!(gateway.contains("fieldPath: metadata.name"));
+    let mut rest = toml.as_str();
+    while let Some(start) = rest.find("${") {
+        let end = rest[start..].find('}').expect("a closed ${") + start;
+        let var = &rest[start + 2..end];
+        assert!(
+            gateway.contains(&format!("- name: {var}\n")),
+            "the gateway's environment lacks {var}"
+        );
+        rest = &rest[end..];
+    }
+    let secret = read("deploy/kubernetes/fleet/secret.yaml");
+    for file in ["gateway.yaml", "redis.yaml", "postgres.yaml"] {
+        let yaml = read(&format!("deploy/kubernetes/fleet/{file}"));
+        for key in yaml.lines().filter_map(|l| l.trim().strip_prefix("key: ")) {
+            assert!(
+                secret.contains(&format!("\n  {key}: ")),
+                "{file} names the Secret key {key}, which secret.yaml lacks"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -36,6 +36,7 @@ mod catalog;
 mod check;
 mod conformance;
 mod container;
+mod container_fleet;
 mod credentials;
 mod dashboard;
 mod demo;
@@ -85,6 +86,7 @@ mod stores;
 mod tasks;
 mod telemetry;
 mod tiers;
+mod typed_request;
 mod upstream_failures;
 
 /// Every `tests/suite/*.rs` file is a module of this binary, and no test file

@@ -18,11 +18,12 @@ use http::HeaderMap;
 use serde_json::json;
 
 use crate::error::Rejection;
-use crate::mcp::jsonrpc::Message;
+use crate::mcp::methods::{self, Method as Rpc};
+use crate::mcp::request::{Ask, Request};
 use crate::mcp::sse::SseItem;
 use crate::policy::Subject;
 use crate::policy::uri::CanonicalUri;
-use crate::proxy::exchange::{Exchange, rebuild, recipient};
+use crate::proxy::exchange::{Exchange, recipient};
 use crate::proxy::forward::upstream;
 use crate::proxy::reply::{Framing, Reply};
 use crate::proxy::respond::relay;
@@ -37,11 +38,18 @@ use super::view::{Part, View, no_server_answered};
 pub(super) async fn listen(
     view: &View<'_>,
     ex: &mut Exchange,
-    message: &Message,
+    message: &Request,
 ) -> Result<Response, Rejection> {
     let config = &*view.live.config;
     // Decided and forwarded in their canonical form, as every URI is.
-    let uris = crate::proxy::resource::subscribed(message)?;
+    let (subscribed, tools) = match message.ask() {
+        Ask::Subscription {
+            uris,
+            tools_list_changed,
+        } => (uris.as_deref(), *tools_list_changed),
+        _ => (None, false),
+    };
+    let uris = crate::proxy::resource::subscribed(subscribed)?;
     let readable = |part: &Part<'_>, uri: &CanonicalUri| {
         config
             .policy
@@ -60,16 +68,16 @@ pub(super) async fn listen(
     let mut streams = Vec::new();
     let mut first_failure = None;
     for part in &view.parts {
-        let mut own = rebuild(message);
+        let mut own = message.clone();
         if !uris.is_empty() {
             let mine: Vec<&str> = uris
                 .iter()
                 .filter(|u| readable(part, u))
                 .map(|u| u.as_str())
                 .collect();
-            own["params"]["notifications"]["resourceSubscriptions"] = json!(mine);
+            own.set_uris(&mine);
         }
-        let body = Bytes::from(serde_json::to_vec(&own).unwrap_or_default());
+        let body = Bytes::from(serde_json::to_vec(&own.to_value()).unwrap_or_default());
         let forward = part.forward(view.state, view.live, ex, view.client);
         let out = forward.headers(&part.headers(view.headers, None));
         match forward.send(out, body, false).await {
@@ -86,7 +94,8 @@ pub(super) async fn listen(
                 });
                 streams.push(Box::pin(events.inspect(move |item| {
                     if let Ok(SseItem::Event(e)) = item
-                        && e.data.contains("notifications/tools/list_changed")
+                        && serde_json::from_str(&e.data)
+                            .is_ok_and(|m| methods::tool_list_changed(&m))
                     {
                         catalog.invalidate();
                     }
@@ -111,15 +120,12 @@ pub(super) async fn listen(
     let mut acknowledged = false;
     let events = futures_util::stream::select_all(streams).filter(move |item| {
         let duplicate = matches!(item, Ok(SseItem::Event(e))
-            if e.data.contains("notifications/subscriptions/acknowledged"))
-            && std::mem::replace(&mut acknowledged, true);
+        if serde_json::from_str(&e.data).is_ok_and(|m| {
+            methods::named_in(&m) == Some(Rpc::SubscriptionsAcknowledged)
+        })) && std::mem::replace(&mut acknowledged, true);
         std::future::ready(!duplicate)
     });
     // Asked for tool list changes: a member's breaker opening or closing is one.
-    let tools = (message.params())
-        .and_then(|p| p.get("notifications")?.get("toolsListChanged"))
-        .and_then(serde_json::Value::as_bool)
-        == Some(true);
     let turns: Vec<_> = match tools {
         true => (view.parts.iter())
             .map(|p| p.server.upstream.breaker.turns())
@@ -128,7 +134,7 @@ pub(super) async fn listen(
     };
     let notice = json!({
         "jsonrpc": "2.0",
-        "method": "notifications/tools/list_changed",
+        "method": Rpc::ToolsListChanged.name(),
         "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": ex.id.clone()}},
     });
     let reply = Reply::Sse {
@@ -176,7 +182,7 @@ where
 }
 
 /// Sends the client's message to every member, answers ignored.
-pub(super) async fn broadcast(view: &View<'_>, ex: &mut Exchange, message: &Message, body: Bytes) {
+pub(super) async fn broadcast(view: &View<'_>, ex: &mut Exchange, message: &Request, body: Bytes) {
     for part in &view.parts {
         let sent = send_to(view, ex, part, None, message.clone(), body.clone()).await;
         if let Err(rejection) = sent {

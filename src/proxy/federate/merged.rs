@@ -17,8 +17,8 @@ use serde_json::{Map, Value, json};
 
 use crate::error::Rejection;
 use crate::mcp::headers::MCP_SESSION_ID;
-use crate::mcp::jsonrpc::Message;
 use crate::mcp::methods::ListKind;
+use crate::mcp::request::{Ask, Request};
 use crate::mcp::version::{self, Era};
 use crate::proxy::breaker::Phase;
 use crate::proxy::exchange::{Exchange, enter};
@@ -81,7 +81,7 @@ async fn ask_each(view: &View<'_>, ex: &Exchange, body: &Bytes) -> Vec<Answer> {
 pub(super) async fn initialize(
     view: &View<'_>,
     ex: &mut Exchange,
-    message: &Message,
+    message: &Request,
     body: Bytes,
 ) -> Result<Response, Rejection> {
     let answers = ask_each(view, ex, &body).await;
@@ -104,11 +104,13 @@ pub(super) async fn initialize(
             version: version.to_owned(),
         });
     }
-    let requested = message
-        .params()
-        .and_then(|p| p.get("protocolVersion"))
-        .and_then(Value::as_str)
-        .unwrap_or(version::LEGACY_DEFAULT);
+    let requested = match message.ask() {
+        Ask::Initialize {
+            protocol_version, ..
+        } => protocol_version.as_ref().and_then(Value::as_str),
+        _ => None,
+    }
+    .unwrap_or(version::LEGACY_DEFAULT);
     // The oldest version any member agreed to: every member can speak it or
     // is spoken to in its own version (see `Part::headers`).
     let agreed = members
@@ -128,7 +130,10 @@ pub(super) async fn initialize(
         }),
     );
     let session = view.state.sessions.bind_merged(view.client, members);
-    let capabilities = message.params().and_then(|p| p.get("capabilities"));
+    let capabilities = match message.ask() {
+        Ask::Initialize { capabilities, .. } => capabilities.as_ref(),
+        _ => None,
+    };
     view.state
         .approvals
         .remember_session(view.client.name(), &session, capabilities);
@@ -263,7 +268,7 @@ pub(super) fn names(answers: &[Answer]) -> Vec<&str> {
 pub(super) async fn merged_list(
     view: &View<'_>,
     ex: &mut Exchange,
-    message: &Message,
+    message: &Request,
     kind: ListKind,
 ) -> Result<Response, Rejection> {
     crate::proxy::lists::refuse_cursor(message)?;
@@ -318,7 +323,7 @@ pub(super) async fn part_list(
     view: &View<'_>,
     ex: &mut Exchange,
     part: &Part<'_>,
-    message: &Message,
+    message: &Request,
     kind: ListKind,
 ) -> Result<Listed, Rejection> {
     enter(ex, view.live, part.server);

@@ -14,21 +14,21 @@ use std::sync::atomic::Ordering;
 
 use axum::response::Response;
 use bytes::Bytes;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::error::Rejection;
-use crate::mcp::jsonrpc::Message;
 use crate::mcp::methods::ListKind;
+use crate::mcp::request::{Ask, Reference, Request};
 use crate::mcp::version::Era;
 use crate::policy::Subject;
 use crate::proxy::dispatch::{Incoming, serve};
-use crate::proxy::exchange::{Exchange, enter, param_str, rebuild};
+use crate::proxy::exchange::{Exchange, enter};
 use crate::proxy::lists::Listed;
 use crate::proxy::refusals::refuse_unknown_tool;
 use crate::proxy::resource;
 
 use super::merged::part_list;
-use super::view::{Part, SEPARATOR, View, no_server_answered};
+use super::view::{Part, SEPARATOR, View};
 
 /// `tools/call`, `prompts/get` and the operator's methods of class tool or
 /// prompt: the prefix names the server. A name without a known prefix gets
@@ -36,11 +36,14 @@ use super::view::{Part, SEPARATOR, View, no_server_answered};
 pub(super) async fn named(
     view: &View<'_>,
     ex: &mut Exchange,
-    message: &Message,
+    message: &Request,
     kind: ListKind,
     tool_call: bool,
 ) -> Result<Response, Rejection> {
-    let name = param_str(message, "name")?.to_owned();
+    let name = match message.ask() {
+        Ask::Tool { name, .. } | Ask::Prompt { name, .. } => name.clone(),
+        _ => return Err(Rejection::MethodNotFound(ex.method.clone())),
+    };
     let found = split(&name).and_then(|(server, inner)| {
         let part = view.parts.iter().find(|p| p.name() == server)?;
         Some((part, inner))
@@ -53,8 +56,7 @@ pub(super) async fn named(
             _ => Rejection::NotFound(format!("Unknown prompt: {name}")),
         });
     };
-    let mut renamed = rebuild(message);
-    renamed["params"]["name"] = inner.into();
+    let renamed = message.clone().renamed(inner);
     route_to(view, ex, part, renamed, Some(inner)).await
 }
 
@@ -63,7 +65,7 @@ pub(super) async fn named(
 pub(super) async fn by_uri(
     view: &View<'_>,
     ex: &mut Exchange,
-    message: &Message,
+    message: &Request,
     uri: &str,
     body: Bytes,
     completion: bool,
@@ -90,34 +92,28 @@ pub(super) async fn by_uri(
 pub(super) async fn completion(
     view: &View<'_>,
     ex: &mut Exchange,
-    message: &Message,
+    message: &Request,
     body: Bytes,
 ) -> Result<Response, Rejection> {
-    let reference = message.params().and_then(|p| p.get("ref"));
-    let field = |k: &str| reference.and_then(|r| r.get(k)).and_then(Value::as_str);
-    match field("type") {
-        Some("ref/prompt") => {
-            let name = field("name").unwrap_or_default();
-            let found = split(name).and_then(|(server, inner)| {
+    let Ask::Completion { reference } = message.ask() else {
+        return Err(Rejection::MethodNotFound(ex.method.clone()));
+    };
+    match reference {
+        Reference::Prompt { name } => {
+            let found = split(name.as_str()).and_then(|(server, inner)| {
                 let part = view.parts.iter().find(|p| p.name() == server)?;
-                Some((part, inner.to_owned()))
+                Some((part, String::from(inner)))
             });
             let Some((part, inner)) = found else {
                 return Err(Rejection::NotFound(format!("Unknown prompt: {name}")));
             };
-            let mut renamed = rebuild(message);
-            renamed["params"]["ref"]["name"] = inner.into();
+            let renamed = message.clone().renamed(&inner);
             route_to(view, ex, part, renamed, None).await
         }
-        Some("ref/resource") => {
-            let uri = field("uri").unwrap_or_default().to_owned();
+        Reference::Resource { uri } => {
+            let uri = uri.clone();
             by_uri(view, ex, message, &uri, body, true).await
         }
-        // The per-server pipeline words the refusal.
-        _ => match view.parts.first() {
-            Some(part) => route_to(view, ex, part, rebuild(message), None).await,
-            None => Err(no_server_answered("completion/complete")),
-        },
     }
 }
 
@@ -128,13 +124,12 @@ async fn route_to(
     view: &View<'_>,
     ex: &mut Exchange,
     part: &Part<'_>,
-    renamed: Value,
+    renamed: Request,
     target: Option<&str>,
 ) -> Result<Response, Rejection> {
     ex.prefix = format!("{}{SEPARATOR}", part.name());
-    let body = Bytes::from(serde_json::to_vec(&renamed).unwrap_or_default());
-    let message = Message::from_value(renamed).map_err(Rejection::Malformed)?;
-    send_to(view, ex, part, target, message, body).await
+    let body = Bytes::from(serde_json::to_vec(&renamed.to_value()).unwrap_or_default());
+    send_to(view, ex, part, target, renamed, body).await
 }
 
 /// `message` (sent as `body`) through the per-server pipeline of `part`
@@ -145,14 +140,13 @@ pub(super) async fn send_to(
     ex: &mut Exchange,
     part: &Part<'_>,
     target: Option<&str>,
-    message: Message,
+    message: Request,
     body: Bytes,
 ) -> Result<Response, Rejection> {
     enter(ex, view.live, part.server);
     let headers = part.headers(view.headers, target);
     let incoming = Incoming {
-        message,
-        called: view.called.clone(),
+        request: message,
         body,
         session: part.session.clone(),
     };
@@ -179,7 +173,7 @@ pub(super) fn split(name: &str) -> Option<(&str, &str)> {
 async fn unknown_merged_tool(
     view: &View<'_>,
     ex: &Exchange,
-    message: &Message,
+    message: &Request,
     name: &str,
 ) -> Rejection {
     let config = &*view.live.config;
@@ -209,7 +203,7 @@ async fn unknown_merged_tool(
 async fn owner_of<'v>(
     view: &'v View<'_>,
     ex: &mut Exchange,
-    message: &Message,
+    message: &Request,
     uri: &str,
     identity: &str,
 ) -> Option<&'v Part<'v>> {
@@ -239,21 +233,12 @@ async fn owner_of<'v>(
     owner
 }
 
-/// A list request of the gateway's own, carrying the client's `_meta` (2026 era).
-fn lookup_message(view: &View<'_>, ex: &Exchange, message: &Message, kind: ListKind) -> Message {
-    let method = kind.method().name();
-    let mut params = Map::new();
-    if ex.era == Era::Modern
-        && let Some(meta) = message.params().and_then(|p| p.get("_meta"))
-    {
-        params.insert("_meta".into(), meta.clone());
-    }
+/// A list request of the gateway's own, carrying the client's protocol
+/// `_meta` (2026 era).
+fn lookup_message(view: &View<'_>, ex: &Exchange, message: &Request, kind: ListKind) -> Request {
     let n = view.state.next_id.fetch_add(1, Ordering::Relaxed);
-    Message::Request {
-        id: format!("portcullis-{n}").into(),
-        method: method.to_owned(),
-        params: Some(params),
-    }
+    let id = format!("portcullis-{n}").into();
+    Request::own_list(id, kind, message, ex.era == Era::Modern)
 }
 
 /// RFC 6570 templates matched loosely: a `{var}` matches one path segment,

@@ -21,7 +21,6 @@ use crate::error::Rejection;
 use crate::error::{UpstreamFailure, UpstreamKind};
 use crate::mcp::headers::{self, MCP_NAME, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::mcp::jsonrpc::{self};
-use crate::mcp::methods::Called;
 use crate::mcp::version::Era;
 use crate::proxy::exchange::Exchange;
 use crate::proxy::forward::Forward;
@@ -93,9 +92,6 @@ pub(super) struct View<'a> {
     pub(super) client: &'a ClientId,
     pub(super) headers: &'a HeaderMap,
     pub(super) parts: Vec<Part<'a>>,
-    /// The request's method as the method table typed it (`None`: a
-    /// response): a routed message keeps it, renamed or not.
-    pub(super) called: Option<Called>,
 }
 
 /// The members of the merged session the request presents (handshake era).

@@ -73,9 +73,7 @@ pub(crate) async fn collect(
                 }
                 let message: Value = serde_json::from_str(&event.data)
                     .map_err(|_| protocol("an event of its stream is not valid JSON"))?;
-                if message.get("method").and_then(Value::as_str)
-                    == Some("notifications/tools/list_changed")
-                {
+                if crate::mcp::methods::tool_list_changed(&message) {
                     catalog.invalidate();
                 }
                 if is_response(&message) && message.get("id") == Some(id) {

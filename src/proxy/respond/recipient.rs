@@ -19,7 +19,7 @@ use crate::config::SanitizeSettings;
 use crate::error::{
     self, OutputRefusal, Rejection, RenderCtx, RpcError, UpstreamFailure, UpstreamKind,
 };
-use crate::mcp::methods::{self, Kind};
+use crate::mcp::methods::{self, Kind, Method};
 use crate::mcp::sse::SseEvent;
 use crate::mcp::version::Era;
 use crate::pins::scan;
@@ -44,8 +44,10 @@ const MAX_FLAG_PATH: usize = 256;
 pub(crate) struct Recipient {
     /// The request's id (`None` for GET streams and notifications).
     pub id: Option<Value>,
-    /// The request's method (`GET` for a GET stream).
+    /// The request's method (`GET` for a GET stream), for logs.
     pub method: String,
+    /// The method of the specification the request was typed as.
+    pub rpc: Option<Method>,
     pub era: Era,
     pub server: String,
     /// Set for `tools/call`: the tool, and the promise of exactly one answer.
@@ -128,11 +130,11 @@ impl Recipient {
     /// identifiers: a tool's answer (to `tools/call`, to an operator-named
     /// method of class `tool`, or a task's result judged as its tool's) is a
     /// `tools/call` result.
-    fn answering(&self) -> &str {
+    fn answering(&self) -> Option<&'static str> {
         if self.tool.is_some() {
-            "tools/call"
+            Some(Method::ToolsCall.name())
         } else {
-            &self.method
+            self.rpc.map(Method::name)
         }
     }
 
@@ -233,8 +235,7 @@ impl Recipient {
     /// The upstream's message, or `None` when it is not JSON.
     pub(super) fn inspect(&self, data: &str) -> Option<Value> {
         let message: Value = serde_json::from_str(data).ok()?;
-        if message.get("method").and_then(Value::as_str) == Some("notifications/tools/list_changed")
-        {
+        if methods::tool_list_changed(&message) {
             self.catalog.invalidate();
         }
         Some(message)
@@ -250,7 +251,7 @@ impl Recipient {
         // An id of the gateway's own approval-question form is never relayed:
         // a client's answer to it can only answer the gateway; nor is a
         // server's question in the gateway's own words.
-        let posing = method.as_str() == Some("elicitation/create")
+        let posing = methods::named_in(message) == Some(Method::ElicitationCreate)
             && message
                 .get("params")
                 .is_some_and(crate::approval::question::poses_as_gateway);
@@ -304,7 +305,7 @@ impl Recipient {
                 &sanitizer,
                 None,
                 &mut message,
-                Some(self.answering()),
+                self.answering(),
                 raw_len,
                 &mut report,
             ),
@@ -481,7 +482,7 @@ impl Recipient {
             &sanitizer,
             self.call.output_schema.as_ref(),
             message,
-            Some(self.answering()),
+            self.answering(),
             raw_len,
             report,
         )

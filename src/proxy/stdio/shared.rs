@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::config::StdioCommand;
 use crate::error::UpstreamKind;
 use crate::mcp::META_PROTOCOL_VERSION;
+use crate::mcp::methods::{self, Method as Rpc};
 use crate::proxy::reply::UpstreamError;
 
 use tokio::time::Instant;
@@ -100,19 +101,18 @@ impl Shared {
     }
 
     pub(super) fn notification(&self, method: &str, mut message: Value) {
-        match method {
-            "notifications/tools/list_changed" => (self.tools_changed)(),
-            "notifications/message" => {
-                let params = message.get("params").cloned().unwrap_or(Value::Null);
-                let level = params
-                    .get("level")
-                    .and_then(Value::as_str)
-                    .unwrap_or("info");
-                let data = clip(&params.get("data").map(Value::to_string).unwrap_or_default());
-                tracing::info!(server = %self.name, level, data = %data, "log message from the server process");
-                return;
-            }
-            _ => {}
+        if methods::tool_list_changed(&message) {
+            (self.tools_changed)();
+        }
+        if Rpc::of(method) == Some(Rpc::Message) {
+            let params = message.get("params").cloned().unwrap_or(Value::Null);
+            let level = params
+                .get("level")
+                .and_then(Value::as_str)
+                .unwrap_or("info");
+            let data = clip(&params.get("data").map(Value::to_string).unwrap_or_default());
+            tracing::info!(server = %self.name, level, data = %data, "log message from the server process");
+            return;
         }
         let Some(params) = message.get_mut("params").and_then(Value::as_object_mut) else {
             return;
@@ -214,12 +214,14 @@ pub(super) fn modernize(message: &mut Value, method: &str) {
         .entry("resultType")
         .or_insert_with(|| "complete".into());
     let cached = matches!(
-        method,
-        "tools/list"
-            | "prompts/list"
-            | "resources/list"
-            | "resources/templates/list"
-            | "resources/read"
+        Rpc::of(method),
+        Some(
+            Rpc::ToolsList
+                | Rpc::PromptsList
+                | Rpc::ResourcesList
+                | Rpc::ResourcesTemplatesList
+                | Rpc::ResourcesRead
+        )
     );
     if cached {
         result.entry("ttlMs").or_insert_with(|| 0.into());
@@ -231,7 +233,7 @@ pub(super) fn modernize(message: &mut Value, method: &str) {
 
 /// The answer to a request the child sends: the gateway relays none of them.
 pub(super) fn answer_request(method: &str, id: Value) -> Value {
-    if method == "ping" {
+    if Rpc::of(method) == Some(Rpc::Ping) {
         return json!({"jsonrpc": "2.0", "id": id, "result": {}});
     }
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601,
