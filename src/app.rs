@@ -152,6 +152,14 @@ impl Gateway {
         let app = self.admin_state.app.clone();
         let janitor = app.limiter.spawn_janitor(ratelimit::JANITOR_EVERY);
         let _janitor = AbortOnDrop(janitor);
+        // A fleet's pin approvals, applied off the request path.
+        let _pin_sync = app.approvals.shared.is_shared().then(|| {
+            let pins = app.pins.clone();
+            AbortOnDrop(Some(tokio::spawn(crate::pins::fleet::sync(
+                app.approvals.shared.clone(),
+                move |key, hash, by| pins.approve(key, Some(hash), by),
+            ))))
+        });
         let _watch = match &self.admin_state.config_path {
             Some(path) if self.watch => match reload::watch(self.admin_state.clone(), path) {
                 Ok(guard) => Some(guard),

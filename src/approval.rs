@@ -16,7 +16,8 @@
 //!
 //! Modules: `approvals` (the state and its events), [`settings`] (what the config means), [`binding`] (client,
 //! server, tool, argument digest), [`state`] (the signed 2026 state and its
-//! nonces), [`queue`] (the operator queue), [`inband`] (the 2025 question and
+//! nonces), [`queue`] (the operator queue), [`fleet`] (the operator queue
+//! shared by a fleet's replicas), [`inband`] (the 2025 question and
 //! which sessions can be asked), [`render`] (the one faithful rendering of a
 //! call for every person who judges it), [`question`] (the question around
 //! it, what is a yes),
@@ -26,13 +27,15 @@
 //! Invariants: an approval is for one client, one server and tool, one
 //! argument digest, one use, before its expiry — anything else is a new
 //! approval; another client's approval (an id, a state) gets the answer an
-//! unknown one gets; everything is in memory (a restart forgets pending and
-//! unused approvals, and refuses states signed before it); every limit is
+//! unknown one gets; everything is in memory unless a shared store is configured
+//! (then the operator queue and used nonces are the fleet's); a restart
+//! forgets what this process alone kept, and refuses states signed before it; every limit is
 //! explicit; this module imports neither the configuration, the admin API,
 //! the dashboard nor the pipeline (they import it).
 
 mod approvals;
 pub mod binding;
+pub mod fleet;
 pub mod gate;
 pub mod inband;
 pub mod question;

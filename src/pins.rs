@@ -17,6 +17,7 @@
 //! never trusted on first use; any semantic change (and nothing else: not key
 //! order, whitespace or number spelling) changes the pin.
 
+pub(crate) mod fleet;
 pub(crate) mod jcs;
 pub(crate) mod model;
 pub(crate) mod present;

@@ -7,8 +7,9 @@
 //! fleet ([`SharedState::use_once`]), and beneath the task store and the
 //! session table, which bind a task or a 2025-era session to its client for
 //! every replica ([`SharedState::bind_task`], [`SharedState::task`],
-//! [`SharedState::bind_session`], [`SharedState::session`]); `/readyz`
-//! reports it
+//! [`SharedState::bind_session`], [`SharedState::session`]), and beneath
+//! the operator queue and the pins, which share their entries, decisions
+//! and approvals through it ([`queue`]); `/readyz` reports it
 //! ([`SharedState::health`]). The fleet's flow labels (`crate::flow`) and
 //! the rate limiter's buckets keep their own connections but name their
 //! keys here ([`Kind::Flow`], [`Kind::Bucket`]), in the same namespace.
@@ -24,42 +25,15 @@
 //! Cluster is not supported (a script touches keys in several slots).
 
 pub mod model;
+pub mod queue;
 #[cfg(feature = "redis-ratelimit")]
 pub(crate) mod redis;
 pub mod settings;
 
-pub use model::{CALL_TIMEOUT, Use};
+pub use model::{CALL_TIMEOUT, Kind, Unavailable, Use, key};
+pub use queue::{Decided, QueueIds, Queued, Settled};
 pub use settings::{StateBackend, StateSettings};
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// What a shared key holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// A used `requestState` nonce (value `1`, until the state's expiry).
-    Nonce,
-    /// The fleet's used nonces, scored by expiry (the overall bound).
-    UsedNonces,
-    /// One client's used nonces, scored by expiry (the per-client bound).
-    UsedNoncesOf,
-    /// A task's binding to its creator (JSON, at most [`MAX_TASK_BYTES`]).
-    Task,
-    /// One client's task bindings, scored by creation (the per-client bound).
-    TasksOf,
-    /// A 2025-era upstream session's binding to its client (JSON, bounded).
-    Session,
-    /// One client's session bindings, scored by creation (the per-client bound).
-    SessionsOf,
-    /// The flow labels of one session: a list of marks (`label:server:tool`,
-    /// hex-encoded names), at most a few per label.
-    Flow,
-    /// One client's flow sessions, scored by last use (the per-client bound).
-    FlowsOf,
-    /// Every flow session (`all`), scored by last use, and how many each
-    /// client holds (`clients`): the deployment's bound.
-    Flows,
-    /// A rate-limit bucket (`<rule tag>/<key>`).
-    Bucket,
-}
 
 /// How long a 2025-era session binding is kept in the shared store (a
 /// session older than this continues on the replicas that know it; another
@@ -68,30 +42,6 @@ pub const SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(24 *
 
 /// Longest task binding written (client, tool, era, expiry as JSON).
 pub const MAX_TASK_BYTES: usize = 2048;
-
-impl Kind {
-    fn as_str(self) -> &'static str {
-        match self {
-            Kind::Nonce => "nonce",
-            Kind::UsedNonces => "nonces",
-            Kind::UsedNoncesOf => "nonces-of",
-            Kind::Task => "task",
-            Kind::TasksOf => "tasks-of",
-            Kind::Session => "session",
-            Kind::SessionsOf => "sessions-of",
-            Kind::Flow => "flow",
-            Kind::FlowsOf => "flows-of",
-            Kind::Flows => "flows",
-            Kind::Bucket => "rl",
-        }
-    }
-}
-
-/// The Redis key of `id` of `kind` in `namespace`. Client names and other
-/// free text are hex-encoded by the caller when they are ids.
-pub fn key(namespace: &str, kind: Kind, id: &str) -> String {
-    format!("portcullis:{namespace}:{}:{id}", kind.as_str())
-}
 
 /// A store that cannot be built from the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -106,16 +56,6 @@ pub enum StateError {
     RedisUrl(String),
 }
 
-/// The store did not answer (down, unreachable, too slow): the caller
-/// refuses what needed it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the shared state store ({store}) did not answer: {detail}")]
-pub struct Unavailable {
-    /// `redis`.
-    pub store: &'static str,
-    pub detail: String,
-}
-
 /// The deployment's state store.
 pub struct SharedState {
     namespace: String,
@@ -127,7 +67,8 @@ pub struct SharedState {
 enum Backend {
     Memory,
     #[cfg(feature = "redis-ratelimit")]
-    Redis(redis::RedisState),
+    /// Boxed: the scripts make it large beside the empty memory store.
+    Redis(Box<redis::RedisState>),
 }
 
 impl std::fmt::Debug for SharedState {
@@ -146,9 +87,9 @@ impl SharedState {
         let backend = match &settings.backend {
             StateBackend::Memory => Backend::Memory,
             #[cfg(feature = "redis-ratelimit")]
-            StateBackend::Redis(url) => Backend::Redis(
+            StateBackend::Redis(url) => Backend::Redis(Box::new(
                 redis::RedisState::new(url).map_err(|e| StateError::RedisUrl(e.to_string()))?,
-            ),
+            )),
             #[cfg(not(feature = "redis-ratelimit"))]
             StateBackend::Redis(_) => return Err(StateError::RedisNotBuilt),
         };
@@ -345,6 +286,110 @@ impl SharedState {
         key(&self.namespace, kind, &id)
     }
 
+    /// The fleet's queue and pin approvals in Redis.
+    #[cfg(feature = "redis-ratelimit")]
+    fn fleet<'a>(&'a self, redis: &'a redis::RedisState) -> queue::Fleet<'a> {
+        queue::Fleet {
+            namespace: &self.namespace,
+            redis,
+        }
+    }
+
+    /// Queues a call for the fleet's operators ([`queue::Fleet::add`]); the
+    /// memory store queues nothing (its queue is the approval gate's own).
+    pub async fn queue_add(
+        &self,
+        ids: QueueIds<'_>,
+        entry: &str,
+        times: (i64, i64),
+        limits: (usize, usize),
+    ) -> Result<Queued, Unavailable> {
+        #[cfg(not(feature = "redis-ratelimit"))]
+        let _ = (ids, entry, times, limits);
+        match &self.backend {
+            Backend::Memory => Ok(Queued::Full),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(r) => self.observe(self.fleet(r).add(ids, entry, times, limits).await),
+        }
+    }
+
+    /// An operator's decision on a queued call, set once fleet-wide.
+    pub async fn queue_decide(&self, id: &str, decision: &str) -> Result<Decided, Unavailable> {
+        #[cfg(not(feature = "redis-ratelimit"))]
+        let _ = (id, decision);
+        match &self.backend {
+            Backend::Memory => Ok(Decided::Unknown),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(r) => self.observe(self.fleet(r).decide(id, decision).await),
+        }
+    }
+
+    /// Takes a queued call's decision, once fleet-wide (`close`: or takes
+    /// the undecided entry out as expired).
+    pub async fn queue_settle(
+        &self,
+        ids: QueueIds<'_>,
+        close: bool,
+    ) -> Result<Settled, Unavailable> {
+        #[cfg(not(feature = "redis-ratelimit"))]
+        let _ = (ids, close);
+        match &self.backend {
+            Backend::Memory => Ok(Settled::Gone),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(r) => self.observe(self.fleet(r).settle(ids, close).await),
+        }
+    }
+
+    /// A queued call and its decision, if it lives.
+    pub async fn queue_get(
+        &self,
+        id: &str,
+    ) -> Result<Option<(String, Option<String>)>, Unavailable> {
+        #[cfg(not(feature = "redis-ratelimit"))]
+        let _ = id;
+        match &self.backend {
+            Backend::Memory => Ok(None),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(r) => self.observe(self.fleet(r).get(id).await),
+        }
+    }
+
+    /// The fleet's queued calls with their decisions, at most `max`.
+    pub async fn queue_list(
+        &self,
+        now_ms: i64,
+        max: usize,
+    ) -> Result<Vec<(String, Option<String>)>, Unavailable> {
+        #[cfg(not(feature = "redis-ratelimit"))]
+        let _ = (now_ms, max);
+        match &self.backend {
+            Backend::Memory => Ok(Vec::new()),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(r) => self.observe(self.fleet(r).list(now_ms, max).await),
+        }
+    }
+
+    /// Records the fleet's approval of pin `pin`; `Ok(false)` when the
+    /// bound of pins is reached. Nothing to record for the memory store.
+    pub async fn pin_approve(&self, pin: &str, value: &str) -> Result<bool, Unavailable> {
+        #[cfg(not(feature = "redis-ratelimit"))]
+        let _ = (pin, value);
+        match &self.backend {
+            Backend::Memory => Ok(true),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(r) => self.observe(self.fleet(r).pin_approve(pin, value).await),
+        }
+    }
+
+    /// The fleet's pin approvals (none for the memory store).
+    pub async fn pin_approvals(&self) -> Result<Vec<(String, String)>, Unavailable> {
+        match &self.backend {
+            Backend::Memory => Ok(Vec::new()),
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(r) => self.observe(self.fleet(r).pin_approvals().await),
+        }
+    }
+
     /// For `/readyz`: the store, and whether it answers now.
     pub async fn health(&self) -> serde_json::Value {
         let reachable: Result<(), Unavailable> = match &self.backend {
@@ -408,7 +453,13 @@ mod tests {
             Just(Kind::Flow),
             Just(Kind::FlowsOf),
             Just(Kind::Flows),
-            Just(Kind::Bucket)
+            Just(Kind::Bucket),
+            Just(Kind::Approval),
+            Just(Kind::Decision),
+            Just(Kind::ApprovalCall),
+            Just(Kind::Approvals),
+            Just(Kind::ApprovalsOf),
+            Just(Kind::Pins)
         ]
     }
 

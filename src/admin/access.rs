@@ -98,6 +98,19 @@ pub(crate) fn problem(status: StatusCode, message: String) -> Response {
     json_response(status, &json!({"error": Value::String(message)}))
 }
 
+/// 503 naming the shared state store that did not answer: never an empty
+/// list, nor a decision or approval that was not taken.
+pub(crate) fn store_unavailable(store: &str, what: &str) -> Response {
+    let error = format!(
+        "{what}: the shared state store ({store}) did not answer. Nothing was changed; try again shortly, and \
+         check that every replica reaches {store} (GET /readyz shows it under \"state\")"
+    );
+    json_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &json!({"error": error, "store": store, "store_unavailable": true}),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

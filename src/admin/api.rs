@@ -2,7 +2,8 @@
 //!
 //! Place: the admin layer, behind [`super::access::guard`]. `GET /api/pins`
 //! lists every pin with its status, scan findings and diff;
-//! `POST /api/pins/approve` approves what a server serves now; `GET /metrics`
+//! `POST /api/pins/approve` approves what a server serves now (with a shared
+//! state store, for every replica: recorded there first); `GET /metrics`
 //! is the Prometheus scrape (a read like the others: client and tool names);
 //! `GET /readyz` says whether each server can take requests.
 //!
@@ -20,7 +21,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::access::{admin, problem, reader};
+use super::access::{admin, problem, reader, store_unavailable};
 use super::state::AdminState;
 use crate::error::json_response;
 use crate::pins::{ApproveOutcome, Key};
@@ -152,7 +153,37 @@ pub(crate) async fn approve(
         }
     };
     let what = describe(&key);
-    match state.app.pins.approve(&key, request.hash.as_deref(), "api") {
+    let mut expected = request.hash.clone();
+    let shared = &state.app.approvals.shared;
+    if shared.is_shared()
+        && let Some(seen) = seen_hash(&state, &key)
+        && expected
+            .as_deref()
+            .is_none_or(|h| h.eq_ignore_ascii_case(&seen))
+    {
+        // The fleet's record first: an approval no other replica would
+        // accept is not taken on this one either.
+        let value = crate::pins::fleet::value(&seen, "api");
+        match shared
+            .pin_approve(&crate::pins::fleet::field(&key), &value)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                return problem(
+                    StatusCode::INSUFFICIENT_STORAGE,
+                    format!(
+                        "the fleet holds approvals of {} pins already; nothing was approved",
+                        crate::state::queue::MAX_PIN_APPROVALS
+                    ),
+                );
+            }
+            Err(e) => return store_unavailable(e.store, "the pin was not approved"),
+        }
+        // What this replica approves is exactly what the fleet recorded.
+        expected = Some(seen);
+    }
+    match state.app.pins.approve(&key, expected.as_deref(), "api") {
         ApproveOutcome::Approved { hash } => json_response(
             StatusCode::OK,
             &json!({"approved": true, "server": key.server, "subject": what, "hash": hash,
@@ -186,6 +217,24 @@ pub(crate) async fn approve(
             r
         }
     }
+}
+
+/// The hash (hex) of the definition `key`'s server serves now, as
+/// `GET /api/pins` reports it.
+fn seen_hash(state: &AdminState, key: &Key) -> Option<String> {
+    let config = state.config();
+    let mode = config.servers.get(&key.server)?.pinning;
+    let modes = BTreeMap::from([(key.server.clone(), mode)]);
+    let report = state.app.pins.report(&modes);
+    let server = &report["servers"][&key.server];
+    let pin = match key.kind {
+        crate::pins::PinKind::Tool => server["tools"]
+            .as_array()?
+            .iter()
+            .find(|t| t["name"] == key.name.as_str())?,
+        crate::pins::PinKind::Instructions => &server["instructions"],
+    };
+    pin["seen"]["hash"].as_str().map(str::to_owned)
 }
 
 fn describe(key: &Key) -> String {

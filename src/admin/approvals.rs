@@ -4,10 +4,12 @@
 //! decides one.
 //!
 //! Place: the admin API, beside pins; the queue itself is the gateway's
-//! ([`crate::approval`]), reached through [`AdminState::app`]. Invariants:
-//! listing is a read ([`reader`]), deciding an admin action ([`admin`]); a
-//! decision names who made it in the audit, bounded and without control
-//! characters; an entry is decided once.
+//! ([`crate::approval`]; the fleet's with a shared state store), reached
+//! through [`AdminState::app`]. Invariants: listing is a read ([`reader`]),
+//! deciding an admin action ([`admin`]); a decision names who made it in the
+//! audit, bounded and without control characters; an entry is decided once
+//! (fleet-wide: the first decision on any replica); a store that cannot
+//! answer is a 503 naming it, never an empty list.
 
 use std::sync::Arc;
 
@@ -18,7 +20,7 @@ use http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::access::{admin, problem, reader};
+use super::access::{admin, problem, reader, store_unavailable};
 use super::state::AdminState;
 use crate::approval::queue::DecideError;
 use crate::error::json_response;
@@ -33,16 +35,21 @@ pub(crate) async fn approvals(
         return refusal;
     }
     let now = crate::util::time::now_ms();
-    state.app.approvals.sweep(now);
-    let list: Vec<Value> = state
-        .app
-        .approvals
-        .queue
-        .list(now)
-        .iter()
-        .map(|e| e.to_json())
-        .collect();
-    json_response(StatusCode::OK, &json!({"approvals": list, "now_ms": now}))
+    let list = match state.app.approvals.list(now).await {
+        Ok(list) => list,
+        Err(e) => {
+            return store_unavailable(
+                e.store,
+                "the calls waiting for an operator cannot be listed",
+            );
+        }
+    };
+    let list: Vec<Value> = list.iter().map(|e| e.to_json()).collect();
+    let store = state.app.approvals.shared.store();
+    json_response(
+        StatusCode::OK,
+        &json!({"approvals": list, "now_ms": now, "store": store}),
+    )
 }
 
 /// The body of `POST /api/approvals/{id}/approve|deny` (optional).
@@ -99,17 +106,20 @@ pub(crate) async fn decide(
         }
     };
     let now = crate::util::time::now_ms();
-    match state.app.approvals.decide(&id, approve, &by, now) {
+    match state.app.approvals.decide(&id, approve, &by, now).await {
         Ok(entry) => json_response(
             StatusCode::OK,
             &json!({"decided": if approve { "approved" } else { "denied" }, "approval": entry.to_json()}),
         ),
         Err(DecideError::Unknown) => problem(
             StatusCode::NOT_FOUND,
-            "no approval with this id is pending: it was never queued, expired, or was used (the queue is in \
-             memory: a restart empties it)"
+            "no approval with this id is pending: it was never queued, expired, or was used (with the memory \
+             state store the queue is this replica's, and a restart empties it)"
                 .into(),
         ),
+        Err(DecideError::Unavailable { store }) => {
+            store_unavailable(store, "the decision was not taken")
+        }
         Err(DecideError::Decided(entry)) => json_response(
             StatusCode::CONFLICT,
             &json!({"error": "this approval was decided already", "approval": entry.to_json()}),

@@ -101,6 +101,16 @@ impl Approvals {
     /// The state for `settings`, its nonces used once through `shared`
     /// (with a shared store, every replica signs as the deployment).
     pub fn with_store(settings: &ApprovalSettings, sink: Sink, shared: Arc<SharedState>) -> Self {
+        Self::for_replica(settings, sink, shared, "")
+    }
+
+    /// The state of replica `replica` (named on every entry it queues).
+    pub fn for_replica(
+        settings: &ApprovalSettings,
+        sink: Sink,
+        shared: Arc<SharedState>,
+        replica: &str,
+    ) -> Self {
         let (max, per_client) = (
             settings.max_used_states,
             settings.max_used_states_per_client,
@@ -114,7 +124,8 @@ impl Approvals {
         Self {
             signer,
             shared,
-            queue: queue::Queue::new(settings.max_pending, settings.max_pending_per_client),
+            queue: queue::Queue::new(settings.max_pending, settings.max_pending_per_client)
+                .on_replica(replica),
             questions: inband::Questions::default(),
             sessions: inband::Sessions::default(),
             key_generated: settings.key.is_none(),
@@ -151,30 +162,5 @@ impl Approvals {
                 at_ms: now_ms,
             });
         }
-    }
-
-    /// An operator's decision, recorded.
-    pub fn decide(
-        &self,
-        id: &str,
-        approve: bool,
-        by: &str,
-        now_ms: i64,
-    ) -> Result<queue::Entry, queue::DecideError> {
-        self.sweep(now_ms);
-        let entry = self.queue.decide(id, approve, by, now_ms)?;
-        self.record(&Happening {
-            outcome: if approve {
-                Outcome::Approved
-            } else {
-                Outcome::Denied
-            },
-            by: "operator",
-            decided_by: Some(by),
-            binding: &entry.binding,
-            id: Some(&entry.id),
-            at_ms: now_ms,
-        });
-        Ok(entry)
     }
 }

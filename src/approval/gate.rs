@@ -14,7 +14,9 @@
 //! queue; a state or id that is not this client's is refused like an unknown
 //! one; other arguments than the approved ones are a new question, and the
 //! old approval stays unused; a shared store that cannot answer refuses the
-//! call ([`Refusal::StateUnavailable`]), never runs it.
+//! call ([`Refusal::StateUnavailable`], [`Refusal::QueueUnavailable`]),
+//! never runs it. With a shared store the operator queue is the fleet's
+//! ([`super::fleet`]).
 
 use std::time::Duration;
 
@@ -73,10 +75,12 @@ pub enum Gate {
         answer: oneshot::Receiver<Value>,
         timeout: Duration,
     },
-    /// Hold the call until an operator decides ([`Approvals::hold`]).
+    /// Hold the call until an operator decides ([`Approvals::hold`]);
+    /// `decision` wakes it in this process (`None` with a shared store,
+    /// where the decision is looked for there).
     Hold {
         entry: Entry,
-        decision: watch::Receiver<Status>,
+        decision: Option<watch::Receiver<Status>>,
     },
     Refuse(Refusal),
 }
@@ -102,6 +106,10 @@ pub enum Refusal {
     /// The shared state store (`redis`) did not answer, so whether the
     /// `requestState` was used already cannot be known: fail closed.
     StateUnavailable { store: &'static str },
+    /// The operator path with a shared store (`redis`) that did not answer:
+    /// the call cannot be queued where every operator sees it, nor its
+    /// decision read, so it is not run.
+    QueueUnavailable { store: &'static str },
     /// The approval id names nothing of this client's.
     UnknownId,
     /// What the call carries of an upstream's own input round is too large
@@ -158,9 +166,20 @@ impl Approvals {
             .and_then(|m| m.get(META_APPROVAL_ID))
         {
             // An id names one of this client's approvals, or it is unknown.
-            let owned = id
-                .as_str()
-                .and_then(|id| self.queue.owned_by(id, &call.binding.client, call.now_ms));
+            let client = &call.binding.client;
+            let owned = match id.as_str() {
+                Some(id) if self.shared.is_shared() => {
+                    match self.owned_fleet(id, client, call.now_ms).await {
+                        Ok(owned) => owned,
+                        Err(e) => {
+                            self.event(Outcome::Refused, "operator", call, None);
+                            return Gate::Refuse(Refusal::QueueUnavailable { store: e.store });
+                        }
+                    }
+                }
+                Some(id) => self.queue.owned_by(id, client, call.now_ms),
+                None => None,
+            };
             if owned.is_none() {
                 self.event(Outcome::Refused, "operator", call, None);
                 return Gate::Refuse(Refusal::UnknownId);
@@ -181,6 +200,7 @@ impl Approvals {
             (true, false, _) => Gate::Refuse(Refusal::CannotAsk),
             (true, true, true) => self.modern(call).await,
             (true, true, false) => self.on_stream(call),
+            (false, _, _) if self.shared.is_shared() => self.operator_fleet(call).await,
             (false, _, _) => self.operator(call),
         }
     }
@@ -380,7 +400,10 @@ impl Approvals {
                 expires_ms: entry.expires_ms,
                 already,
             }),
-            Pending::Wait => Gate::Hold { entry, decision },
+            Pending::Wait => Gate::Hold {
+                entry,
+                decision: Some(decision),
+            },
         }
     }
 
@@ -389,9 +412,12 @@ impl Approvals {
     pub async fn hold(
         &self,
         entry: &Entry,
-        mut decision: watch::Receiver<Status>,
+        decision: Option<watch::Receiver<Status>>,
         timeout: Duration,
     ) -> Result<(), Refusal> {
+        let Some(mut decision) = decision else {
+            return self.hold_fleet(entry, timeout).await;
+        };
         let left = (entry.expires_ms - crate::util::time::now_ms()).max(0) as u64;
         let wait = Duration::from_millis(left).min(timeout);
         let decided = tokio::time::timeout(wait, decision.wait_for(|s| *s != Status::Pending));

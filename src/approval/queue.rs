@@ -6,7 +6,8 @@
 //! decision.
 //!
 //! Invariants: in memory only (a restart forgets the queue: a held call ends
-//! with the connection, a retried one is asked for anew); an entry names one
+//! with the connection, a retried one is asked for anew; a fleet shares its
+//! queue through [`super::fleet`] instead); an entry names one
 //! [`Binding`] and is used at most once (taken out of the queue when used);
 //! an expired entry can no longer be approved nor used; the queue holds at
 //! most `max` entries and a client at most `max_per_client`, past which that
@@ -47,6 +48,8 @@ pub struct Entry {
     pub created_ms: i64,
     pub expires_ms: i64,
     pub status: Status,
+    /// The replica that queued it (and holds the call, when it is held).
+    pub replica: String,
 }
 
 impl Entry {
@@ -72,6 +75,7 @@ impl Entry {
             "status": status,
             "decided_by": by,
             "decided_ms": at,
+            "replica": self.replica,
         })
     }
 }
@@ -105,6 +109,8 @@ pub enum DecideError {
     Unknown,
     /// It was decided already.
     Decided(Box<Entry>),
+    /// The shared store (`redis`) did not answer: nothing was decided.
+    Unavailable { store: &'static str },
 }
 
 struct Slot {
@@ -117,6 +123,8 @@ pub struct Queue {
     slots: Mutex<HashMap<String, Slot>>,
     max: usize,
     max_per_client: usize,
+    /// This replica's name, on every entry it queues.
+    replica: String,
 }
 
 impl std::fmt::Debug for Queue {
@@ -136,7 +144,19 @@ impl Queue {
             slots: Mutex::new(HashMap::new()),
             max,
             max_per_client,
+            replica: String::new(),
         }
+    }
+
+    /// The queue of replica `replica`.
+    pub fn on_replica(mut self, replica: &str) -> Self {
+        self.replica = replica.to_owned();
+        self
+    }
+
+    /// This replica's name.
+    pub fn replica(&self) -> &str {
+        &self.replica
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
@@ -208,6 +228,7 @@ impl Queue {
             created_ms: now_ms,
             expires_ms,
             status: Status::Pending,
+            replica: self.replica.clone(),
         };
         let (tx, rx) = watch::channel(Status::Pending);
         slots.insert(

@@ -109,6 +109,18 @@ pub(crate) fn approval_refused(
                 ),
             )
         }
+        R::QueueUnavailable { store } => {
+            detail.insert("store".into(), (*store).into());
+            (
+                "state_unavailable",
+                format!(
+                    "{call} needs an operator's approval, and the gateway's shared state store ({store}), where \
+                     every operator of the gateway sees and answers the calls waiting, did not answer. Nothing was \
+                     run. Call again shortly; if it keeps failing, tell the gateway's operator that the {store} \
+                     state store is unreachable."
+                ),
+            )
+        }
         R::Reloaded => (
             "approval_expired",
             format!(

@@ -102,10 +102,11 @@ impl AppState {
         let shared = Arc::new(shared);
         let flows = crate::flow::open(&config.state, crate::flow::FlowLimits::default())
             .map_err(io::Error::other)?;
-        let approvals = Arc::new(Approvals::with_store(
+        let approvals = Arc::new(Approvals::for_replica(
             &config.approvals,
             approval_sink(sinks.clone()),
             shared.clone(),
+            &config.telemetry.replica,
         ));
         let asks = config.policy.rules.iter().any(|r| r.approval.is_some());
         if approvals.key_generated && asks {

@@ -55,6 +55,12 @@ pub(crate) struct RedisState {
     connection: ConnectionManager,
     use_once: Script,
     bind_task: Script,
+    /// The fleet's operator queue and pin approvals ([`super::queue`]).
+    pub(crate) queue_add: Script,
+    pub(crate) queue_decide: Script,
+    pub(crate) queue_settle: Script,
+    pub(crate) queue_list: Script,
+    pub(crate) pin_approve: Script,
 }
 
 impl RedisState {
@@ -63,6 +69,11 @@ impl RedisState {
             connection: connect(url)?,
             use_once: Script::new(include_str!("use_once.lua")),
             bind_task: Script::new(include_str!("bind_task.lua")),
+            queue_add: Script::new(include_str!("queue_add.lua")),
+            queue_decide: Script::new(include_str!("queue_decide.lua")),
+            queue_settle: Script::new(include_str!("queue_settle.lua")),
+            queue_list: Script::new(include_str!("queue_list.lua")),
+            pin_approve: Script::new(include_str!("pin_approve.lua")),
         })
     }
 
@@ -125,6 +136,33 @@ impl RedisState {
         let mut connection = self.connection.clone();
         in_time(invocation.invoke_async::<i64>(&mut connection)).await?;
         Ok(())
+    }
+
+    /// Runs `script` on `keys` with `args`; its reply (strings, or a number).
+    pub(crate) async fn run<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        args: &[&str],
+    ) -> Result<T, RedisError> {
+        let mut invocation = script.prepare_invoke();
+        for k in keys {
+            invocation.key(*k);
+        }
+        for a in args {
+            invocation.arg(*a);
+        }
+        let mut connection = self.connection.clone();
+        in_time(invocation.invoke_async(&mut connection)).await
+    }
+
+    /// One command's reply.
+    pub(crate) async fn command<T: redis::FromRedisValue>(
+        &self,
+        command: redis::Cmd,
+    ) -> Result<T, RedisError> {
+        let mut connection = self.connection.clone();
+        in_time(command.query_async(&mut connection)).await
     }
 
     /// GET.

@@ -46,6 +46,7 @@ mod edges;
 mod expressions;
 mod federation;
 mod fleet;
+mod fleet_approvals;
 mod fleet_flows;
 mod fleet_state;
 mod flow;
