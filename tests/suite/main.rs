@@ -46,6 +46,7 @@ mod edges;
 mod expressions;
 mod federation;
 mod fleet;
+mod fleet_attacks;
 mod fleet_state;
 mod flow;
 mod fuzz;
