@@ -93,3 +93,133 @@ async fn a_nul_in_one_call_costs_the_fleet_audit_no_row() {
     );
     assert_eq!(shown.trim(), "nul\u{FFFD}here", "{shown:?}");
 }
+
+/// Client names that differ only where a key built carelessly would not
+/// (case, separators, wildcards, unicode, one that is another's hex).
+const NAMES: [&str; 7] = [
+    "alice",
+    "ALICE",
+    "al:ice",
+    "al*ice",
+    "ålice",
+    "616c696365",
+    "alice.",
+];
+
+#[test]
+fn per_client_bounds_hold_when_every_replica_binds_at_once_and_every_key_expires() {
+    if !tiers::ready(&[Tier::Redis]) {
+        return;
+    }
+    use portcullis::state::{SharedState, StateBackend, StateSettings};
+
+    let redis = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let fleet: Vec<SharedState> = runtime.block_on(async {
+        (0..3)
+            .map(|_| {
+                SharedState::from_settings(&StateSettings {
+                    backend: StateBackend::Redis(redis.url()),
+                    namespace: "bounds".into(),
+                })
+                .expect("store")
+            })
+            .collect()
+    });
+    const PER_CLIENT: usize = 3;
+    // Every client binds 8 tasks and 8 sessions, spread over the replicas, all at once.
+    runtime.block_on(futures_util::future::join_all(NAMES.iter().flat_map(|client| {
+        let fleet = &fleet;
+        (0..8).map(move |n| async move {
+            let store = &fleet[n % 3];
+            let now = portcullis::util::time::now_ms();
+            let value = json!({ "c": client }).to_string();
+            let id = format!("{client}:{n}");
+            store
+                .bind_task(("s", &id, client), &value, (60_000, 60_000), now, PER_CLIENT)
+                .await
+                .expect("Redis answers");
+            store
+                .bind_session(("s", &id, client), &value, now, PER_CLIENT)
+                .await
+                .expect("Redis answers");
+        })
+    })));
+
+    // Each client has exactly its bound of bindings of each kind, all its own.
+    runtime.block_on(async {
+        for client in NAMES {
+            let mut tasks = 0;
+            let mut sessions = 0;
+            for n in 0..8 {
+                let id = format!("{client}:{n}");
+                for (found, count) in [
+                    (fleet[0].task("s", &id).await.expect("get"), &mut tasks),
+                    (fleet[1].session("s", &id).await.expect("get"), &mut sessions),
+                ] {
+                    if let Some(value) = found {
+                        assert_eq!(value, json!({ "c": client }).to_string());
+                        *count += 1;
+                    }
+                }
+            }
+            assert_eq!((tasks, sessions), (PER_CLIENT, PER_CLIENT), "{client}");
+        }
+    });
+    // Every key of the deployment expires.
+    let keys = redis.command("KEYS portcullis:bounds:*");
+    let keys: Vec<&str> = keys
+        .lines()
+        .skip(1)
+        .filter(|l| !l.starts_with('$'))
+        .collect();
+    // A task and a session key per binding kept, and a bound set per client and kind.
+    assert_eq!(keys.len(), NAMES.len() * (2 * PER_CLIENT + 2), "{keys:?}");
+    for key in keys {
+        let ttl = redis.command(&format!("PTTL {key}"));
+        let ttl: i64 = ttl.trim().trim_start_matches(':').parse().expect("PTTL");
+        assert!(ttl > 0, "{key} has no TTL: {ttl}");
+    }
+}
+
+#[test]
+fn a_replica_whose_clock_lags_cannot_take_a_client_past_its_bound() {
+    if !tiers::ready(&[Tier::Redis]) {
+        return;
+    }
+    use portcullis::state::{SharedState, StateBackend, StateSettings};
+
+    let redis = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let store = SharedState::from_settings(&StateSettings {
+            backend: StateBackend::Redis(redis.url()),
+            namespace: "lag".into(),
+        })
+        .expect("store");
+        let base = portcullis::util::time::now_ms();
+        // Each binding written through a replica a second further behind.
+        for n in 0..8i64 {
+            let id = format!("t{n}");
+            store
+                .bind_task(("s", &id, "mallory"), "{}", (600_000, 600_000), base - n * 1000, 3)
+                .await
+                .expect("Redis answers");
+        }
+        let mut kept = Vec::new();
+        for n in 0..8 {
+            if store.task("s", &format!("t{n}")).await.expect("get").is_some() {
+                kept.push(n);
+            }
+        }
+        assert_eq!(kept.len(), 3, "bindings kept: {kept:?}");
+        assert!(kept.contains(&7), "the newest write is kept: {kept:?}");
+    });
+}
