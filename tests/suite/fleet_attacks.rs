@@ -223,3 +223,137 @@ fn a_replica_whose_clock_lags_cannot_take_a_client_past_its_bound() {
         assert!(kept.contains(&7), "the newest write is kept: {kept:?}");
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_password_shows_in_no_answer_log_or_probe() {
+    if !tiers::ready(&[Tier::Python, Tier::Redis]) {
+        return;
+    }
+    use support::process::Observed;
+    use support::{borrow, clients, modern_call_headers, raw_post};
+
+    const RIGHT: &str = "right-pass-4b1d";
+    const WRONG: &str = "wrong-pass-9c2e";
+    let redis = RedisServer::start();
+    redis.command(&format!("CONFIG SET requirepass {RIGHT}"));
+    let upstream = PeerServer::start(Peer::Python).await;
+    let port = redis.url().rsplit(':').next().expect("a port").to_owned();
+    let config = |password: &str| {
+        format!(
+            "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+             [state]\nbackend = \"redis\"\nredis_url = \"redis://:{password}@127.0.0.1:{port}\"\n\
+             [approvals]\nkey = \"fleet-approvals-key-of-at-least-32-bytes\"\n\
+             [servers.files]\nurl = \"{}\"\n{}\n\
+             [[rules]]\nclients = [\"*\"]\nservers = [\"files\"]\ntools = [\"echo\"]\n\
+             action = \"allow\"\napproval = {{ by = \"user\", timeout = \"1m\" }}\n",
+            upstream.url,
+            clients()
+        )
+    };
+    let echo = |id: u64, extra: serde_json::Value| {
+        let mut params = json!({"name": "echo", "arguments": {"text": "x"}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
+        if let (serde_json::Value::Object(p), serde_json::Value::Object(e)) = (&mut params, extra)
+        {
+            p.extend(e);
+        }
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
+    };
+    let headers = modern_call_headers(ALICE, "echo");
+    for (password, reachable) in [(WRONG, false), (RIGHT, true)] {
+        let replica = Observed::start(&config(password)).await;
+        let asked = raw_post(&replica.url("files"), &borrow(&headers), echo(1, json!({}))).await;
+        let state = asked.body["result"]["requestState"]
+            .as_str()
+            .expect("a state")
+            .to_owned();
+        let yes = json!({"requestState": state, "inputResponses": {"portcullis_approval":
+            {"action": "accept", "content": {"approve": true}}}});
+        let answer = raw_post(&replica.url("files"), &borrow(&headers), echo(2, yes)).await;
+        let ready = support::http()
+            .get(format!("{}/readyz", replica.admin))
+            .send()
+            .await
+            .expect("readyz")
+            .text()
+            .await
+            .expect("a body");
+        let health = support::http()
+            .get(format!("{}/healthz", replica.admin))
+            .send()
+            .await
+            .expect("healthz")
+            .text()
+            .await
+            .expect("a body");
+        let ready_json: serde_json::Value = serde_json::from_str(&ready).expect("JSON");
+        assert_eq!(ready_json["state"]["reachable"], reachable, "{ready}");
+        if !reachable {
+            assert_eq!(
+                answer.body["result"]["_meta"]["portcullis/error"]["code"], "state_unavailable",
+                "{}",
+                answer.text
+            );
+        }
+        let logs = replica.output().join("\n");
+        for (place, text) in [
+            ("the answers", format!("{}{}", asked.text, answer.text)),
+            ("/readyz", ready),
+            ("/healthz", health),
+            ("the log", logs),
+        ] {
+            assert!(
+                !text.contains(password),
+                "{place} shows the Redis password: {text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_redis_url_that_cannot_be_used_is_refused_without_its_password() {
+    use portcullis::state::{SharedState, StateBackend, StateSettings};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let _inside = runtime.enter();
+    for url in [
+        "redis://:hunter2-secret@127.0.0.1:99999999",
+        "redis://u:hunter2-secret@[::1:6379",
+        "redis://:hunter2-secret@127.0.0.1:6379/not-a-db",
+    ] {
+        let refused = SharedState::from_settings(&StateSettings {
+            backend: StateBackend::Redis(url.into()),
+            namespace: "x".into(),
+        });
+        let text = refused.expect_err("refused").to_string();
+        assert!(text.starts_with("`state.redis_url` cannot be used"), "{text}");
+        assert!(!text.contains("hunter2-secret"), "{url}: {text}");
+    }
+}
+
+#[test]
+fn a_postgres_url_that_cannot_be_used_is_refused_without_its_password() {
+    for url in [
+        "postgres://portcullis:hunter2-secret@db/audit?sslmode=sometimes",
+        "postgres://portcullis:hunter2-secret@db:notaport/audit",
+        "postgres://portcullis:hunter2-secret@db/audit?nosuchoption=1",
+    ] {
+        let text = Config::new()
+            .server("demo", "http://127.0.0.1:9/mcp")
+            .clients()
+            .allow(&["echo"])
+            .section("audit")
+            .set("backend", "postgres")
+            .set("url", url)
+            .render();
+        let refused = portcullis::config::load_str(&text, "fleet.toml", &|_| None)
+            .map(|_| ())
+            .expect_err("refused")
+            .to_string();
+        assert!(refused.contains("`audit.url`"), "{refused}");
+        assert!(!refused.contains("hunter2-secret"), "{url}: {refused}");
+    }
+}
