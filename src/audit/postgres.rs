@@ -214,14 +214,13 @@ async fn run(
 /// Inserts each of `rows` alone; how many the database refused, or `None`
 /// when the connection went away meanwhile (nothing is marked shipped then,
 /// and the key of each row makes the next attempt land it once).
-async fn one_by_one(
-    client: &tokio_postgres::Client,
-    insert: &str,
-    rows: &[String],
-) -> Option<u64> {
+async fn one_by_one(client: &tokio_postgres::Client, insert: &str, rows: &[String]) -> Option<u64> {
     let mut refused = 0;
     for row in rows {
-        if let Err(e) = client.execute(insert, &[&batch(std::slice::from_ref(row))]).await {
+        if let Err(e) = client
+            .execute(insert, &[&batch(std::slice::from_ref(row))])
+            .await
+        {
             if client.is_closed() {
                 return None;
             }

@@ -179,9 +179,8 @@ impl Ctx<'_> {
                 let line = before.matches('\n').count() + 1;
                 let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
                 let column = self.text[line_start..start].chars().count() + 1;
-                let excerpt = without_passwords(
-                    self.text[line_start..].lines().next().unwrap_or(""),
-                );
+                let excerpt =
+                    without_passwords(self.text[line_start..].lines().next().unwrap_or(""));
                 (Some(line), Some(column), Some(excerpt))
             }
             None => (None, None, None),
@@ -398,7 +397,7 @@ fn without_passwords(line: &str) -> String {
         let (head, tail) = rest.split_at(at + 3);
         out.push_str(head);
         let authority_end = tail
-            .find(|c: char| matches!(c, '/' | '?' | '#' | '"' | '\'' | ' ' | '\t'))
+            .find(['/', '?', '#', '"', '\'', ' ', '\t'])
             .unwrap_or(tail.len());
         let authority = &tail[..authority_end];
         match (authority.rfind('@'), authority.find(':')) {

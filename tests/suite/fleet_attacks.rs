@@ -132,23 +132,31 @@ fn per_client_bounds_hold_when_every_replica_binds_at_once_and_every_key_expires
     });
     const PER_CLIENT: usize = 3;
     // Every client binds 8 tasks and 8 sessions, spread over the replicas, all at once.
-    runtime.block_on(futures_util::future::join_all(NAMES.iter().flat_map(|client| {
-        let fleet = &fleet;
-        (0..8).map(move |n| async move {
-            let store = &fleet[n % 3];
-            let now = portcullis::util::time::now_ms();
-            let value = json!({ "c": client }).to_string();
-            let id = format!("{client}:{n}");
-            store
-                .bind_task(("s", &id, client), &value, (60_000, 60_000), now, PER_CLIENT)
-                .await
-                .expect("Redis answers");
-            store
-                .bind_session(("s", &id, client), &value, now, PER_CLIENT)
-                .await
-                .expect("Redis answers");
-        })
-    })));
+    runtime.block_on(futures_util::future::join_all(NAMES.iter().flat_map(
+        |client| {
+            let fleet = &fleet;
+            (0..8).map(move |n| async move {
+                let store = &fleet[n % 3];
+                let now = portcullis::util::time::now_ms();
+                let value = json!({ "c": client }).to_string();
+                let id = format!("{client}:{n}");
+                store
+                    .bind_task(
+                        ("s", &id, client),
+                        &value,
+                        (60_000, 60_000),
+                        now,
+                        PER_CLIENT,
+                    )
+                    .await
+                    .expect("Redis answers");
+                store
+                    .bind_session(("s", &id, client), &value, now, PER_CLIENT)
+                    .await
+                    .expect("Redis answers");
+            })
+        },
+    )));
 
     // Each client has exactly its bound of bindings of each kind, all its own.
     runtime.block_on(async {
@@ -159,7 +167,10 @@ fn per_client_bounds_hold_when_every_replica_binds_at_once_and_every_key_expires
                 let id = format!("{client}:{n}");
                 for (found, count) in [
                     (fleet[0].task("s", &id).await.expect("get"), &mut tasks),
-                    (fleet[1].session("s", &id).await.expect("get"), &mut sessions),
+                    (
+                        fleet[1].session("s", &id).await.expect("get"),
+                        &mut sessions,
+                    ),
                 ] {
                     if let Some(value) = found {
                         assert_eq!(value, json!({ "c": client }).to_string());
@@ -209,13 +220,24 @@ fn a_replica_whose_clock_lags_cannot_take_a_client_past_its_bound() {
         for n in 0..8i64 {
             let id = format!("t{n}");
             store
-                .bind_task(("s", &id, "mallory"), "{}", (600_000, 600_000), base - n * 1000, 3)
+                .bind_task(
+                    ("s", &id, "mallory"),
+                    "{}",
+                    (600_000, 600_000),
+                    base - n * 1000,
+                    3,
+                )
                 .await
                 .expect("Redis answers");
         }
         let mut kept = Vec::new();
         for n in 0..8 {
-            if store.task("s", &format!("t{n}")).await.expect("get").is_some() {
+            if store
+                .task("s", &format!("t{n}"))
+                .await
+                .expect("get")
+                .is_some()
+            {
                 kept.push(n);
             }
         }
@@ -254,8 +276,7 @@ async fn a_redis_password_shows_in_no_answer_log_or_probe() {
         let mut params = json!({"name": "echo", "arguments": {"text": "x"}, "_meta": {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
-        if let (serde_json::Value::Object(p), serde_json::Value::Object(e)) = (&mut params, extra)
-        {
+        if let (serde_json::Value::Object(p), serde_json::Value::Object(e)) = (&mut params, extra) {
             p.extend(e);
         }
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
@@ -329,7 +350,10 @@ fn a_redis_url_that_cannot_be_used_is_refused_without_its_password() {
             namespace: "x".into(),
         });
         let text = refused.expect_err("refused").to_string();
-        assert!(text.starts_with("`state.redis_url` cannot be used"), "{text}");
+        assert!(
+            text.starts_with("`state.redis_url` cannot be used"),
+            "{text}"
+        );
         assert!(!text.contains("hunter2-secret"), "{url}: {text}");
     }
 }
