@@ -7,6 +7,8 @@
 //!   spooled event like any other; the batch it ships in lands whole.
 //! - The per-client bounds of the shared bindings hold when every replica
 //!   writes at once, and every key they leave has a TTL.
+//! - A Redis that stalls past the replicas' deadline costs a retry a
+//!   `state_unavailable`, never a second run.
 //! - A Redis password in `redis_url` shows nowhere a client or an operator
 //!   reads: not in `/readyz`, the logs, a refusal or a configuration error.
 
@@ -380,4 +382,95 @@ fn a_postgres_url_that_cannot_be_used_is_refused_without_its_password() {
         assert!(refused.contains("`audit.url`"), "{refused}");
         assert!(!refused.contains("hunter2-secret"), "{url}: {refused}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_slower_than_the_deadline_never_runs_an_approval_twice() {
+    if !tiers::ready(&[Tier::Python, Tier::Redis]) {
+        return;
+    }
+    use support::process::Observed;
+    use support::{borrow, clients, modern_call_headers, raw_post};
+
+    let redis = RedisServer::start();
+    let upstream = PeerServer::start(Peer::Python).await;
+    let text = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+         [state]\nbackend = \"redis\"\nredis_url = \"{}\"\nnamespace = \"slow\"\n\
+         [approvals]\nkey = \"fleet-approvals-key-of-at-least-32-bytes\"\n\
+         [servers.files]\nurl = \"{}\"\n{}\n\
+         [[rules]]\nclients = [\"*\"]\nservers = [\"files\"]\ntools = [\"echo\"]\n\
+         action = \"allow\"\napproval = {{ by = \"user\", timeout = \"1m\" }}\n",
+        redis.url(),
+        upstream.url,
+        clients()
+    );
+    let fleet = [Observed::start(&text).await, Observed::start(&text).await];
+    let headers = modern_call_headers(ALICE, "echo");
+    let echo = |id: u64, extra: serde_json::Value| {
+        let mut params = json!({"name": "echo", "arguments": {"text": "slow"}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
+        if let (serde_json::Value::Object(p), serde_json::Value::Object(e)) = (&mut params, extra) {
+            p.extend(e);
+        }
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
+    };
+    let asked = raw_post(
+        &fleet[0].url("files"),
+        &borrow(&headers),
+        echo(1, json!({})),
+    )
+    .await;
+    let state = asked.body["result"]["requestState"]
+        .as_str()
+        .expect("a state")
+        .to_owned();
+    let yes = json!({"requestState": state, "inputResponses": {"portcullis_approval":
+        {"action": "accept", "content": {"approve": true}}}});
+
+    // Redis stalls 2.5 s, longer than the replicas wait (1.5 s).
+    let paused = redis.command("CLIENT PAUSE 2500 ALL");
+    assert!(paused.starts_with("+OK"), "{paused}");
+    let late = raw_post(
+        &fleet[1].url("files"),
+        &borrow(&headers),
+        echo(2, yes.clone()),
+    )
+    .await;
+    assert_eq!(
+        late.body["result"]["_meta"]["portcullis/error"]["code"], "state_unavailable",
+        "{}",
+        late.text
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Retried through both replicas once Redis answers: it runs at most once.
+    let mut codes = Vec::new();
+    for (n, replica) in fleet.iter().enumerate() {
+        let mut answer = serde_json::Value::Null;
+        for _ in 0..30 {
+            answer = raw_post(
+                &replica.url("files"),
+                &borrow(&headers),
+                echo(3 + n as u64, yes.clone()),
+            )
+            .await
+            .body;
+            if answer["result"]["_meta"]["portcullis/error"]["code"] != "state_unavailable" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        codes.push(answer["result"]["_meta"]["portcullis/error"]["code"].clone());
+    }
+    let ran = upstream
+        .calls()
+        .iter()
+        .filter(|c| c["tool"] == "echo")
+        .count();
+    assert!(ran <= 1, "the approved call ran {ran} times");
+    assert!(
+        codes.iter().all(|c| c.is_null() || c == "approval_used"),
+        "{codes:?}"
+    );
 }
