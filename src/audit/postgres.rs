@@ -177,8 +177,8 @@ async fn run(
                 continue;
             }
             let n = lines.len() as u64;
-            let (body, bad) = batch_json(&lines);
-            if let Err(e) = client.execute(&insert, &[&body]).await {
+            let (rows, mut bad) = batch_rows(&lines);
+            if let Err(e) = client.execute(&insert, &[&batch(&rows)]).await {
                 if client.is_closed() {
                     counters.store.store(STATE_DOWN, Ordering::Relaxed);
                     tracing::error!(error = %e, buffered = shipper.spool.pending(),
@@ -186,12 +186,16 @@ async fn run(
                     break;
                 }
                 // The database refused the batch itself: it would refuse it
-                // again, so it is counted as lost and passed over.
+                // again. Row by row, so one event it cannot take (whatever a
+                // client put in it) costs no other event its row.
                 tracing::error!(error = %e, events = n, "the audit database refused a batch");
-                counters.failed.fetch_add(n, Ordering::Relaxed);
-                shipper.spool.shipped(end, n);
-                counters.queued.fetch_sub(n, Ordering::Relaxed);
-                continue;
+                match one_by_one(&client, &insert, &rows).await {
+                    Some(refused) => bad += refused,
+                    None => {
+                        counters.store.store(STATE_DOWN, Ordering::Relaxed);
+                        break;
+                    }
+                }
             }
             if bad > 0 {
                 tracing::error!(
@@ -207,27 +211,74 @@ async fn run(
     }
 }
 
-/// The lines as one JSON array; lines that are not JSON objects are left
-/// out and counted (one bad line must not hold back the rest).
-fn batch_json(lines: &[Vec<u8>]) -> (String, u64) {
-    let mut body = String::from("[");
-    let mut bad = 0;
-    for line in lines {
-        let ok = std::str::from_utf8(line).ok().filter(|text| {
-            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text).is_ok()
-        });
-        match ok {
-            Some(text) => {
-                if body.len() > 1 {
-                    body.push(',');
-                }
-                body.push_str(text);
+/// Inserts each of `rows` alone; how many the database refused, or `None`
+/// when the connection went away meanwhile (nothing is marked shipped then,
+/// and the key of each row makes the next attempt land it once).
+async fn one_by_one(client: &tokio_postgres::Client, insert: &str, rows: &[String]) -> Option<u64> {
+    let mut refused = 0;
+    for row in rows {
+        if let Err(e) = client
+            .execute(insert, &[&batch(std::slice::from_ref(row))])
+            .await
+        {
+            if client.is_closed() {
+                return None;
             }
-            None => bad += 1,
+            tracing::error!(error = %e, "the audit database refused an event");
+            refused += 1;
         }
     }
-    body.push(']');
-    (body, bad)
+    Some(refused)
+}
+
+/// The rows of `lines`, each a JSON object PostgreSQL can hold, and how many
+/// lines were left out: lines that are not JSON objects are counted (one bad
+/// line must not hold back the rest). A NUL character, which neither `jsonb`
+/// nor `text` can hold, is written U+FFFD: a client that puts one in its
+/// arguments (or a tool name) must not make its event, or its batch,
+/// unstorable.
+fn batch_rows(lines: &[Vec<u8>]) -> (Vec<String>, u64) {
+    let mut rows = Vec::with_capacity(lines.len());
+    let mut bad = 0;
+    for line in lines {
+        let text = std::str::from_utf8(line).ok();
+        let object = text.and_then(|t| {
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(t).ok()
+        });
+        match (text, object) {
+            // serde_json writes a NUL as this escape, and nothing else as it.
+            (Some(text), Some(_)) if !text.contains("\\u0000") => {
+                rows.push(text.trim_end().to_owned());
+            }
+            (Some(_), Some(object)) => {
+                let mut value = serde_json::Value::Object(object);
+                without_nul(&mut value);
+                rows.push(value.to_string());
+            }
+            _ => bad += 1,
+        }
+    }
+    (rows, bad)
+}
+
+/// `value` with every NUL in its strings and keys written U+FFFD.
+fn without_nul(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::String(s) if s.contains('\0') => *s = s.replace('\0', "\u{FFFD}"),
+        serde_json::Value::Array(items) => items.iter_mut().for_each(without_nul),
+        serde_json::Value::Object(map) => {
+            for (key, mut item) in std::mem::take(map) {
+                without_nul(&mut item);
+                map.insert(key.replace('\0', "\u{FFFD}"), item);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `rows` as one JSON array.
+fn batch(rows: &[String]) -> String {
+    format!("[{}]", rows.join(","))
 }
 
 /// Connects (with TLS when the URL asks) and migrates the schema.
@@ -411,6 +462,21 @@ mod tests {
             b"{oops".to_vec(),
             b"[1]".to_vec(),
         ];
-        assert_eq!(batch_json(&lines), ("[{\"key\":\"a\"}]".to_owned(), 2));
+        let (rows, bad) = batch_rows(&lines);
+        assert_eq!((batch(&rows), bad), ("[{\"key\":\"a\"}]".to_owned(), 2));
+    }
+
+    #[test]
+    fn a_nul_anywhere_in_a_row_is_written_as_a_replacement_character() {
+        let row = serde_json::json!({"key": "k", "tool": "a\u{0}b",
+            "arguments": {"x\u{0}": ["\u{0}", {"y": "\\u0000 stays"}]}});
+        let (rows, bad) = batch_rows(&[row.to_string().into_bytes()]);
+        assert_eq!(bad, 0);
+        let back: serde_json::Value = serde_json::from_str(&rows[0]).unwrap();
+        assert_eq!(
+            back,
+            serde_json::json!({"key": "k", "tool": "a\u{FFFD}b",
+                "arguments": {"x\u{FFFD}": ["\u{FFFD}", {"y": "\\u0000 stays"}]}})
+        );
     }
 }

@@ -180,11 +180,8 @@ impl Ctx<'_> {
                 let line = before.matches('\n').count() + 1;
                 let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
                 let column = self.text[line_start..start].chars().count() + 1;
-                let excerpt = self.text[line_start..]
-                    .lines()
-                    .next()
-                    .unwrap_or("")
-                    .to_owned();
+                let excerpt =
+                    without_passwords(self.text[line_start..].lines().next().unwrap_or(""));
                 (Some(line), Some(column), Some(excerpt))
             }
             None => (None, None, None),
@@ -388,6 +385,34 @@ fn check_server_name(name: &str) -> std::result::Result<(), String> {
     } else {
         Ok(())
     }
+}
+
+/// `line` with the password of every URL in it (`scheme://user:PASSWORD@`)
+/// written `***`: an error's excerpt reaches logs that readers of the
+/// configuration's secrets may not see, and a URL written with its password
+/// in the file would show it there.
+fn without_passwords(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        let authority_end = tail
+            .find(['/', '?', '#', '"', '\'', ' ', '\t'])
+            .unwrap_or(tail.len());
+        let authority = &tail[..authority_end];
+        match (authority.rfind('@'), authority.find(':')) {
+            (Some(at), Some(colon)) if colon < at => {
+                out.push_str(&authority[..=colon]);
+                out.push_str("***");
+                out.push_str(&authority[at..]);
+            }
+            _ => out.push_str(authority),
+        }
+        rest = &tail[authority_end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]

@@ -47,6 +47,7 @@ mod expressions;
 mod federation;
 mod fleet;
 mod fleet_approvals;
+mod fleet_attacks;
 mod fleet_flows;
 mod fleet_state;
 mod flow;

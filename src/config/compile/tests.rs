@@ -447,3 +447,43 @@ fn shared_state_needs_a_url_a_shared_key_and_a_namespace_without_separators() {
         RateBackend::Redis("redis://rl:1".into())
     );
 }
+
+#[test]
+fn an_excerpt_shows_no_url_password() {
+    assert_eq!(
+        super::without_passwords(
+            r#"url = "postgres://portcullis:s3cret@db/audit?sslmode=x" # redis://:pw@r:1"#
+        ),
+        r#"url = "postgres://portcullis:***@db/audit?sslmode=x" # redis://:***@r:1"#
+    );
+    // Nothing to hide: unchanged.
+    for line in [
+        r#"url = "redis://r:6379""#,
+        r#"url = "postgres://portcullis:${PGPASSWORD}@db/audit""#,
+        "plain = 1",
+    ] {
+        let shown = super::without_passwords(line);
+        if line.contains("${") {
+            assert_eq!(shown, r#"url = "postgres://portcullis:***@db/audit""#);
+        } else {
+            assert_eq!(shown, line);
+        }
+    }
+}
+
+proptest::proptest! {
+    /// Whatever the password, the excerpt of a line holding its URL does not show it.
+    #[test]
+    fn no_url_password_reaches_an_excerpt(
+        scheme in "(redis|rediss|postgres|postgresql)",
+        user in "[a-z]{0,8}",
+        password in "PW[A-Za-z0-9._~!$&*+,;=%@:-]{1,20}",
+        host in "[a-z]{1,8}(:[0-9]{1,5})?",
+        tail in "(/[a-z]{0,6})?(\\?[a-z=&]{0,10})?",
+    ) {
+        let line = format!("url = \"{scheme}://{user}:{password}@{host}{tail}\"");
+        let shown = super::without_passwords(&line);
+        proptest::prop_assert!(!shown.contains(&password), "{}", shown);
+        proptest::prop_assert!(shown.contains(&host), "{}", shown);
+    }
+}
