@@ -311,13 +311,14 @@ async fn with_redis_stopped_a_sink_and_a_source_are_refused_naming_the_store_nev
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_egress_call_held_for_an_operator_is_refused_when_the_yes_comes_with_redis_stopped() {
+async fn an_egress_call_held_for_an_operator_never_runs_when_redis_stops_before_the_yes() {
     if !tiers::ready(&[Tier::Python, Tier::Redis]) {
         return;
     }
     let mut redis = RedisServer::start();
     let upstream = PeerServer::start(Peer::Python).await;
-    let rule = "approval = { by = \"operator\", timeout = \"1m\", reason = \"egress after private and untrusted\" }\n\
+    // A short hold: with Redis gone, the held call ends at its deadline.
+    let rule = "approval = { by = \"operator\", timeout = \"3s\", reason = \"egress after private and untrusted\" }\n\
                 flow = { holds = [\"private\", \"untrusted\"], then = \"approval\" }\n";
     let text = config_with(&upstream.url, &redis.url(), "prod", rule);
     let (one, two) = (Observed::start(&text).await, Observed::start(&text).await);
@@ -343,9 +344,13 @@ async fn an_egress_call_held_for_an_operator_is_refused_when_the_yes_comes_with_
     let entry = operator.first_pending().await;
     let id = entry["id"].as_str().expect("queued id").to_owned();
 
-    // The yes comes while Redis is away: the labels cannot be read again.
+    // Redis goes away before the operator's yes: the fleet's queue cannot
+    // take the decision (nothing is decided), and the held call, which can
+    // neither learn a decision nor read its labels again, ends unrun.
     redis.stop();
-    assert_eq!(operator.decide(&id, "approve").await.0, 200);
+    let (status, body) = operator.decide(&id, "approve").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["store"], "redis", "{body}");
     let out = held.await.expect("the held call answers");
     let result = &out.body["result"];
     assert_eq!(code(result), "state_unavailable", "{}", out.text);
