@@ -21,7 +21,7 @@ use http_body_util::combinators::BoxBody;
 
 use crate::error::UpstreamKind;
 use crate::mcp::sse::{SseDecoder, SseItem};
-use crate::proxy::reply::{SseStream, UpstreamError};
+use crate::transport::reply::{SseStream, UpstreamError};
 use crate::util::time::humanize;
 
 /// A reply body from either client.
