@@ -2,8 +2,10 @@
 //! served by the pipeline in [`pipeline`].
 //!
 //! Place in the path: everything between the client's TCP connection and the
-//! upstream's. Transport concerns only here; decisions live in `auth`,
-//! `policy`, `ratelimit` and `validate`, the sequence in `pipeline`.
+//! exchange with the upstream, which the forwarding step hands to the layer
+//! beneath ([`crate::transport`]: the HTTP client, the stdio children). The
+//! client-facing HTTP concerns are here; decisions live in `auth`, `policy`,
+//! `ratelimit` and `validate`, the sequence in `pipeline`.
 
 mod approve;
 mod breaker;
