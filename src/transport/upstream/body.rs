@@ -2,8 +2,8 @@
 //! chunk, as an SSE stream decoded event by event, and the gateway's words for
 //! a transport failure or an HTML error page.
 //!
-//! Place: under [`super::Upstream`], between the connection and the
-//! [`Reply`] the pipeline reads.
+//! Place: under [`super::Connection`], between the connection and the
+//! [`Reply`](crate::transport::reply::Reply) the pipeline reads.
 //!
 //! Invariants: each SSE event is capped and the gap between two events is
 //! bounded (long-lived listen streams excepted); a body that breaks off is an
