@@ -8,7 +8,7 @@
 //! The data path, one module per stage:
 //!
 //! ```text
-//! client ─POST /mcp/<server>─▶ proxy::ingress ─▶ auth ─▶ policy ─▶ ratelimit ─▶ validate ─▶ proxy::upstream ─▶ MCP server
+//! client ─POST /mcp/<server>─▶ proxy::ingress ─▶ auth ─▶ policy ─▶ ratelimit ─▶ validate ─▶ transport ─▶ MCP server
 //!                               (mcp::jsonrpc, mcp::headers)                                        │
 //! client ◀──── JSON | SSE ───── proxy::respond ◀──── mcp::sse / mcp::jsonrpc ◀───────────────────────┘
 //!                     (sanitize, rewrite of upstream failures)
@@ -53,6 +53,7 @@ pub(crate) mod error;
 pub(crate) mod mcp;
 pub(crate) mod proxy;
 pub mod ratelimit;
+pub(crate) mod transport;
 pub mod validate;
 
 pub use app::{Gateway, GatewayHandle, Reloader};

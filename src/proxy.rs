@@ -2,8 +2,10 @@
 //! served by the pipeline in [`pipeline`].
 //!
 //! Place in the path: everything between the client's TCP connection and the
-//! upstream's. Transport concerns only here; decisions live in `auth`,
-//! `policy`, `ratelimit` and `validate`, the sequence in `pipeline`.
+//! exchange with the upstream, which the forwarding step hands to the layer
+//! beneath ([`crate::transport`]: the HTTP client, the stdio children). The
+//! client-facing HTTP concerns are here; decisions live in `auth`, `policy`,
+//! `ratelimit` and `validate`, the sequence in `pipeline`.
 
 mod approve;
 mod breaker;
@@ -21,13 +23,11 @@ mod lists;
 mod pipeline;
 mod rate;
 mod refusals;
-pub(crate) mod reply;
 mod resource;
 mod respond;
 mod retry;
 pub(crate) mod session;
 pub(crate) mod state;
-mod stdio;
 pub(crate) mod streams;
 mod subjects;
 mod task_calls;

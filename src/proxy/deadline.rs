@@ -27,13 +27,13 @@ use http::{HeaderMap, HeaderValue, Method};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::reply::{Reply, SseStream, UpstreamError};
 use super::state::Live;
 use super::upstream::Upstream;
 use crate::error::UpstreamKind;
 use crate::identity::Credential;
 use crate::mcp::headers::{MCP_METHOD, MCP_NAME};
 use crate::mcp::sse::SseItem;
+use crate::transport::reply::{Reply, SseStream, UpstreamError};
 use crate::util::time::humanize;
 
 /// How long the gateway waits for the server to take a cancellation.

@@ -41,8 +41,8 @@ use crate::mcp::methods::ListKind;
 use crate::mcp::methods::{Class, Method as Rpc};
 use crate::mcp::request::Ask;
 use crate::mcp::version::Era;
-use crate::proxy::reply::UpstreamError;
-use crate::proxy::upstream::forwarded_headers;
+use crate::transport::forwarded_headers;
+use crate::transport::reply::UpstreamError;
 
 mod listen;
 mod merged;

@@ -23,10 +23,10 @@ use crate::proxy::breaker::Admit;
 use crate::proxy::catalog::ToolSet;
 use crate::proxy::deadline::{self, CancelGuard};
 use crate::proxy::inflight;
-use crate::proxy::reply::{Framing, Reply, UpstreamError};
 use crate::proxy::respond::{self, Recipient, relay};
 use crate::proxy::retry::{Retries, broken, cause};
-use crate::proxy::upstream::forwarded_headers;
+use crate::transport::forwarded_headers;
+use crate::transport::reply::{Framing, Reply, UpstreamError};
 
 use super::exchange::{ACCEPT_BOTH, Exchange, recipient};
 use crate::auth::ClientId;
@@ -182,7 +182,7 @@ impl Forward<'_> {
         headers: HeaderMap,
         body: Bytes,
         idle: bool,
-    ) -> Result<super::reply::Reply, UpstreamError> {
+    ) -> Result<crate::transport::reply::Reply, UpstreamError> {
         self.send_as(headers, body, idle, false, None).await
     }
 
@@ -502,8 +502,8 @@ impl RetainParamFree for HeaderMap {
     }
 }
 
-pub(super) fn reply_headers(reply: &super::reply::Reply) -> &HeaderMap {
-    use super::reply::Reply;
+pub(super) fn reply_headers(reply: &crate::transport::reply::Reply) -> &HeaderMap {
+    use crate::transport::reply::Reply;
     match reply {
         Reply::Json { headers, .. }
         | Reply::Sse { headers, .. }
@@ -512,8 +512,8 @@ pub(super) fn reply_headers(reply: &super::reply::Reply) -> &HeaderMap {
     }
 }
 
-pub(super) fn reply_headers_mut(reply: &mut super::reply::Reply) -> &mut HeaderMap {
-    use super::reply::Reply;
+pub(super) fn reply_headers_mut(reply: &mut crate::transport::reply::Reply) -> &mut HeaderMap {
+    use crate::transport::reply::Reply;
     match reply {
         Reply::Json { headers, .. }
         | Reply::Sse { headers, .. }
@@ -523,8 +523,8 @@ pub(super) fn reply_headers_mut(reply: &mut super::reply::Reply) -> &mut HeaderM
 }
 
 /// How the reply was framed: the upstream's HTTP status, or none (stdio).
-pub(super) fn reply_status(reply: &super::reply::Reply) -> Framing {
-    use super::reply::Reply;
+pub(super) fn reply_status(reply: &crate::transport::reply::Reply) -> Framing {
+    use crate::transport::reply::Reply;
     match reply {
         Reply::Json { status, .. } | Reply::Sse { status, .. } | Reply::Empty { status, .. } => {
             *status

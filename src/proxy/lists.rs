@@ -16,8 +16,8 @@ use axum::response::Response;
 use http::HeaderMap;
 use serde_json::{Map, Value, json};
 
-use crate::proxy::reply::UpstreamError;
 use crate::proxy::respond::{self};
+use crate::transport::reply::UpstreamError;
 
 use crate::auth::ClientId;
 use crate::config::{Config, Mode};

@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 use http::StatusCode;
 use serde_json::Value;
 
-use super::reply::{Reply, UpstreamError};
 use crate::config::RetrySettings;
 use crate::error::UpstreamKind;
+use crate::transport::reply::{Reply, UpstreamError};
 
 /// How long a budget window lasts: its counts start again after it.
 const WINDOW: Duration = Duration::from_secs(10);
@@ -286,9 +286,18 @@ mod tests {
         Err(e)
     }
 
+    #[test]
+    fn the_gateways_own_bound_is_not_the_servers_failure() {
+        let mut busy = UpstreamError::new(UpstreamKind::Unavailable, "table full");
+        busy.not_run = true;
+        busy.busy = true;
+        assert!(!broken(&Err(busy)));
+        assert!(broken(&refused()));
+    }
+
     fn json(body: Value) -> Result<Reply, UpstreamError> {
         Ok(Reply::Json {
-            status: super::super::reply::Framing::Http(StatusCode::OK),
+            status: crate::transport::reply::Framing::Http(StatusCode::OK),
             headers: http::HeaderMap::new(),
             body: serde_json::to_vec(&body).unwrap().into(),
         })
@@ -339,7 +348,7 @@ mod tests {
     fn only_the_servers_own_failures_count_for_the_breaker() {
         let status = |code: u16| -> Result<Reply, UpstreamError> {
             Ok(Reply::Empty {
-                status: super::super::reply::Framing::Http(StatusCode::from_u16(code).unwrap()),
+                status: crate::transport::reply::Framing::Http(StatusCode::from_u16(code).unwrap()),
                 headers: http::HeaderMap::new(),
             })
         };

@@ -227,7 +227,7 @@ impl Live {
             let kept = previous.and_then(|p| {
                 let old = p.servers.get(name)?;
                 let same = *old.upstream.settings == **settings
-                    && old.upstream.max_response_bytes == max_response
+                    && old.upstream.max_response_bytes() == max_response
                     && p.config.identity.max_cached == config.identity.max_cached
                     && p.config.identity.max_cached_per_client
                         == config.identity.max_cached_per_client;

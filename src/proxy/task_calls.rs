@@ -24,8 +24,8 @@ use crate::error::{Rejection, UpstreamKind};
 use crate::mcp::methods::Method as Rpc;
 use crate::mcp::request::{Ask, Request};
 use crate::policy::Subject;
-use crate::proxy::reply::UpstreamError;
 use crate::sanitize::{Report, Sanitizer, Skip};
+use crate::transport::reply::UpstreamError;
 
 /// Serves a task method (one [`TaskMethod::of`] names) for `client` on
 /// `forward`'s server.

@@ -41,7 +41,9 @@ const LAYERS: &[&[&str]] = &[
     &["audit", "metrics"],
     // the configuration, compiled into the settings types beneath it
     &["config"],
-    // upstream transports and the gateway pipeline
+    // the transports to upstream servers: HTTP client, stdio children
+    &["transport"],
+    // the gateway pipeline, whose steps hand exchanges to the transport
     &["proxy"],
     // the admin listener on its own state
     &["admin"],
@@ -427,4 +429,32 @@ fn the_checker_sees_a_circle_and_an_upward_import() {
     assert!(edges[&util_a].contains_key(&proxy), "{edges:?}");
     assert!(edges[&proxy].contains_key(&util_a), "{edges:?}");
     assert!(layer_of(&util_a) < layer_of(&proxy));
+}
+
+#[test]
+fn the_transport_sits_beneath_the_pipeline_and_imports_none_of_it() {
+    let transport = vec!["transport".to_owned()];
+    let proxy = vec!["proxy".to_owned()];
+    let config = vec!["config".to_owned()];
+    assert!(layer_of(&transport) < layer_of(&proxy));
+    assert!(layer_of(&config) < layer_of(&transport));
+    // The real tree: the pipeline reaches the transport, never the reverse.
+    let edges = graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let mut from_transport = Vec::new();
+    let mut into_transport = 0;
+    for (from, targets) in &edges {
+        for to in targets.keys() {
+            if from.first() == Some(&transport[0]) && to.first() == Some(&proxy[0]) {
+                from_transport.push(format!("{} -> {}", show(from), show(to)));
+            }
+            if from.first() == Some(&proxy[0]) && to.first() == Some(&transport[0]) {
+                into_transport += 1;
+            }
+        }
+    }
+    assert!(from_transport.is_empty(), "{from_transport:?}");
+    assert!(
+        into_transport > 0,
+        "the pipeline was seen using no transport"
+    );
 }

@@ -37,7 +37,7 @@ const PARAMS_ALLOWED: &[(&str, usize, &str)] = &[
         "a server's task status notification: whose task it names, and its task state sanitized",
     ),
     (
-        "src/proxy/stdio/shared.rs",
+        "src/transport/stdio/shared.rs",
         3,
         "what a stdio child writes: its log messages, and progress tokens mapped back to the client's",
     ),
@@ -51,7 +51,7 @@ const PARAMS_ALLOWED: &[(&str, usize, &str)] = &[
     // forwarded — the client's ids and tokens swapped for its own, and the
     // version of `initialize` answered from the cached handshake.
     (
-        "src/proxy/stdio.rs",
+        "src/transport/stdio.rs",
         4,
         "the stdio transport: ids and progress tokens of the forwarded bytes swapped for the child's",
     ),

@@ -25,8 +25,8 @@ use crate::policy::Subject;
 use crate::policy::uri::CanonicalUri;
 use crate::proxy::exchange::{Exchange, recipient};
 use crate::proxy::forward::upstream;
-use crate::proxy::reply::{Framing, Reply};
 use crate::proxy::respond::relay;
+use crate::transport::reply::{Framing, Reply};
 
 use super::routed::send_to;
 use super::view::{Part, View, no_server_answered};
@@ -159,7 +159,7 @@ fn with_breaker_turns<S>(
     notice: String,
 ) -> impl futures_util::Stream<Item = S::Item> + Send + 'static
 where
-    S: futures_util::Stream<Item = Result<SseItem, crate::proxy::reply::UpstreamError>>
+    S: futures_util::Stream<Item = Result<SseItem, crate::transport::reply::UpstreamError>>
         + Send
         + Unpin
         + 'static,

@@ -13,9 +13,9 @@ use http::StatusCode;
 use serde_json::Value;
 
 use crate::error::{OutputKind, Rejection, ToolFailure, UpstreamKind};
-use crate::proxy::reply::UpstreamError;
 use crate::sanitize::message::{Malformed, OverBound};
 use crate::sanitize::{Report, Sanitizer, TRUNCATED};
+use crate::transport::reply::UpstreamError;
 use crate::validate::CompiledSchema;
 
 /// The largest message the gateway sends a client. The official Python SDK

@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::error::UpstreamKind;
 use crate::mcp::sse::SseItem;
 use crate::proxy::catalog::Catalog;
-use crate::proxy::reply::{Framing, Reply, UpstreamError};
+use crate::transport::reply::{Framing, Reply, UpstreamError};
 
 use super::check::{body_words, is_response, refusal, rpc_error_of};
 

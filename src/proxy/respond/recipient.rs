@@ -25,11 +25,11 @@ use crate::mcp::version::Era;
 use crate::pins::scan;
 use crate::proxy::catalog::CallFacts;
 use crate::proxy::catalog::Catalog;
-use crate::proxy::reply::UpstreamError;
 use crate::proxy::tasks::{Reader, TaskScope};
 use crate::record::trail::Trail;
 use crate::sanitize::message::{Malformed, Shape, shape};
 use crate::sanitize::{Report, Sanitizer};
+use crate::transport::reply::UpstreamError;
 
 use super::check::{
     Fault, META_POISONING, Verdict, check_message, check_result, content_text, error_text,

@@ -15,7 +15,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::Value;
 
 use crate::error::{UpstreamKind, json_response};
-use crate::proxy::reply::{Framing, Reply, UpstreamError};
+use crate::transport::reply::{Framing, Reply, UpstreamError};
 
 use super::check::{Verdict, body_words, error_text, refusal, rpc_error_of, status_words};
 use super::recipient::Recipient;

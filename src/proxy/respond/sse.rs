@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::error::UpstreamKind;
 use crate::mcp::sse::{SseEvent, SseItem};
-use crate::proxy::reply::{SseStream, UpstreamError};
+use crate::transport::reply::{SseStream, UpstreamError};
 
 use super::check::{Verdict, body_words, is_response};
 use super::recipient::Recipient;

@@ -20,7 +20,7 @@ use crate::config::StdioCommand;
 use crate::error::UpstreamKind;
 use crate::mcp::META_PROTOCOL_VERSION;
 use crate::mcp::methods::{self, Method as Rpc};
-use crate::proxy::reply::UpstreamError;
+use crate::transport::reply::UpstreamError;
 
 use tokio::time::Instant;
 

@@ -2,8 +2,8 @@
 //! chunk, as an SSE stream decoded event by event, and the gateway's words for
 //! a transport failure or an HTML error page.
 //!
-//! Place: under [`super::Upstream`], between the connection and the
-//! [`Reply`] the pipeline reads.
+//! Place: under [`super::Connection`], between the connection and the
+//! [`Reply`](crate::transport::reply::Reply) the pipeline reads.
 //!
 //! Invariants: each SSE event is capped and the gap between two events is
 //! bounded (long-lived listen streams excepted); a body that breaks off is an
@@ -21,7 +21,7 @@ use http_body_util::combinators::BoxBody;
 
 use crate::error::UpstreamKind;
 use crate::mcp::sse::{SseDecoder, SseItem};
-use crate::proxy::reply::{SseStream, UpstreamError};
+use crate::transport::reply::{SseStream, UpstreamError};
 use crate::util::time::humanize;
 
 /// A reply body from either client.

@@ -581,10 +581,16 @@ mod tests {
         assert_eq!(leading_id(br#"{"jsonrpc":"2.0","result":{"x""#), None);
     }
 
+    /// The pipeline's breaker counts an unavailable server but not a `busy`
+    /// refusal (its own test is `retry::tests`); here, that a full table is
+    /// marked so and a dead child is not.
     #[test]
-    fn a_full_table_of_requests_is_not_the_servers_failure() {
-        assert!(!crate::proxy::retry::broken(&Err(crowded())));
-        assert!(crate::proxy::retry::broken(&Err(not_run("exited"))));
+    fn a_full_table_of_requests_is_marked_as_the_gateways_own_bound() {
+        let (full, dead) = (crowded(), not_run("exited"));
+        assert!(full.busy && full.not_run);
+        assert_eq!(full.kind, UpstreamKind::Unavailable);
+        assert!(!dead.busy && dead.not_run);
+        assert_eq!(dead.kind, UpstreamKind::Unavailable);
     }
 
     #[test]
