@@ -501,6 +501,25 @@ proptest::proptest! {
         proptest::prop_assert!(!matches || encoded::may_hold_encoded(&text), "{:?}", text);
     }
 
+    /// The block walk of the encoded-run prefilter says what counting the
+    /// run byte by byte says, wherever the runs start and end.
+    #[test]
+    fn the_encoded_block_walk_agrees_with_counting_byte_by_byte(text in scan_text()) {
+        let mut run = 0usize;
+        let mut slow = false;
+        for &b in text.as_bytes() {
+            match b {
+                b'%' | b'\\' => slow = true,
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'+' | b'/' | b'_' | b'-' => {
+                    run += 1;
+                    slow |= run >= 24;
+                }
+                _ => run = 0,
+            }
+        }
+        proptest::prop_assert_eq!(encoded::may_hold_encoded(&text), slow, "{:?}", text);
+    }
+
     /// The byte test for hidden characters says what classifying each
     /// character says.
     #[test]
