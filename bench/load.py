@@ -6,7 +6,7 @@ mcp-proxy (when installed) as a plain proxy of the same upstream.
 
     python3 bench/load.py [--rounds 3] [--seconds 5] [--write BENCHMARKS.md]
                           [--only REGEX] [--targets REGEX] [--gateway LABEL=PATH]
-                          [--perf TARGET --perf-out FILE]
+                          [--fleet] [--perf TARGET --perf-out FILE --perf-workload REGEX]
 
 `--only` keeps the workloads whose name matches the regex (e.g. "^tools/call, ~100 B arguments$").
 `--gateway LABEL=PATH` (repeatable) adds another portcullis binary, everything on, to the same run
@@ -25,8 +25,9 @@ redis-server and PostgreSQL cluster (`initdb` in a temp dir, loopback, an OS-pic
 call (`INFO commandstats` deltas ÷ requests: a top-level EVALSHA is one round trip), Redis's and
 PostgreSQL's own CPU per call (/proc of their processes), and the audit rows written.
 `--perf TARGET` (repeatable) records `perf record` of TARGET's process (e.g. "everything on")
-during its first c=32 cell of the first workload, into FILE.<slug of TARGET>; `--perf-call-graph`
-is passed to `perf record --call-graph` (default `dwarf,32768`, sampled at 499 Hz).
+during its first c=32 cell of the first workload (or of each workload `--perf-workload REGEX` matches),
+into FILE.<slug of TARGET>[.<slug of the workload>]; `--perf-call-graph` is passed to `perf record
+--call-graph` (default `dwarf,32768`, sampled at 499 Hz).
 
 Reported per cell: req/s, ratio to direct and to the forwarder, p50/p99, CPU µs per request of
 the measured process (/proc/<pid>/stat utime+stime delta ÷ requests); per process: start to
@@ -480,6 +481,7 @@ def main():
     ap.add_argument("--perf", action="append", default=[])
     ap.add_argument("--perf-out", default="perf.data")
     ap.add_argument("--perf-call-graph", default="dwarf,32768")
+    ap.add_argument("--perf-workload", default=None, help="regex: profile these workloads (default: the first)")
     args = ap.parse_args()
     workloads = [w for w in WORKLOADS if not args.only or re.search(args.only, w[0])]
     variants = {w[1] for w in workloads}
@@ -581,9 +583,11 @@ def main():
                                 and proc and target not in first:
                             first[target] = first_calls(url, b, hdrs)
                         recorder = None
-                        if target in args.perf and rnd == 0 and conc == 32 and wl == workloads[0][0] and proc:
+                        profiled = re.search(args.perf_workload, wl) if args.perf_workload else wl == workloads[0][0]
+                        if target in args.perf and rnd == 0 and conc == 32 and profiled and proc:
+                            out = f"{args.perf_out}.{slug(target)}" + (f".{slug(wl)}" if args.perf_workload else "")
                             recorder = subprocess.Popen(["perf", "record", "-F", "499", "--call-graph", args.perf_call_graph,
-                                                         "-o", f"{args.perf_out}.{slug(target)}", "-p", str(proc.p.pid),
+                                                         "-o", out, "-p", str(proc.p.pid),
                                                          "--", "sleep", str(max(args.seconds - 1, 1))],
                                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                         stores = None
