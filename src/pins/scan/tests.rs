@@ -492,6 +492,85 @@ fn scan_text() -> impl proptest::strategy::Strategy<Value = String> {
     proptest::collection::vec(piece, 0..12).prop_map(|p| p.concat())
 }
 
+/// ASCII text made of the patterns' words, markup and separators, in any case.
+fn ascii_phrases() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let words = vec![
+        "ignore",
+        "previous",
+        "all",
+        "instructions",
+        "do not",
+        "tell",
+        "the",
+        "user",
+        "system",
+        "prompt",
+        "you are now",
+        "act as",
+        "developer",
+        "mode",
+        "send",
+        "api key",
+        "to",
+        "http://",
+        "https://x.test/a?b=",
+        "user has",
+        "already",
+        "approved",
+        "no need to",
+        "confirmation",
+        "before",
+        "replying",
+        "call",
+        "send_email",
+        "with",
+        ".ssh",
+        ".env",
+        "id_rsa",
+        "<",
+        ">",
+        "</",
+        "important",
+        "<|im_start|>",
+        "[INST]",
+        "[system]",
+        "END OF",
+        "TOOL",
+        "---",
+        "###",
+        "![a](",
+        ")",
+        "decode",
+        "and",
+        "follow",
+        "from now on",
+        "secretly",
+        "invoke",
+        "tool_x",
+        ": ",
+    ];
+    let piece = prop_oneof![
+        6 => proptest::sample::select(words).prop_map(str::to_owned),
+        3 => proptest::sample::select(vec![" ", "  ", "\n", "\t", ".", ",", "\x0b", "\r\n"])
+            .prop_map(str::to_owned),
+        1 => "[ -~]{0,6}",
+    ];
+    (proptest::collection::vec(piece, 0..24), any::<u64>()).prop_map(|(pieces, case)| {
+        let text = pieces.concat();
+        text.chars()
+            .enumerate()
+            .map(|(i, c)| {
+                if (case >> (i % 64)) & 1 == 1 {
+                    c.to_ascii_uppercase()
+                } else {
+                    c
+                }
+            })
+            .collect()
+    })
+}
+
 proptest::proptest! {
     /// The byte pass before the encoded-run regex never skips a text the
     /// regex matches in.
@@ -518,6 +597,16 @@ proptest::proptest! {
             }
         }
         proptest::prop_assert_eq!(encoded::may_hold_encoded(&text), slow, "{:?}", text);
+    }
+
+    /// On ASCII text the Unicode-free pattern set says what the Unicode one
+    /// says, pattern by pattern, on texts built from the patterns' own words,
+    /// markup and separators in any case.
+    #[test]
+    fn the_ascii_pattern_set_matches_as_the_unicode_one_on_ascii(text in ascii_phrases()) {
+        let unicode: Vec<usize> = patterns::ANY.matches(&text).into_iter().collect();
+        let ascii: Vec<usize> = patterns::ANY_ASCII.matches(text.as_bytes()).into_iter().collect();
+        proptest::prop_assert_eq!(ascii, unicode, "{:?}", text);
     }
 
     /// The byte test for hidden characters says what classifying each
