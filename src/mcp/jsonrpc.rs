@@ -250,7 +250,7 @@ fn check_depth(body: &[u8], max_depth: usize) -> Result<(), ClassifyError> {
     while i < body.len() {
         match body[i] {
             b'"' => {
-                // In a string: only `"` (its end) and `\\` (an escape) matter.
+                // In a string: only `"` (its end) and a backslash (an escape) matter.
                 i += 1;
                 loop {
                     match memchr::memchr2(b'"', b'\\', &body[i..]) {

@@ -66,7 +66,7 @@ fn scalar(value: &Value, out: &mut Vec<u8>) {
     let _ = serde_json::to_writer(&mut *out, value);
 }
 
-/// A string as serde_json writes it. serde_json escapes `"`, `\\` and the
+/// A string as serde_json writes it. serde_json escapes `"`, backslash and the
 /// controls below U+0020, nothing else; a string with none of them (most
 /// text, and every long prose argument) is copied whole between its quotes
 /// after one branch-free pass, instead of a table lookup per byte.

@@ -73,7 +73,7 @@ static RUN_BYTE: [bool; 256] = run_bytes();
 const MIN_RUN: usize = 24;
 
 /// Whether [`ENCODED`] can match in `text`: a run of 24 base64 characters, a
-/// `%` or a backslash must be there. One vectorised search for `%` and `\\`,
+/// `%` or a backslash must be there. One vectorised search for `%` and a backslash,
 /// then a walk over 8-byte blocks: a run of 24 holds two whole blocks in a
 /// row (counted from the start of `text`), so only where two neighbouring
 /// blocks are all run bytes is the run measured. Most prose, which has none
