@@ -6,7 +6,7 @@ mcp-proxy (when installed) as a plain proxy of the same upstream.
 
     python3 bench/load.py [--rounds 3] [--seconds 5] [--write BENCHMARKS.md]
                           [--only REGEX] [--targets REGEX] [--gateway LABEL=PATH]
-                          [--perf TARGET --perf-out FILE]
+                          [--fleet] [--perf TARGET --perf-out FILE --perf-workload REGEX]
 
 `--only` keeps the workloads whose name matches the regex (e.g. "^tools/call, ~100 B arguments$").
 `--gateway LABEL=PATH` (repeatable) adds another portcullis binary, everything on, to the same run
@@ -17,8 +17,17 @@ static header" (the server's own `headers`), "identity: exchanged token, cached"
 every call after the first served from the token cache) and "identity: assertion per call" (mode
 assertion, one EdDSA signature per call); pass-through policy otherwise, so the difference between
 them is the identity step alone.
-`--perf` records `perf record -g` of TARGET's process (e.g. "everything on") during its first
-c=32 cell of the first workload, into FILE.
+`--fleet` adds the fleet's stores on the plain upstream, each everything on: "everything on, Redis
+state" (`[state] backend = "redis"`, the token buckets in the same Redis), "everything on, PostgreSQL
+audit" (`[audit] backend = "postgres"`) and "everything on, Redis + PostgreSQL". It starts its own
+redis-server and PostgreSQL cluster (`initdb` in a temp dir, loopback, an OS-picked port, run as the
+`postgres` user when started as root; stopped by PID), and reports per cell the Redis commands per
+call (`INFO commandstats` deltas ÷ requests: a top-level EVALSHA is one round trip), Redis's and
+PostgreSQL's own CPU per call (/proc of their processes), and the audit rows written.
+`--perf TARGET` (repeatable) records `perf record` of TARGET's process (e.g. "everything on")
+during its first c=32 cell of the first workload (or of each workload `--perf-workload REGEX` matches),
+into FILE.<slug of TARGET>[.<slug of the workload>]; `--perf-call-graph` is passed to `perf record
+--call-graph` (default `dwarf,32768`, sampled at 499 Hz).
 
 Reported per cell: req/s, ratio to direct and to the forwarder, p50/p99, CPU µs per request of
 the measured process (/proc/<pid>/stat utime+stime delta ÷ requests); per process: start to
@@ -150,6 +159,157 @@ class Proc:
             self.p.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.p.kill()
+
+
+class Fleet:
+    """redis-server and a PostgreSQL cluster for the fleet targets, in one temp dir, on loopback."""
+
+    def __init__(self):
+        self.work = work = tempfile.mkdtemp(prefix="portcullis-fleet-")
+        self.redis_port = free_port()
+        self.redis = Proc(["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "",
+                           "--appendonly", "no", "--dir", work], wait_port=self.redis_port)
+        self.pg = None
+        try:
+            self.start_postgres(work)
+        except BaseException:
+            self.stop()
+            raise
+
+    def start_postgres(self, work):
+        pg_bin = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))[-1].parent
+        self.pg_bin = pg_bin
+        data = Path(work) / "pgdata"
+        user = None
+        if os.geteuid() == 0:
+            import pwd
+            pw = pwd.getpwnam("postgres")
+            user = (pw.pw_uid, pw.pw_gid)
+            os.chown(work, *user)
+        demote = (lambda: (os.setgid(user[1]), os.setuid(user[0]))) if user else None
+        subprocess.run([str(pg_bin / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"],
+                       check=True, capture_output=True, preexec_fn=demote, timeout=120)
+        self.pg_port = free_port()
+        self.pg = subprocess.Popen([str(pg_bin / "postgres"), "-D", str(data), "-p", str(self.pg_port), "-c", "listen_addresses=127.0.0.1",
+                                    "-c", f"unix_socket_directories={work}", "-c", "max_connections=50"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=demote)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if subprocess.run([str(pg_bin / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.pg_port), "-q"]).returncode == 0:
+                break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("PostgreSQL did not start within 30 s")
+
+    def redis_url(self):
+        return f"redis://127.0.0.1:{self.redis_port}"
+
+    def pg_url(self):
+        return f"postgres://postgres@127.0.0.1:{self.pg_port}/postgres"
+
+    def commandstats(self):
+        """Calls per command since start, from `INFO commandstats`."""
+        out = {}
+        for line in redis_command(self.redis_port, "INFO commandstats").splitlines():
+            if line.startswith("cmdstat_"):
+                name, _, rest = line[8:].partition(":")
+                fields = dict(kv.split("=") for kv in rest.split(","))
+                out[name] = int(fields["calls"])
+        return out
+
+    def redis_ticks(self):
+        return proc_ticks(self.redis.p.pid)
+
+    def pg_ticks(self):
+        """CPU ticks of the postmaster and every backend it forked."""
+        total = proc_ticks(self.pg.pid)
+        for child in Path("/proc").iterdir():
+            if child.name.isdigit():
+                try:
+                    stat = (child / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                if int(stat[1]) == self.pg.pid:
+                    total += int(stat[11]) + int(stat[12])
+        return total
+
+    def audit_rows(self):
+        out = subprocess.run([str(self.pg_bin / "psql"), "-h", "127.0.0.1", "-p", str(self.pg_port), "-U", "postgres", "-X", "-A",
+                              "-t", "-q", "-c", "select count(*) from portcullis_events"], capture_output=True, text=True, timeout=30)
+        try:
+            return int(out.stdout.strip())
+        except ValueError:
+            return 0
+
+    def settled_rows(self, seconds=10):
+        """The audit rows once shipping has caught up (the count unchanged for about a second), waiting at most `seconds`."""
+        last, same, deadline = -1, 0, time.time() + seconds
+        while time.time() < deadline:
+            rows = self.audit_rows()
+            same = same + 1 if rows == last else 0
+            if same == 3:
+                return rows
+            last = rows
+            time.sleep(0.3)
+        return last
+
+    def stop(self):
+        if self.pg:
+            self.pg.send_signal(2)
+            try:
+                self.pg.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.pg.kill()
+        self.redis.stop()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def redis_command(port, line):
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(f"{line}\r\n".encode())
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+            # A bulk reply: `$<len>\r\n<data>\r\n`.
+            if data.startswith(b"$"):
+                head, _, body = data.partition(b"\r\n")
+                if len(body) >= int(head[1:]) + 2:
+                    return body[: int(head[1:])].decode()
+            elif data.endswith(b"\r\n"):
+                return data.decode()
+        return data.decode()
+
+
+def proc_ticks(pid):
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+# The fleet targets (--fleet): label -> (state and buckets in Redis, audit in PostgreSQL).
+FLEET_TARGETS = {"everything on, Redis state": (True, False), "everything on, PostgreSQL audit": (False, True),
+                 "everything on, Redis + PostgreSQL": (True, True)}
+
+
+def fleet_config(base, fleet, work, label, redis, postgres):
+    """The everything-on config with the fleet's stores: state and buckets in Redis, the audit in PostgreSQL."""
+    text = base
+    if postgres:
+        text = re.sub(r'\[audit\]\n[^\[]*', f'[audit]\nbackend = "postgres"\nurl = "{fleet.pg_url()}"\n'
+                      f'spool = "{work}/spool-{slug(label)}.jsonl"\n', text)
+    if redis:
+        text += (f'[state]\nbackend = "redis"\nredis_url = "{fleet.redis_url()}"\nnamespace = "{slug(label)}"\n'
+                 f'[rate_limit]\nbackend = "redis"\n[approvals]\nkey = "{"k" * 40}"\n')
+    return text
+
+
+def slug(text):
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
 def gateway_config(upstream_port, port, full, audit_db=None):
@@ -317,8 +477,11 @@ def main():
     ap.add_argument("--gateway", action="append", default=[],
                     help="LABEL=PATH: another portcullis binary measured side by side (everything on only)")
     ap.add_argument("--identity", action="store_true", help="add the upstream-identity targets (see above)")
-    ap.add_argument("--perf", default=None)
+    ap.add_argument("--fleet", action="store_true", help="add the Redis and PostgreSQL targets (see above)")
+    ap.add_argument("--perf", action="append", default=[])
     ap.add_argument("--perf-out", default="perf.data")
+    ap.add_argument("--perf-call-graph", default="dwarf,32768")
+    ap.add_argument("--perf-workload", default=None, help="regex: profile these workloads (default: the first)")
     args = ap.parse_args()
     workloads = [w for w in WORKLOADS if not args.only or re.search(args.only, w[0])]
     variants = {w[1] for w in workloads}
@@ -374,6 +537,21 @@ def main():
                           env=dict(os.environ, RUST_LOG="warn", BENCH_AS_SECRET="portcullis-secret"))
                 procs.append(gw)
                 targets[(label, "plain")] = (f"http://127.0.0.1:{port}/mcp/up", gw)
+        fleet = None
+        if args.fleet and "plain" in upstreams:
+            fleet = Fleet()
+            procs.append(fleet)
+            for label, (redis, postgres) in FLEET_TARGETS.items():
+                if args.targets and not re.search(args.targets, label):
+                    continue
+                port = free_port()
+                base = gateway_config(upstreams["plain"].port, port, True, f"{audit_dir}/{slug(label)}.db")
+                cfg = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
+                cfg.write(fleet_config(base, fleet, audit_dir, label, redis, postgres))
+                cfg.close()
+                gw = Proc([str(PORTCULLIS), "run", "--config", cfg.name], wait_port=port, env=dict(os.environ, RUST_LOG="warn"))
+                procs.append(gw)
+                targets[(label, "plain")] = (f"http://127.0.0.1:{port}/mcp/up", gw)
         proxy = mcp_proxy(upstreams["plain"].port)
         if proxy:
             procs.append(proxy)
@@ -387,8 +565,8 @@ def main():
             for wl, variant, body, method, name, concs in workloads:
                 for conc in concs:
                     for (target, v), (url, proc) in targets.items():
-                        if v != variant:
-                            continue
+                        if v != variant or (target in FLEET_TARGETS and "KB" in wl):
+                            continue  # the stores' cost is per call, not per byte
                         b = body
                         legacy = LEGACY in wl
                         if target.startswith("mcp-proxy"):
@@ -405,16 +583,32 @@ def main():
                                 and proc and target not in first:
                             first[target] = first_calls(url, b, hdrs)
                         recorder = None
-                        if args.perf == target and rnd == 0 and conc == 32 and wl == workloads[0][0] and proc:
-                            recorder = subprocess.Popen(["perf", "record", "-g", "-o", args.perf_out, "-p", str(proc.p.pid),
+                        profiled = re.search(args.perf_workload, wl) if args.perf_workload else wl == workloads[0][0]
+                        if target in args.perf and rnd == 0 and conc == 32 and profiled and proc:
+                            out = f"{args.perf_out}.{slug(target)}" + (f".{slug(wl)}" if args.perf_workload else "")
+                            recorder = subprocess.Popen(["perf", "record", "-F", "499", "--call-graph", args.perf_call_graph,
+                                                         "-o", out, "-p", str(proc.p.pid),
                                                          "--", "sleep", str(max(args.seconds - 1, 1))],
                                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                        stores = None
+                        if fleet and target in FLEET_TARGETS:
+                            stores = (fleet.commandstats(), fleet.redis_ticks(), fleet.pg_ticks(), fleet.settled_rows())
                         before = proc.cpu_ticks() if proc else 0
                         r = wrk(url, b, hdrs, conc, args.seconds)
                         if recorder:
-                            recorder.wait(timeout=args.seconds + 30)
+                            recorder.wait(timeout=args.seconds + 60)
                         if proc:
                             r["cpu_us"] = (proc.cpu_ticks() - before) * 1e6 / CLK_TCK / max(r["requests"], 1)
+                        if stores:
+                            # The rows of this cell are shipped after it: wait (bounded) until they are in.
+                            rows = fleet.settled_rows()
+                            calls = max(r["requests"], 1)
+                            after = fleet.commandstats()
+                            r["redis"] = {k: (v - stores[0].get(k, 0)) / calls for k, v in after.items()
+                                          if v - stores[0].get(k, 0) > 0 and k not in ("info",)}
+                            r["redis_cpu_us"] = (fleet.redis_ticks() - stores[1]) * 1e6 / CLK_TCK / calls
+                            r["pg_cpu_us"] = (fleet.pg_ticks() - stores[2]) * 1e6 / CLK_TCK / calls
+                            r["rows_per_call"] = (rows - stores[3]) / calls
                         results.setdefault((wl, conc, target), []).append(r)
                         print(f"round {rnd + 1} {wl} c={conc} {target}: {r['rps']:.0f} req/s p50 {r['p50_us']} us p99 {r['p99_us']} us"
                               f" errors {r['errors']} non2xx {r['non2xx']}", flush=True)
@@ -433,6 +627,8 @@ def main():
         shutil.rmtree(audit_dir, ignore_errors=True)
 
     table = render(results, rss, procinfo, first, args)
+    if args.fleet:
+        table += "\n\n" + render_fleet(results)
     print(table)
     if args.write:
         write(Path(args.write), table)
@@ -470,6 +666,20 @@ def render(results, rss, procinfo, first, args):
         lines.append(f"| {t} | {ready:.0f} ms | {f1:.2f} ms | {fn:.2f} ms | {idle:.1f} MiB | {rss.get(t, 0):.1f} MiB |")
     lines += ["", "(Start to ready: spawn until the port accepts, polled every 10 ms. First call and the next "
               "20: one fresh urllib connection each, so they include Python's own cost; compare them with each other.)"]
+    return "\n".join(lines)
+
+
+def render_fleet(results):
+    """The stores' side of every cell: Redis commands and CPU, PostgreSQL CPU and rows, per call."""
+    lines = ["| workload | c | target | Redis commands per call | Redis CPU per call | PostgreSQL CPU per call | audit rows per call |",
+             "|---|---|---|---|---:|---:|---:|"]
+    for (wl, conc, target), runs in results.items():
+        if "redis" not in runs[0] or target in ("direct", "bare forwarder"):
+            continue
+        names = sorted({k for r in runs for k in r["redis"]})
+        cmds = ", ".join(f"{k} {statistics.median(r['redis'].get(k, 0) for r in runs):.2f}" for k in names) or "none"
+        lines.append(f"| {wl} | {conc} | {target} | {cmds} | {med(runs, 'redis_cpu_us'):.1f} µs | "
+                     f"{med(runs, 'pg_cpu_us'):.1f} µs | {med(runs, 'rows_per_call'):.2f} |")
     return "\n".join(lines)
 
 

@@ -58,12 +58,13 @@ pub(crate) use finding::Kind;
 
 use checks::{Field, collect_strings, text_findings, walk};
 use encoded::ENCODED;
-use patterns::{ANY, PHRASES, SECRET_FILE, URL};
+use patterns::{ANY, ANY_ASCII, PHRASES, SECRET_FILE, URL};
 
 /// Builds every built-in pattern now: at load, so that the first tool
 /// definition scanned costs what every other one does.
 pub(crate) fn prepare() {
     LazyLock::force(&ANY);
+    LazyLock::force(&ANY_ASCII);
     LazyLock::force(&PHRASES);
     LazyLock::force(&SECRET_FILE);
     LazyLock::force(&URL);

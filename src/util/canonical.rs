@@ -48,7 +48,7 @@ fn write(value: &Value, out: &mut Vec<u8>) {
                 if i > 0 {
                     out.push(b',');
                 }
-                scalar(&Value::String(key.clone()), out);
+                string(key, out);
                 out.push(b':');
                 write(item, out);
             }
@@ -59,8 +59,32 @@ fn write(value: &Value, out: &mut Vec<u8>) {
 }
 
 fn scalar(value: &Value, out: &mut Vec<u8>) {
-    // Writing a string, number, bool or null into a Vec cannot fail.
+    if let Value::String(text) = value {
+        return string(text, out);
+    }
+    // Writing a number, bool or null into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, value);
+}
+
+/// A string as serde_json writes it. serde_json escapes `"`, backslash and the
+/// controls below U+0020, nothing else; a string with none of them (most
+/// text, and every long prose argument) is copied whole between its quotes
+/// after one branch-free pass, instead of a table lookup per byte.
+fn string(text: &str, out: &mut Vec<u8>) {
+    let needs_escape = text.as_bytes().chunks(64).any(|chunk| {
+        chunk.iter().fold(false, |acc, &b| {
+            acc | (b < 0x20) | (b == b'"') | (b == b'\\')
+        })
+    });
+    if needs_escape {
+        // Writing a string into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, text);
+    } else {
+        out.reserve(text.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+    }
 }
 
 #[cfg(test)]
@@ -81,6 +105,23 @@ mod tests {
         assert_eq!(to_vec(&big), br#"{"n":9007199254740993}"#.to_vec());
         assert_ne!(digest(&json!({"n": 1})), digest(&json!({"n": 1.0})));
         assert_ne!(digest(&json!({"t": "\u{1b}"})), digest(&json!({"t": ""})));
+    }
+
+    proptest::proptest! {
+        /// A string is written exactly as serde_json writes it, whether it
+        /// takes the copy (nothing to escape) or the escaping writer.
+        #[test]
+        fn a_string_is_written_as_serde_json_writes_it(
+            pieces in proptest::collection::vec(proptest::sample::select(vec![
+                "a", "plain words ", "\"", "\\", "\u{0}", "\u{1f}", "\n", "\u{7f}", "é", "\u{2028}", "\u{1F600}",
+            ]), 0..80),
+            long in 0usize..200,
+        ) {
+            let text = format!("{}{}", "x".repeat(long), pieces.concat());
+            let mut ours = Vec::new();
+            string(&text, &mut ours);
+            proptest::prop_assert_eq!(ours, serde_json::to_vec(&text).expect("a string serialises"));
+        }
     }
 
     #[test]

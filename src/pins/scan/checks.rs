@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::encoded::encoded_payload;
 use super::finding::{Finding, Kind, OtherTools};
 use super::hidden::{excerpt, fold_confusables, hidden, without_hidden};
-use super::patterns::{ANY, PHRASES, SECRET_FILE, URL};
+use super::patterns::{PHRASES, SECRET_FILE, URL, may_match};
 
 pub(super) fn collect_strings<'v>(
     value: &'v Value,
@@ -153,7 +153,7 @@ pub(super) fn text_findings(
     let text = folded
         .as_ref()
         .map_or(visible.as_ref(), |f| f.text.as_str());
-    if ANY.is_match(text) {
+    if may_match(text) {
         detailed(text, field, &mut add);
     }
     if field != Field::Link

@@ -126,11 +126,7 @@ fn hidden_class(c: char) -> Option<&'static str> {
 /// (a real subdivision flag, one variation selector after a visible character,
 /// `\t \n \r`, ZWJ and ZWNJ are not hidden).
 pub(super) fn hidden(text: &str) -> Option<String> {
-    if text.is_ascii()
-        && !text
-            .bytes()
-            .any(|b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r') || b == 0x7f)
-    {
+    if text.is_ascii() && !ascii_control(text.as_bytes()) {
         return None;
     }
     let chars: Vec<char> = text.chars().collect();
@@ -189,11 +185,21 @@ fn flag_sequence(chars: &[char]) -> Option<usize> {
 /// classifying each character.
 pub(super) fn has_hidden(text: &str) -> bool {
     if text.is_ascii() {
-        return text
-            .bytes()
-            .any(|b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r') || b == 0x7f);
+        return ascii_control(text.as_bytes());
     }
     text.chars().any(|c| hidden_class(c).is_some())
+}
+
+/// Whether ASCII `bytes` hold a control other than tab, line feed and
+/// carriage return (the only hidden characters ASCII has). Folded over
+/// 64-byte blocks without an early exit inside a block, so the compiler
+/// vectorises it: a long clean text costs a fraction of a cycle a byte.
+fn ascii_control(bytes: &[u8]) -> bool {
+    bytes.chunks(64).any(|block| {
+        block.iter().fold(false, |found, &b| {
+            found | ((b < 0x20) & (b != b'\t') & (b != b'\n') & (b != b'\r')) | (b == 0x7f)
+        })
+    })
 }
 
 /// `text` with hidden characters removed and tag characters read as the ASCII

@@ -179,21 +179,50 @@ const FAMILIES: &[(Kind, &[(&str, &str)])] = &[
     (Kind::Exfiltration, EXFILTRATION_SOURCES),
 ];
 
-/// One pass over a string says whether any check can match: the common,
-/// clean string costs one automaton walk.
-pub(super) static ANY: LazyLock<RegexSet> = LazyLock::new(|| {
-    let sources: Vec<String> = FAMILIES
+/// Every check's pattern, with ASCII word boundaries.
+fn any_sources() -> Vec<String> {
+    FAMILIES
         .iter()
         .flat_map(|(_, sources)| sources.iter().map(|(s, _)| *s))
         .chain([SECRET_FILE_SOURCE, URL_SOURCE])
         .map(ascii_boundaries)
-        .collect();
-    RegexSetBuilder::new(sources)
+        .collect()
+}
+
+/// One pass over a string says whether any check can match: the common,
+/// clean string costs one automaton walk.
+pub(super) static ANY: LazyLock<RegexSet> = LazyLock::new(|| {
+    RegexSetBuilder::new(any_sources())
         .case_insensitive(true)
         .size_limit(32 << 20)
         .build()
         .unwrap_or_else(|e| panic!("built-in patterns must compile: {e}"))
 });
+
+/// [`ANY`] for ASCII text: the same patterns with Unicode off. On a text of
+/// ASCII bytes only, Unicode classes (`\w`, `\s`, `[^.\n]`) and case
+/// folding match exactly what their ASCII forms match (the patterns are
+/// ASCII, and the letters whose Unicode case folding leaves ASCII, `K` and
+/// `ſ`, are not in such a text), while the automaton is smaller and walks
+/// about twice as fast: most results and arguments are ASCII.
+pub(super) static ANY_ASCII: LazyLock<regex::bytes::RegexSet> = LazyLock::new(|| {
+    regex::bytes::RegexSetBuilder::new(any_sources())
+        .case_insensitive(true)
+        .unicode(false)
+        .size_limit(32 << 20)
+        .build()
+        .unwrap_or_else(|e| panic!("built-in patterns must compile without Unicode: {e}"))
+});
+
+/// Whether any check can match `text`: [`ANY`], or [`ANY_ASCII`] when the
+/// text is ASCII.
+pub(super) fn may_match(text: &str) -> bool {
+    if text.is_ascii() {
+        ANY_ASCII.is_match(text.as_bytes())
+    } else {
+        ANY.is_match(text)
+    }
+}
 
 /// The families' phrases, compiled one by one (for the match to quote).
 pub(super) static PHRASES: LazyLock<Vec<(Kind, Vec<Phrase>)>> = LazyLock::new(|| {
@@ -218,7 +247,7 @@ pub(super) static URL: LazyLock<Regex> = LazyLock::new(|| ci(URL_SOURCE));
 
 /// The phrase families that match `text` (for decoded payloads).
 pub(super) fn phrase_labels(text: &str) -> Vec<&'static str> {
-    if !ANY.is_match(text) {
+    if !may_match(text) {
         return Vec::new();
     }
     let mut labels: Vec<&'static str> = PHRASES

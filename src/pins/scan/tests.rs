@@ -469,43 +469,4 @@ fn tool_outputs_are_flagged_without_being_changed() {
     );
 }
 
-/// Text made of the characters the fast paths decide on: base64 letters,
-/// `%`, `\`, `=`, hex escapes, controls, tab and line breaks, invisible and
-/// non-ASCII letters.
-fn scan_text() -> impl proptest::strategy::Strategy<Value = String> {
-    use proptest::prelude::*;
-    let piece = prop_oneof![
-        "[A-Za-z0-9+/_-]{0,30}",
-        Just("%4a".to_owned()),
-        Just("\\x41".to_owned()),
-        Just("==".to_owned()),
-        Just(" ".to_owned()),
-        Just("\t\n\r".to_owned()),
-        Just("\u{7}".to_owned()),
-        Just("\u{7f}".to_owned()),
-        Just("\u{200b}".to_owned()),
-        Just("\u{e0041}".to_owned()),
-        Just("é".to_owned()),
-        Just("\u{85}".to_owned()),
-        Just("\u{1F3F4}".to_owned()),
-    ];
-    proptest::collection::vec(piece, 0..12).prop_map(|p| p.concat())
-}
-
-proptest::proptest! {
-    /// The byte pass before the encoded-run regex never skips a text the
-    /// regex matches in.
-    #[test]
-    fn the_encoded_prefilter_skips_only_what_the_regex_finds_nothing_in(text in scan_text()) {
-        let matches = encoded::ENCODED.is_match(&text);
-        proptest::prop_assert!(!matches || encoded::may_hold_encoded(&text), "{:?}", text);
-    }
-
-    /// The byte test for hidden characters says what classifying each
-    /// character says.
-    #[test]
-    fn the_hidden_fast_path_agrees_with_each_characters_class(text in scan_text()) {
-        let slow = text.chars().any(hidden::is_hidden);
-        proptest::prop_assert_eq!(hidden::has_hidden(&text), slow, "{:?}", text);
-    }
-}
+mod fast_paths;

@@ -71,3 +71,57 @@ fn overlapping_findings_merge() {
     assert_eq!(f.len(), 1, "{f:?}");
     assert_eq!(&text[f[0].start..f[0].end], "AKIAZ7QWERTYUIOPASDF");
 }
+
+/// Text made of keyword pieces in any case, separators, look-alike and
+/// non-ASCII letters whose case folding is not ASCII's (`K` KELVIN SIGN,
+/// `ſ` LONG S, `İ`), so that matches start, end and overlap everywhere.
+fn keyword_soup() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let (words, _) = keywords();
+    let piece = prop_oneof![
+        4 => proptest::sample::select(words).prop_map(str::to_owned),
+        2 => "[a-zA-Z_:./=-]{1,4}",
+        1 => proptest::sample::select(vec!["\u{212A}", "\u{17F}", "\u{130}", "é", "ß", " ", "\n", "Ä"])
+            .prop_map(str::to_owned),
+    ];
+    (
+        proptest::collection::vec(piece, 0..24),
+        proptest::collection::vec(any::<bool>(), 0..96),
+    )
+        .prop_map(|(pieces, upper)| {
+            let mut text = String::new();
+            for (i, c) in pieces.concat().chars().enumerate() {
+                if upper.get(i % upper.len().max(1)).copied().unwrap_or(false) {
+                    text.push(c.to_ascii_uppercase());
+                } else {
+                    text.push(c);
+                }
+            }
+            text
+        })
+}
+
+proptest::proptest! {
+    /// The keyword pass over the ASCII-lowered text finds exactly what an
+    /// ASCII-case-insensitive automaton finds over the text itself: the
+    /// same keywords at the same offsets, in the same order.
+    #[test]
+    fn the_lowered_keyword_pass_finds_what_a_case_insensitive_one_does(text in keyword_soup()) {
+        let (words, _) = keywords();
+        let reference = AhoCorasickBuilder::new()
+            .ascii_case_insensitive(true)
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(&words)
+            .unwrap();
+        let expected: Vec<_> = reference
+            .find_iter(&text)
+            .map(|m| (m.pattern(), m.start(), m.end()))
+            .collect();
+        let found: Vec<_> = compiled()
+            .keywords
+            .find_iter(ascii_lowered(&text).as_ref())
+            .map(|m| (m.pattern(), m.start(), m.end()))
+            .collect();
+        proptest::prop_assert_eq!(found, expected);
+    }
+}
