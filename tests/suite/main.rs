@@ -36,6 +36,7 @@ mod catalog;
 mod check;
 mod conformance;
 mod container;
+mod container_deploy;
 mod container_fleet;
 mod credentials;
 mod dashboard;

@@ -18,6 +18,7 @@ pub mod jwt;
 pub mod log;
 pub mod misbehaving;
 pub mod otlp;
+pub mod podman;
 pub mod postgres;
 pub mod process;
 pub mod redis;
