@@ -20,7 +20,7 @@ use support::{
 /// `requestState` and answers come back to it across the gateway's question.
 #[tokio::test]
 async fn the_servers_own_input_round_survives_the_gateways_question() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+    if !tiers::ready(&[Tier::Python]) {
         return;
     }
     let upstream = PeerServer::start(Peer::Python).await;
@@ -79,7 +79,7 @@ async fn the_servers_own_input_round_survives_the_gateways_question() {
 /// approval can no longer be given.
 #[tokio::test]
 async fn a_held_call_nobody_decides_expires_unrun() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+    if !tiers::ready(&[Tier::Python]) {
         return;
     }
     let upstream = PeerServer::start(Peer::Python).await;
@@ -131,7 +131,7 @@ async fn a_held_call_nobody_decides_expires_unrun() {
 /// asked again on its next plain call.
 #[tokio::test]
 async fn a_state_from_before_a_restart_is_refused() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+    if !tiers::ready(&[Tier::Python]) {
         return;
     }
     let upstream = PeerServer::start(Peer::Python).await;
@@ -170,7 +170,7 @@ async fn a_state_from_before_a_restart_is_refused() {
 /// answers none open for this session is refused (400, -31020), not relayed.
 #[tokio::test]
 async fn an_answer_to_no_open_question_is_refused() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+    if !tiers::ready(&[Tier::Python]) {
         return;
     }
     let upstream = PeerServer::start(Peer::Python).await;
@@ -208,9 +208,6 @@ async fn an_answer_to_no_open_question_is_refused() {
 /// gateway); one with any other id is relayed as before.
 #[tokio::test]
 async fn a_server_request_posing_as_an_approval_question_is_dropped() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     let up = Misbehaving::start().await;
     let gw = TestGateway::start_raw(&format!(
         "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
@@ -260,7 +257,7 @@ async fn a_server_request_posing_as_an_approval_question_is_dropped() {
 /// never put to a person.
 #[tokio::test]
 async fn only_a_call_that_would_be_forwarded_is_put_to_a_person() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
+    if !tiers::ready(&[Tier::Python]) {
         return;
     }
     let upstream = PeerServer::start(Peer::Python).await;

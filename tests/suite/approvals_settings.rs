@@ -2,16 +2,12 @@
 //! place in the file, and `portcullis check` shows which calls need approval and by whom.
 
 use crate::support;
-use support::tiers::{self, Tier};
 
 use support::clients;
 use tokio::process::Command;
 
 #[tokio::test]
 async fn bad_approval_settings_are_refused_with_their_place() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
     support::init();
     let load = |rest: &str| {
         let text = format!(

@@ -21,8 +21,7 @@ use support::{
 
 pub(crate) const ISS: &str = "https://idp.example.test/realms/mcp";
 pub(crate) const AUD: &str = "https://mcp.example.test/mcp/flights";
-const METADATA: &str =
-    "https://mcp.example.test/.well-known/oauth-protected-resource/mcp/flights";
+const METADATA: &str = "https://mcp.example.test/.well-known/oauth-protected-resource/mcp/flights";
 
 /// `[auth.jwt]` for this test's issuer and audience, with `keys` (`jwks_file = …`
 /// or `jwks_url = …`) and any `extra` lines.

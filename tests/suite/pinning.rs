@@ -64,11 +64,7 @@ pub(crate) fn text(result: &Value) -> &str {
     result["content"][0]["text"].as_str().unwrap_or_default()
 }
 
-async fn admin(
-    gateway: &TestGateway,
-    token: Option<&str>,
-    body: Option<Value>,
-) -> (u16, Value) {
+async fn admin(gateway: &TestGateway, token: Option<&str>, body: Option<Value>) -> (u16, Value) {
     let operator = Admin::at(&gateway.admin_url(), token);
     match &body {
         Some(b) => operator.post("/api/pins/approve", Some(b)).await,

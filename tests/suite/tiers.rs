@@ -273,3 +273,23 @@ fn nothing() { let _ = run_sdk(1); }
     assert!(problems[2].contains("needs tier node"), "{}", problems[2]);
     assert_eq!(gated, 1);
 }
+
+/// A helper imported from another suite file counts as the file's own: a test that starts
+/// a peer through it needs the gate, and one gated on that peer's tier passes.
+#[test]
+fn the_checker_reads_helpers_imported_from_another_file() {
+    let files = BTreeMap::from([(
+        "shared".to_owned(),
+        "pub(crate) async fn peer() { PeerServer::start(Peer::Python).await; }\n".to_owned(),
+    )]);
+    let file = "use crate::shared::{\n    peer,\n};\n#[test]\nfn bare() { peer(); }\n\
+                #[test]\nfn gated() {\n    if !tiers::ready(&[Tier::Python]) {\n        \
+                return;\n    }\n    peer();\n}\n";
+    let (problems, gated) = check("x.rs", &(file.to_owned() + &scan::imported(file, &files)));
+    assert_eq!(problems.len(), 1, "{problems:#?}");
+    assert!(
+        problems[0].contains("`bare` needs tier python"),
+        "{problems:#?}"
+    );
+    assert_eq!(gated, 1);
+}
