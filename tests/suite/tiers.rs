@@ -193,7 +193,7 @@ fn every_test_that_starts_a_peer_is_gated() {
         if name == "tiers.rs" {
             continue; // its markers are the scan's own table
         }
-        let text = &texts[&*name.trim_end_matches(".rs")];
+        let text = &texts[name.trim_end_matches(".rs")];
         let (found, ok) = check(&name, &(text.clone() + &scan::imported(text, &texts)));
         problems.extend(found);
         gated += ok;
