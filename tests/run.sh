@@ -47,7 +47,7 @@ step "installing test peers and the conformance suite (first use only)"
 command -v chromium >/dev/null || apt_install chromium chromium-driver
 bash tests/peers/setup.sh
 bash tests/conformance/setup.sh
-# podman and the locally built base images for the image and pod tests (tests/suite/container.rs).
+# podman and the locally built base images for the image and pod tests (tests/suite/container*.rs).
 bash tests/container/images.sh
 
 step "redis-server for the rate-limit tests (first use only)"

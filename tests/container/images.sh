@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares the container engine and the base images that the repository's Dockerfile
-# names, for tests/suite/container.rs. Runs once per machine: what exists is reused.
+# names, for tests/suite/container*.rs. Runs once per machine: what exists is reused.
 #
 # What this substitutes for a public image registry, and why: these machines reach
 # Debian's archive and the package registries but no image registry, so the images the

@@ -3,7 +3,8 @@
 //! for approval runs once after a yes to exactly its arguments, and never
 //! otherwise — declined, expired, replayed, forged, another client's, other
 //! arguments — in both protocol eras, by the user (elicitation) and by an
-//! operator (admin API, dashboard).
+//! operator (admin API, dashboard). The edges of an approval: `approvals_edges.rs`; its
+//! settings and `portcullis check`: `approvals_settings.rs`.
 
 use crate::support;
 use support::tiers::{self, Tier};
@@ -11,18 +12,16 @@ use support::tiers::{self, Tier};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::misbehaving::{Misbehaving, Scripted};
 use support::{
     ALICE, BOB, Mode, Peer, PeerServer, Sdk, TestGateway, borrow, call, clients, gateway_code,
     modern_call_headers, raw_post, sdk,
 };
-use tokio::process::Command;
 
-const ADMIN_TOKEN: &str = "operator-token";
+pub(crate) const ADMIN_TOKEN: &str = "operator-token";
 
 /// A gateway in front of `upstream` where `echo` needs approval as `approval`
 /// says and `progress` does not.
-async fn gateway(upstream: &str, approval: &str, extra: &str) -> TestGateway {
+pub(crate) async fn gateway(upstream: &str, approval: &str, extra: &str) -> TestGateway {
     let token = hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN));
     let text = format!(
         "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
@@ -37,16 +36,22 @@ async fn gateway(upstream: &str, approval: &str, extra: &str) -> TestGateway {
 }
 
 /// The Python SDK client with `--elicit` (approve, decline, off).
-async fn python(mode: Mode, url: &str, key: &str, elicit: &str, ops: Value) -> Vec<Value> {
+pub(crate) async fn python(
+    mode: Mode,
+    url: &str,
+    key: &str,
+    elicit: &str,
+    ops: Value,
+) -> Vec<Value> {
     support::eliciting(Sdk::Python, mode, url, key, elicit, ops).await
 }
 
-fn asked() -> Value {
+pub(crate) fn asked() -> Value {
     json!({"op": "asked"})
 }
 
 /// The recorded upstream calls of `echo`.
-fn echoes(upstream: &PeerServer) -> Vec<Value> {
+pub(crate) fn echoes(upstream: &PeerServer) -> Vec<Value> {
     upstream
         .calls()
         .into_iter()
@@ -54,7 +59,8 @@ fn echoes(upstream: &PeerServer) -> Vec<Value> {
         .collect()
 }
 
-const BY_USER: &str = r#"{ by = "user", timeout = "1m", reason = "echo is a write tool here" }"#;
+pub(crate) const BY_USER: &str =
+    r#"{ by = "user", timeout = "1m", reason = "echo is a write tool here" }"#;
 
 /// What a client's user answers the gateway's question, and what must follow.
 struct InBand {
@@ -203,7 +209,7 @@ async fn the_users_answer_decides_whether_the_call_runs_in_both_eras() {
 
 /// A 2026-07-28 `tools/call` of `echo` whose client declares elicitation,
 /// with `extra` params (a retry's state and answer).
-fn modern_echo(id: u64, text: &str, extra: Value) -> String {
+pub(crate) fn modern_echo(id: u64, text: &str, extra: Value) -> String {
     let mut params = json!({"name": "echo", "arguments": {"text": text}, "_meta": {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
@@ -213,12 +219,12 @@ fn modern_echo(id: u64, text: &str, extra: Value) -> String {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
 }
 
-fn yes(state: &str) -> Value {
+pub(crate) fn yes(state: &str) -> Value {
     json!({"requestState": state,
            "inputResponses": {"portcullis_approval": {"action": "accept", "content": {"approve": true}}}})
 }
 
-async fn post_echo(gw: &TestGateway, key: &str, body: String) -> Value {
+pub(crate) async fn post_echo(gw: &TestGateway, key: &str, body: String) -> Value {
     let headers = modern_call_headers(key, "echo");
     raw_post(&gw.url("files"), &borrow(&headers), body)
         .await
@@ -544,395 +550,6 @@ async fn observe_mode_records_that_it_would_ask_and_lets_the_call_through() {
             .await
             .contains(r#"portcullis_approvals_total{by="user",outcome="would_ask"} 1"#)
     );
-    gw.stop().await;
-    upstream.stop().await;
-}
-
-#[tokio::test]
-async fn bad_approval_settings_are_refused_with_their_place() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
-    support::init();
-    let load = |rest: &str| {
-        let text = format!(
-            "[servers.files]\nurl = \"http://127.0.0.1:1/mcp\"\n{}\n{rest}",
-            clients()
-        );
-        portcullis::config::load_str(&text, "a.toml", &|name| {
-            (name == "SHORT").then(|| "abc".to_owned())
-        })
-        .err()
-        .map(|e| e.to_string())
-        .unwrap_or_default()
-    };
-    let rule = |action: &str, approval: &str| {
-        format!(
-            "[[rules]]\nclients = [\"*\"]\nservers = [\"files\"]\ntools = [\"echo\"]\naction = \"{action}\"\napproval = {approval}\n"
-        )
-    };
-    let cases = [
-        (rule("deny", r#"{ by = "user" }"#), "rules[0].approval"),
-        (
-            rule("allow", r#"{ by = "somebody" }"#),
-            "rules[0].approval.by",
-        ),
-        (
-            rule("allow", r#"{ by = "user", timeout = "0s" }"#),
-            "rules[0].approval.timeout",
-        ),
-        (
-            rule("allow", r#"{ by = "user", pending = "retry" }"#),
-            "rules[0].approval.pending",
-        ),
-        (rule("allow", r#"{ by = "user", color = "red" }"#), "color"),
-        (
-            "[approvals]\nkey = \"${SHORT}\"\n".to_owned(),
-            "approvals.key",
-        ),
-        (
-            "[approvals]\nmax_pending = 0\n".to_owned(),
-            "approvals.max_pending",
-        ),
-    ];
-    for (text, key) in cases {
-        let refused = load(&text);
-        assert!(refused.contains(key), "{key}: {refused}");
-        assert!(refused.contains("a.toml"), "{refused}");
-    }
-}
-
-#[tokio::test]
-async fn check_shows_which_calls_need_approval_and_by_whom() {
-    let file = support::ConfigFile::new(&format!(
-        "[servers.files]\nurl = \"http://127.0.0.1:1/mcp\"\n{}\n\
-         [[rules]]\nclients = [\"*\"]\nservers = [\"files\"]\ntools = [\"delete_*\"]\naction = \"allow\"\n\
-         approval = {{ by = \"operator\", pending = \"retry\", timeout = \"10m\" }}\n",
-        clients()
-    ));
-    let out = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args(["check", "--config"])
-        .arg(file.path())
-        .output()
-        .await
-        .expect("check runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
-    assert!(
-        text.contains(
-            "delete_*  approval: by an operator (the client retries after approval), within 10m"
-        ),
-        "{text}"
-    );
-}
-
-/// A tool whose server asks for input itself (2026 `input_required` of its
-/// own): each forwarded round is approved, and the server's own
-/// `requestState` and answers come back to it across the gateway's question.
-#[tokio::test]
-async fn the_servers_own_input_round_survives_the_gateways_question() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
-    let upstream = PeerServer::start(Peer::Python).await;
-    let token = hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN));
-    let text = format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{token}\"\n\
-         [servers.files]\nurl = \"{}\"\n{}\n\
-         [[rules]]\nclients = [\"*\"]\nservers = [\"files\"]\ntools = [\"leaky_ask\"]\naction = \"allow\"\n\
-         approval = {{ by = \"user\" }}\n",
-        upstream.url,
-        clients()
-    );
-    let gw = TestGateway::start_raw(&text).await;
-    let out = python(
-        Mode::Modern,
-        &gw.url("files"),
-        ALICE,
-        "approve",
-        json!([call("leaky_ask", json!({})), asked()]),
-    )
-    .await;
-    assert_eq!(out[0]["isError"], false, "{}", out[0]);
-    assert_eq!(
-        out[0]["text"], "answered: ask, think",
-        "the server got its own answers back"
-    );
-    let questions: Vec<&Value> = out[1]["asked"]
-        .as_array()
-        .expect("asked")
-        .iter()
-        .filter(|a| a["kind"] == "elicitation")
-        .collect();
-    let ours = questions
-        .iter()
-        .filter(|q| {
-            q["params"]["message"]
-                .as_str()
-                .unwrap_or_default()
-                .starts_with("Approve this tool call?")
-        })
-        .count();
-    assert_eq!(
-        (questions.len(), ours),
-        (3, 2),
-        "two approvals, one question of the server's: {questions:?}"
-    );
-    assert_eq!(
-        upstream.ran().iter().filter(|t| *t == "leaky_ask").count(),
-        2
-    );
-    gw.stop().await;
-    upstream.stop().await;
-}
-
-/// A held call nobody decides ends at the rule's timeout, unrun, and its
-/// approval can no longer be given.
-#[tokio::test]
-async fn a_held_call_nobody_decides_expires_unrun() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
-    let upstream = PeerServer::start(Peer::Python).await;
-    let gw = gateway(&upstream.url, r#"{ by = "operator", timeout = "1s" }"#, "").await;
-    let out = python(
-        Mode::Modern,
-        &gw.url("files"),
-        ALICE,
-        "off",
-        json!([call("echo", json!({"text": "late"}))]),
-    )
-    .await;
-    assert_eq!(
-        gateway_code(&out[0]),
-        Some("approval_expired"),
-        "{}",
-        out[0]
-    );
-    assert!(
-        gw.admin(ADMIN_TOKEN).pending().await.is_empty(),
-        "the expired entry left the queue"
-    );
-    let expired: Vec<Value> = gw
-        .admin(ADMIN_TOKEN)
-        .events()
-        .await
-        .into_iter()
-        .filter(|e| e["method"] == "portcullis/approval" && e["decision"] == "expired")
-        .collect();
-    assert_eq!(expired.len(), 1);
-    let id = expired[0]["approval"]["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
-    assert_eq!(gw.admin(ADMIN_TOKEN).decide(&id, "approve").await.0, 404);
-    assert!(echoes(&upstream).is_empty());
-    assert!(
-        gw.admin(ADMIN_TOKEN)
-            .metrics()
-            .await
-            .contains(r#"portcullis_approvals_total{by="operator",outcome="expired"} 1"#)
-    );
-    gw.stop().await;
-    upstream.stop().await;
-}
-
-/// Approvals live in memory: a `requestState` signed before a restart is
-/// refused after it, even under the same configured key, and the client is
-/// asked again on its next plain call.
-#[tokio::test]
-async fn a_state_from_before_a_restart_is_refused() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
-    let upstream = PeerServer::start(Peer::Python).await;
-    let key = "approvals-key-of-at-least-32-bytes!";
-    let extra = format!("\n[approvals]\nkey = \"{key}\"\n");
-    let start = || async {
-        let token = hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN));
-        TestGateway::start_raw(&format!(
-            "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{token}\"\n\
-             [servers.files]\nurl = \"{}\"\n{}\n\
-             [[rules]]\nclients = [\"*\"]\nservers = [\"files\"]\ntools = [\"echo\"]\naction = \"allow\"\n\
-             approval = {BY_USER}\n{extra}",
-            upstream.url,
-            clients()
-        ))
-        .await
-    };
-    let before = start().await;
-    let asked = post_echo(&before, ALICE, modern_echo(1, "x", json!({}))).await;
-    let state = asked["requestState"].as_str().expect("state").to_owned();
-    before.stop().await;
-    let after = start().await;
-    let refused = post_echo(&after, ALICE, modern_echo(2, "x", yes(&state))).await;
-    assert_eq!(
-        refused["_meta"]["portcullis/error"]["code"], "approval_invalid",
-        "{refused}"
-    );
-    let again = post_echo(&after, ALICE, modern_echo(3, "x", json!({}))).await;
-    assert_eq!(again["resultType"], "input_required");
-    assert!(echoes(&upstream).is_empty());
-    after.stop().await;
-    upstream.stop().await;
-}
-
-/// A JSON-RPC response whose id has the form of the gateway's questions but
-/// answers none open for this session is refused (400, -31020), not relayed.
-#[tokio::test]
-async fn an_answer_to_no_open_question_is_refused() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
-    let upstream = PeerServer::start(Peer::Python).await;
-    let gw = gateway(&upstream.url, BY_USER, "").await;
-    let url = gw.url("files");
-    let auth = format!("Bearer {ALICE}");
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
-        "clientInfo": {"name": "raw", "version": "1"}}});
-    let opened = raw_post(&url, &[("authorization", &auth)], init.to_string()).await;
-    let session = opened.headers["mcp-session-id"]
-        .to_str()
-        .expect("session")
-        .to_owned();
-    let answer = json!({"jsonrpc": "2.0", "id": "portcullis-approval-00112233445566778899aabbccddeeff",
-        "result": {"action": "accept", "content": {"approve": true}}});
-    let headers = [
-        ("authorization", auth.as_str()),
-        ("mcp-session-id", session.as_str()),
-        ("mcp-protocol-version", "2025-11-25"),
-    ];
-    let refused = raw_post(&url, &headers, answer.to_string()).await;
-    assert_eq!(refused.status, 400, "{}", refused.text);
-    assert_eq!(refused.body["error"]["code"], -31020);
-    assert_eq!(
-        refused.body["error"]["data"]["code"],
-        "approval_answer_unknown"
-    );
-    gw.stop().await;
-    upstream.stop().await;
-}
-
-/// A server request with an id of the gateway's question form never reaches
-/// the client (so a client's answer to such an id can only answer the
-/// gateway); one with any other id is relayed as before.
-#[tokio::test]
-async fn a_server_request_posing_as_an_approval_question_is_dropped() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
-    let up = Misbehaving::start().await;
-    let gw = TestGateway::start_raw(&format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
-         [servers.s]\nurl = \"{}\"\npinning = \"off\"\n{}{}",
-        up.url,
-        clients(),
-        support::allow_all()
-    ))
-    .await;
-    let ask = |id: &str| {
-        json!({"jsonrpc": "2.0", "id": id, "method": "elicitation/create",
-        "params": {"message": "approve?", "requestedSchema": {"type": "object", "properties": {}}}})
-    };
-    let done = json!({"jsonrpc": "2.0", "id": "$id", "result": {"content": [{"type": "text", "text": "done"}]}});
-    up.script(
-        "impostor",
-        Scripted::Sse(vec![ask("portcullis-approval-00ff"), done.clone()]),
-    );
-    up.script("plain", Scripted::Sse(vec![ask("srv-1"), done]));
-    let auth = format!("Bearer {ALICE}");
-    let headers = [
-        ("authorization", auth.as_str()),
-        ("mcp-protocol-version", "2025-11-25"),
-    ];
-    let body = |x: &str| {
-        json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-        "params": {"name": "scripted", "arguments": {"x": x}}})
-        .to_string()
-    };
-    let impostor = raw_post(&gw.url("s"), &headers, body("impostor")).await;
-    assert_eq!(
-        impostor.body["result"]["content"][0]["text"], "done",
-        "{}",
-        impostor.text
-    );
-    assert!(
-        !impostor.text.contains("portcullis-approval-"),
-        "{}",
-        impostor.text
-    );
-    let plain = raw_post(&gw.url("s"), &headers, body("plain")).await;
-    assert!(plain.text.contains("srv-1"), "{}", plain.text);
-    gw.stop().await;
-}
-
-/// Deny rules, rate limits and validation run first: a call they refuse is
-/// never put to a person.
-#[tokio::test]
-async fn only_a_call_that_would_be_forwarded_is_put_to_a_person() {
-    if !tiers::ready(&[Tier::Python, Tier::Node]) {
-        return;
-    }
-    let upstream = PeerServer::start(Peer::Python).await;
-    let gw = gateway(
-        &upstream.url,
-        r#"{ by = "user" }
-rate = { burst = 2, per_second = 0.001 }
-[[rules]]
-clients = ["bob"]
-servers = ["files"]
-tools = ["echo"]
-action = "deny""#,
-        "",
-    )
-    .await;
-    let url = gw.url("files");
-    let out = python(
-        Mode::Legacy,
-        &url,
-        ALICE,
-        "approve",
-        json!([
-            call("echo", json!({"text": 5})),
-            asked(),
-            call("echo", json!({"text": "first"})),
-            call("echo", json!({"text": "second"})),
-            call("echo", json!({"text": "third"})),
-            asked()
-        ]),
-    )
-    .await;
-    assert_eq!(
-        gateway_code(&out[0]),
-        Some("invalid_arguments"),
-        "{}",
-        out[0]
-    );
-    assert_eq!(
-        out[1]["asked"],
-        json!([]),
-        "an invalid call asks nobody (and takes no token)"
-    );
-    assert_eq!(out[2]["text"], "first", "{}", out[2]);
-    assert_eq!(out[3]["text"], "second", "{}", out[3]);
-    assert_eq!(gateway_code(&out[4]), Some("rate_limited"), "{}", out[4]);
-    assert_eq!(
-        out[5]["asked"].as_array().map(Vec::len),
-        Some(2),
-        "only the forwarded calls asked: one past its rate is refused before asking"
-    );
-    let bobs = python(
-        Mode::Modern,
-        &url,
-        BOB,
-        "approve",
-        json!([call("echo", json!({"text": "b"})), asked()]),
-    )
-    .await;
-    assert_eq!(gateway_code(&bobs[0]), Some("unknown_tool"), "{}", bobs[0]);
-    assert_eq!(bobs[1]["asked"], json!([]));
-    assert_eq!(echoes(&upstream).len(), 2);
     gw.stop().await;
     upstream.stop().await;
 }

@@ -9,7 +9,7 @@
 //! their pods' names, and one replica's admin API shows them all.
 //!
 //! The manifests are played from a copy in which only what a cluster would supply is filled
-//! in, as the sidecar test does (`container.rs`): the host network and ports this test picks
+//! in, as the sidecar test does (`container_deploy.rs`): the host network and ports this test picks
 //! on 127.0.0.1 (so the named `containerPort`s go and the probes use numbers), the Services'
 //! names in the URLs become those ports, the locally built image names, the Secret's values
 //! (in podman's own secret store, where 4.3 reads `secretKeyRef`), and names unique to this
@@ -19,41 +19,25 @@
 //! needs the user's approval. Everything played is removed when the test ends, whatever
 //! happened: `podman kube down`, then the pods, volumes and secret by name.
 
-use crate::container::{
-    ADMIN_TOKEN, AGENT_KEY, MCP_IMAGE, base64_encode, fill, free_port, image, listening,
-    on_loopback, podman, podman_ok, ready, sha256_hex,
-};
 use crate::support;
+use support::podman::{
+    self, ADMIN_TOKEN, AGENT_KEY, MCP_IMAGE, fill, free_port, listening, on_loopback, read, ready,
+    run_id, sha256_hex,
+};
 use support::tiers::{self, Tier};
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::{Mode, Sdk, borrow, call, gateway_code, list, modern_call_headers, raw_post, sdk};
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const REDIS_IMAGE: &str = "localhost/portcullis-test-redis:7.0";
 const POSTGRES_IMAGE: &str = "localhost/portcullis-test-postgres:15";
 const APPROVAL_KEY: &str = "fleet-approval-key-of-at-least-32-bytes";
 const REDIS_PASSWORD: &str = "redisfleetpassword1";
 const POSTGRES_PASSWORD: &str = "postgresfleetpassword1";
 const REPLICAS: usize = 3;
-
-fn read(path: &str) -> String {
-    std::fs::read_to_string(Path::new(ROOT).join(path)).expect(path)
-}
-
-/// A name part of this run alone: concurrent runs on one machine never share a pod, a
-/// volume or a secret.
-fn run_id() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .subsec_nanos();
-    format!("{:x}{:x}", std::process::id(), nanos & 0xfffff)
-}
 
 /// The Secret's `stringData` with the test's values filled in, as the JSON of base64 values
 /// podman's secret store holds for `secretKeyRef`.
@@ -74,18 +58,7 @@ fn secret_data() -> String {
     ] {
         secret = fill(&secret, &format!("\"{from}\""), &format!("\"{to}\""));
     }
-    let data: serde_json::Map<String, Value> = secret
-        .lines()
-        .skip_while(|l| l.trim() != "stringData:")
-        .skip(1)
-        .filter_map(|l| l.trim().split_once(": "))
-        .map(|(k, v)| {
-            let v = v.trim_matches('"');
-            (k.to_owned(), Value::String(base64_encode(v.as_bytes())))
-        })
-        .collect();
-    assert_eq!(data.len(), 5, "the Secret's stringData: {secret}");
-    Value::Object(data).to_string()
+    podman::secret_json(&secret, 5)
 }
 
 /// Ports this test picked on 127.0.0.1.
@@ -217,28 +190,6 @@ fn manifest_text(run: &str, ports: &Ports, gateway_image: &str) -> String {
     docs.join("\n---\n")
 }
 
-/// Everything one run played, removed when the test ends whatever happened.
-struct Played {
-    manifest: PathBuf,
-    pods: Vec<String>,
-    volumes: Vec<String>,
-    secret: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Played {
-    fn drop(&mut self) {
-        let _ = podman(&["kube", "down", &self.manifest.to_string_lossy()]);
-        for pod in &self.pods {
-            let _ = podman(&["pod", "rm", "--force", pod]);
-        }
-        for volume in &self.volumes {
-            let _ = podman(&["volume", "rm", "--force", volume]);
-        }
-        let _ = podman(&["secret", "rm", &self.secret]);
-    }
-}
-
 /// A 2026-07-28 `tools/call` of `admin_reset` from a client that declares elicitation,
 /// with `extra` merged into its params (an answer and its `requestState`).
 fn admin_reset(id: u64, extra: Value) -> String {
@@ -290,10 +241,12 @@ async fn the_fleet_manifests_play_three_replicas_sharing_one_redis_and_one_postg
     if !tiers::ready(&[Tier::Python, Tier::Podman]) {
         return;
     }
-    let gateway_image = tokio::task::spawn_blocking(image).await.expect("built");
+    let gateway_image = tokio::task::spawn_blocking(podman::image)
+        .await
+        .expect("built");
     for local in [REDIS_IMAGE, POSTGRES_IMAGE] {
         assert!(
-            podman(&["image", "exists", local]).status.success(),
+            podman::run(&["image", "exists", local]).status.success(),
             "{local} is missing: tests/container/images.sh builds it"
         );
     }
@@ -316,8 +269,9 @@ async fn the_fleet_manifests_play_three_replicas_sharing_one_redis_and_one_postg
         .collect();
     let redis_pod = format!("portcullis-redis-{run}-pod-0");
     let postgres_pod = format!("portcullis-postgres-{run}-pod-0");
-    let played = Played {
-        manifest: manifest.clone(),
+    let secret = format!("portcullis-fleet-secrets-{run}");
+    let played = podman::Cleanup(podman::Made {
+        manifest: Some(manifest.clone()),
         pods: gateways
             .iter()
             .chain([&redis_pod, &postgres_pod])
@@ -331,17 +285,12 @@ async fn the_fleet_manifests_play_three_replicas_sharing_one_redis_and_one_postg
         .into_iter()
         .chain((0..REPLICAS).map(|i| format!("portcullis-fleet-config-{run}-{i}")))
         .collect(),
-        secret: format!("portcullis-fleet-secrets-{run}"),
-        _dir: dir,
-    };
-    podman_ok(&[
-        "secret",
-        "create",
-        &played.secret,
-        &secret_file.to_string_lossy(),
-    ]);
+        secrets: vec![secret.clone()],
+        ..Default::default()
+    });
+    podman::ok(&["secret", "create", &secret, &secret_file.to_string_lossy()]);
     let started = Instant::now();
-    podman_ok(&[
+    podman::ok(&[
         "kube",
         "play",
         "--network",
@@ -420,7 +369,7 @@ async fn the_fleet_manifests_play_three_replicas_sharing_one_redis_and_one_postg
     }
     let redis = format!("{redis_pod}-redis");
     let redis_port = ports.redis.to_string();
-    let keys = podman_ok(&[
+    let keys = podman::ok(&[
         "exec",
         &redis,
         "redis-cli",
@@ -434,14 +383,14 @@ async fn the_fleet_manifests_play_three_replicas_sharing_one_redis_and_one_postg
     ]);
     assert_eq!(keys.lines().count(), 1, "one used nonce: {keys:?}");
     // Without the Secret's password Redis answers nothing else.
-    let anonymous = podman_ok(&["exec", &redis, "redis-cli", "-p", &redis_port, "KEYS", "*"]);
+    let anonymous = podman::ok(&["exec", &redis, "redis-cli", "-p", &redis_port, "KEYS", "*"]);
     assert!(anonymous.contains("NOAUTH"), "{anonymous:?}");
 
     // The used nonce outlives a restart of Redis (its append-only file is on the claim). Redis
     // is shut down from inside and comes back by the pod's restart policy, as a crashed
     // container does under a kubelet (stopping and starting it from outside races with that
     // policy in podman). Once the replica has reconnected, the replay is still refused as used.
-    let _ = podman(&[
+    let _ = podman::run(&[
         "exec",
         &redis,
         "redis-cli",
@@ -458,7 +407,7 @@ async fn the_fleet_manifests_play_three_replicas_sharing_one_redis_and_one_postg
     let mut after_restart = Value::Null;
     for _ in 0..240 {
         after_restart = post(&urls[2], admin_reset(6, yes.clone())).await;
-        let restarts = podman_ok(&["inspect", "--format", "{{.RestartCount}}", &redis]);
+        let restarts = podman::ok(&["inspect", "--format", "{{.RestartCount}}", &redis]);
         let back = restarts.parse::<u32>().is_ok_and(|n| n >= 1);
         if (back && code(&after_restart) != "state_unavailable") || Instant::now() > deadline {
             break;
@@ -467,7 +416,7 @@ async fn the_fleet_manifests_play_three_replicas_sharing_one_redis_and_one_postg
     }
     if code(&after_restart) != "approval_used" {
         let logs = |c: &str| {
-            let out = podman(&["logs", "--tail", "30", c]);
+            let out = podman::run(&["logs", "--tail", "30", c]);
             format!(
                 "{c}:\n{}{}",
                 String::from_utf8_lossy(&out.stdout),

@@ -3,7 +3,8 @@
 //! of the real Python SDK server. Only a valid token reaches the upstream;
 //! every forgery and every wrong claim gets 401 (a missing scope 403) with the
 //! challenge that sends the client to the RFC 9728 metadata; a key set URL is
-//! fetched, and a rotated key is picked up; rules name JWT clients.
+//! fetched, and a rotated key is picked up; rules name JWT clients. The metadata and
+//! challenges that lead a client to its authorization server: `jwt_metadata.rs`.
 
 use crate::support;
 use support::Config;
@@ -18,25 +19,25 @@ use support::{
     modern_call, modern_call_headers, raw_post, sdk,
 };
 
-const ISS: &str = "https://idp.example.test/realms/mcp";
-const AUD: &str = "https://mcp.example.test/mcp/flights";
+pub(crate) const ISS: &str = "https://idp.example.test/realms/mcp";
+pub(crate) const AUD: &str = "https://mcp.example.test/mcp/flights";
 const METADATA: &str = "https://mcp.example.test/.well-known/oauth-protected-resource/mcp/flights";
 
 /// `[auth.jwt]` for this test's issuer and audience, with `keys` (`jwks_file = …`
 /// or `jwks_url = …`) and any `extra` lines.
-fn jwt_table(keys: &str, extra: &str) -> String {
+pub(crate) fn jwt_table(keys: &str, extra: &str) -> String {
     format!("[auth.jwt]\nissuer = \"{ISS}\"\naudience = \"{AUD}\"\n{keys}\n{extra}\n")
 }
 
 /// A JWKS file holding the public keys of `signers`.
-fn jwks_file(signers: &[&Signer]) -> tempfile::NamedTempFile {
+pub(crate) fn jwks_file(signers: &[&Signer]) -> tempfile::NamedTempFile {
     let mut file = tempfile::NamedTempFile::new().expect("temp file");
     file.write_all(jwks(signers).as_bytes()).expect("write");
     file
 }
 
 /// A 2026-07-28 `tools/call` of `tool` with `bearer` (no header when empty).
-async fn call_with(url: &str, bearer: &str, tool: &str, args: Value) -> Raw {
+pub(crate) async fn call_with(url: &str, bearer: &str, tool: &str, args: Value) -> Raw {
     let mut headers = modern_call_headers(bearer, tool);
     if bearer.is_empty() {
         headers.retain(|(k, _)| *k != "authorization");
@@ -44,7 +45,7 @@ async fn call_with(url: &str, bearer: &str, tool: &str, args: Value) -> Raw {
     raw_post(url, &borrow(&headers), modern_call(1, tool, args)).await
 }
 
-fn challenge(r: &Raw) -> &str {
+pub(crate) fn challenge(r: &Raw) -> &str {
     r.headers
         .get("www-authenticate")
         .and_then(|v| v.to_str().ok())
@@ -52,7 +53,7 @@ fn challenge(r: &Raw) -> &str {
 }
 
 /// The `portcullis/error` code of a raw tools/call answer, if the gateway made one.
-fn raw_code(r: &Raw) -> Option<&str> {
+pub(crate) fn raw_code(r: &Raw) -> Option<&str> {
     r.body["result"]["_meta"]["portcullis/error"]["code"].as_str()
 }
 
@@ -398,96 +399,6 @@ async fn a_redirected_or_oversized_key_set_is_not_trusted() {
     assert!(upstream.hits() == 0, "nothing reached the upstream");
 }
 
-async fn get(url: &str, host: Option<&str>) -> (u16, Value) {
-    support::init();
-    let client = support::http();
-    let mut req = client.get(url);
-    if let Some(host) = host {
-        req = req.header("host", host);
-    }
-    let resp = req.send().await.expect("request sent");
-    let status = resp.status().as_u16();
-    let body = serde_json::from_str(&resp.text().await.unwrap_or_default()).unwrap_or(Value::Null);
-    (status, body)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn protected_resource_metadata_is_served_from_the_configuration() {
-    let upstream = support::upstreams::InProcess::demo().await;
-    let key = Signer::ec("ec-1");
-    let file = jwks_file(&[&key]);
-    let rest = format!(
-        "{}{}",
-        jwt_table(
-            &format!("jwks_file = \"{}\"", file.path().display()),
-            "required_scopes = [\"mcp:tools\", \"mcp:read\"]"
-        ),
-        allow_all()
-    );
-    let gateway = TestGateway::start(&[("flights", &upstream.url)], &rest).await;
-    let base = gateway.url("flights").replace("/mcp/flights", "");
-    let well_known = format!("{base}/.well-known/oauth-protected-resource");
-    let doc = |resource: &str| {
-        json!({
-            "resource": resource,
-            "authorization_servers": [ISS],
-            "bearer_methods_supported": ["header"],
-            "scopes_supported": ["mcp:tools", "mcp:read"],
-        })
-    };
-    for (path, resource) in [
-        ("/mcp/flights", AUD),
-        ("/mcp", "https://mcp.example.test/mcp"),
-        ("", "https://mcp.example.test"),
-    ] {
-        let (status, body) = get(&format!("{well_known}{path}"), None).await;
-        assert_eq!((status, body), (200, doc(resource)), "{path}");
-    }
-    // The Host a request names changes nothing in the document.
-    let (status, body) = get(&format!("{well_known}/mcp/flights"), Some("localhost")).await;
-    assert_eq!((status, body), (200, doc(AUD)));
-    let (status, _) = get(&format!("{well_known}/mcp/nope"), None).await;
-    assert_eq!(status, 404);
-    // Through /mcp (one server), the challenge points at the /mcp metadata.
-    let r = call_with(&format!("{base}/mcp"), "", "echo", json!({"text": "hi"})).await;
-    assert_eq!(r.status, 401);
-    assert_eq!(
-        challenge(&r),
-        "Bearer scope=\"mcp:tools mcp:read\", resource_metadata=\"https://mcp.example.test/.well-known/oauth-protected-resource/mcp\""
-    );
-    gateway.stop().await;
-
-    // Without [auth.jwt], none of this exists, and challenges stay as they were.
-    let gateway = TestGateway::start(
-        &[("flights", &upstream.url)],
-        &format!("{}{}", clients(), allow_all()),
-    )
-    .await;
-    let base = gateway.url("flights").replace("/mcp/flights", "");
-    for path in ["", "/mcp", "/mcp/flights"] {
-        let (status, _) = get(
-            &format!("{base}/.well-known/oauth-protected-resource{path}"),
-            None,
-        )
-        .await;
-        assert_eq!(status, 404, "{path}");
-    }
-    let r = call_with(&gateway.url("flights"), "", "echo", json!({"text": "hi"})).await;
-    assert_eq!((r.status, challenge(&r)), (401, "Bearer"));
-    let r = call_with(
-        &gateway.url("flights"),
-        "a.b.c",
-        "echo",
-        json!({"text": "hi"}),
-    )
-    .await;
-    assert_eq!(
-        (r.status, challenge(&r)),
-        (401, "Bearer error=\"invalid_token\"")
-    );
-    gateway.stop().await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jwks_file_is_read_again_on_reload() {
     let upstream = support::upstreams::InProcess::demo().await;
@@ -550,101 +461,6 @@ async fn a_jwks_file_is_read_again_on_reload() {
             .await
             .status,
         401
-    );
-    gateway.stop().await;
-}
-
-/// On the merged `/mcp` view (several servers), a token whose audience names one
-/// server is refused; a token for the gateway as a whole reaches every server.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_bound_audience_does_not_open_the_merged_view() {
-    if !tiers::ready(&[Tier::Python]) {
-        return;
-    }
-    let flights = PeerServer::start(Peer::Python).await;
-    let hotels = PeerServer::start(Peer::Python).await;
-    let key = Signer::ec("ec-merged");
-    let file = jwks_file(&[&key]);
-    const WHOLE: &str = "https://mcp.example.test/mcp";
-    let rest = format!(
-        "{}{}[auth.jwt]\nissuer = \"{ISS}\"\naudience = [\"{AUD}\", \"{WHOLE}\"]\njwks_file = \"{}\"\n",
-        clients(),
-        allow_all(),
-        file.path().display()
-    );
-    let gateway =
-        TestGateway::start(&[("flights", &flights.url), ("hotels", &hotels.url)], &rest).await;
-    let merged = gateway.merged_url();
-    let bound = key.token(&claims(ISS, AUD, "carol", ""));
-    let whole = key.token(&claims(ISS, WHOLE, "carol", ""));
-
-    let r = call_with(
-        &gateway.url("flights"),
-        &bound,
-        "echo",
-        json!({"text": "a"}),
-    )
-    .await;
-    assert_eq!((r.status, raw_code(&r)), (200, None), "{}", r.text);
-    let r = call_with(&merged, &bound, "hotels__echo", json!({"text": "b"})).await;
-    assert_eq!(
-        r.status, 401,
-        "a flights-only token on the merged view: {}",
-        r.text
-    );
-    assert!(
-        challenge(&r).contains("resource_metadata="),
-        "{}",
-        challenge(&r)
-    );
-    let r = call_with(&merged, &whole, "hotels__echo", json!({"text": "c"})).await;
-    assert_eq!((r.status, raw_code(&r)), (200, None), "{}", r.text);
-
-    assert_eq!(flights.ran(), ["echo"]);
-    assert_eq!(hotels.ran(), ["echo"]);
-    gateway.stop().await;
-    flights.stop().await;
-    hotels.stop().await;
-}
-
-/// A client refused on the merged `/mcp` view (several servers) follows the
-/// challenge's `resource_metadata` and finds the document there: the view is
-/// a protected resource like any server.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_merged_views_challenge_leads_to_a_document_that_exists() {
-    let flights = support::upstreams::InProcess::demo().await;
-    let hotels = support::upstreams::InProcess::demo().await;
-    let key = Signer::ec("ec-merged");
-    let file = jwks_file(&[&key]);
-    let rest = format!(
-        "{}{}",
-        jwt_table(&format!("jwks_file = \"{}\"", file.path().display()), ""),
-        allow_all()
-    );
-    let gateway =
-        TestGateway::start(&[("flights", &flights.url), ("hotels", &hotels.url)], &rest).await;
-    let merged = gateway.merged_url();
-    let base = merged.trim_end_matches("/mcp").to_owned();
-
-    let r = call_with(&merged, "", "hotels__echo", json!({"text": "a"})).await;
-    assert_eq!(r.status, 401, "{}", r.text);
-    let header = challenge(&r);
-    let url = header
-        .split("resource_metadata=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap_or_else(|| panic!("no resource_metadata in {header:?}"));
-    // The configured origin stands for this listener: follow the path on it.
-    let followed = url.replacen("https://mcp.example.test", &base, 1);
-    assert_ne!(followed, url, "the URL is on the configured origin: {url}");
-    let (status, body) = get(&followed, None).await;
-    assert_eq!(status, 200, "{followed}: {body}");
-    assert_eq!(body["resource"], "https://mcp.example.test/mcp", "{body}");
-    assert_eq!(body["authorization_servers"], json!([ISS]), "{body}");
-    assert_eq!(
-        flights.hits() + hotels.hits(),
-        0,
-        "nothing reached a server"
     );
     gateway.stop().await;
 }

@@ -1,11 +1,10 @@
 //! The closed method table, seen from outside: a method the MCP specification
 //! does not define for the request's era and direction — and that the
 //! operator did not name in `[methods]` — is refused with -32601 for every
-//! client and never reaches the server; an operator's method passes the rules
-//! of the class it was given; what an upstream sends that the specification
+//! client and never reaches the server; what an upstream sends that the specification
 //! does not let a server send is dropped; and the tool catalog is the
 //! gateway's own, collected whole from the first page whatever a client's
-//! list asked for.
+//! list asked for. Methods the operator names: `methods_operator.rs`.
 
 use crate::support;
 use support::tiers::{self, Tier};
@@ -15,10 +14,10 @@ use support::misbehaving::Misbehaving;
 use support::*;
 
 /// Lets requests without credentials in, as `anonymous`.
-const ANONYMOUS: &str = "[clients.anonymous]\n";
+pub(crate) const ANONYMOUS: &str = "[clients.anonymous]\n";
 
 /// Headers of a request from `key` (none: anonymous) in either era.
-fn headers(key: Option<&str>, modern: Option<&str>) -> Vec<(&'static str, String)> {
+pub(crate) fn headers(key: Option<&str>, modern: Option<&str>) -> Vec<(&'static str, String)> {
     let mut h = Vec::new();
     if let Some(key) = key {
         h.push(("authorization", format!("Bearer {key}")));
@@ -32,7 +31,7 @@ fn headers(key: Option<&str>, modern: Option<&str>) -> Vec<(&'static str, String
 
 /// A JSON-RPC message of `method` (a notification when `id` is `None`),
 /// with the 2026-07-28 `_meta` when `modern`.
-fn message(id: Option<u64>, method: &str, mut params: Value, modern: bool) -> String {
+pub(crate) fn message(id: Option<u64>, method: &str, mut params: Value, modern: bool) -> String {
     if modern {
         params["_meta"] = modern_meta();
     }
@@ -43,7 +42,7 @@ fn message(id: Option<u64>, method: &str, mut params: Value, modern: bool) -> St
     m.to_string()
 }
 
-async fn send(url: &str, key: Option<&str>, modern: bool, body: &str) -> Raw {
+pub(crate) async fn send(url: &str, key: Option<&str>, modern: bool, body: &str) -> Raw {
     let parsed: Value = serde_json::from_str(body).expect("a JSON body");
     let method = parsed["method"].as_str().unwrap_or_default();
     let mut h = headers(key, modern.then_some(method));
@@ -54,7 +53,7 @@ async fn send(url: &str, key: Option<&str>, modern: bool, body: &str) -> Raw {
 }
 
 /// A -32601 refusal with the era's HTTP status.
-fn assert_method_not_found(r: &Raw, modern: bool, notification: bool, what: &str) {
+pub(crate) fn assert_method_not_found(r: &Raw, modern: bool, notification: bool, what: &str) {
     let status = match (modern, notification) {
         (true, _) => 404,
         (false, false) => 200,
@@ -262,193 +261,6 @@ async fn subscribing_to_a_hidden_resource_is_refused_in_both_eras() {
     assert_ne!(r.body["error"]["code"], -32602, "{}", r.text);
     assert_eq!(up.methods(), vec!["resources/subscribe".to_owned()]);
     gateway.stop().await;
-}
-
-#[tokio::test]
-async fn a_method_the_operator_names_is_forwarded_under_its_class_rules() {
-    if !tiers::ready(&[Tier::Python]) {
-        return;
-    }
-    let py = PeerServer::start(Peer::PythonPaged).await;
-    let rules = "[[rules]]\nclients = [\"alice\"]\nservers = [\"*\"]\ntools = [\"echo\"]\naction = \"allow\"\n";
-    let echo = |name: Option<&str>| {
-        let mut params = json!({"arguments": {"text": "hi"}});
-        if let Some(name) = name {
-            params["name"] = name.into();
-        }
-        message(Some(1), "x/echo", params, false)
-    };
-    // Not named: refused, as any unknown method.
-    let unnamed = TestGateway::start(&[("py", &py.url)], &format!("{}{rules}", clients())).await;
-    let r = send(&unnamed.url("py"), Some(ALICE), false, &echo(Some("echo"))).await;
-    assert_method_not_found(&r, false, false, "x/echo, not named");
-    unnamed.stop().await;
-    assert!(py.ran().is_empty(), "{:?}", py.ran());
-
-    // Named as a tool method: it acts on the tool in params.name, under that tool's rules.
-    let config = format!("{}{rules}\n[methods]\n\"x/echo\" = \"tool\"\n", clients());
-    let gateway = TestGateway::start(&[("py", &py.url)], &config).await;
-    let url = gateway.url("py");
-    let r = send(&url, Some(ALICE), false, &echo(Some("echo"))).await;
-    assert_eq!(r.status, 200, "{}", r.text);
-    assert_eq!(
-        r.body["result"]["echoed"]["arguments"]["text"], "hi",
-        "{}",
-        r.text
-    );
-    assert_eq!(py.ran(), vec!["x/echo".to_owned()]);
-    // Refused as tools/call refuses (see the next test for every check).
-    for (key, name) in [(ALICE, Some("admin_reset")), (BOB, Some("echo"))] {
-        let r = send(&url, Some(key), false, &echo(name)).await;
-        assert_eq!(r.refusal().as_deref(), Some("unknown_tool"));
-    }
-    let r = send(&url, Some(ALICE), false, &echo(None)).await;
-    assert_eq!(
-        r.body["error"]["code"], -32602,
-        "without params.name: {}",
-        r.text
-    );
-    // The name is exact.
-    let r = send(
-        &url,
-        Some(ALICE),
-        false,
-        &message(Some(2), "X/echo", json!({"name": "echo"}), false),
-    )
-    .await;
-    assert_method_not_found(&r, false, false, "X/echo");
-    gateway.stop().await;
-    assert_eq!(py.ran(), vec!["x/echo".to_owned()], "nothing else ran");
-
-    // Named as a lifecycle method: no rule applies, anyone admitted may call it.
-    let config = format!(
-        "{}{ANONYMOUS}[methods]\n\"x/echo\" = \"lifecycle\"\n",
-        clients()
-    );
-    let open = TestGateway::start(&[("py", &py.url)], &config).await;
-    let r = send(&open.url("py"), None, false, &echo(None)).await;
-    assert_eq!(
-        r.body["result"]["echoed"]["arguments"]["text"], "hi",
-        "{}",
-        r.text
-    );
-    open.stop().await;
-    py.stop().await;
-}
-
-/// Every way to call a tool is a tool call: the server's own `x/call`
-/// (`{name, arguments}`), named `"tool"` in `[methods]`, passes exactly the
-/// checks of `tools/call` — the rules, their `arguments`, `inputSchema`, the
-/// secret scan, approval and the rate (one bucket for both) — and each case
-/// gets the same answer through either method, on `/mcp/<server>` in both
-/// eras and on the merged view.
-#[tokio::test]
-async fn a_tool_method_passes_exactly_the_checks_of_tools_call() {
-    if !tiers::ready(&[Tier::Python]) {
-        return;
-    }
-    let py = PeerServer::start(Peer::PythonPaged).await;
-    let config = format!(
-        "{}[[rules]]\nclients = [\"alice\"]\nservers = [\"py\"]\ntools = [\"echo\"]\naction = \"allow\"\n\
-         arguments = {{ properties = {{ text = {{ maxLength = 60 }} }} }}\n\
-         rate = {{ burst = 2, per_second = 0.001 }}\n\
-         [[rules]]\nclients = [\"alice\"]\nservers = [\"py\"]\ntools = [\"admin_reset\"]\naction = \"allow\"\n\
-         approval = {{ by = \"user\" }}\n\
-         [methods]\n\"x/call\" = \"tool\"\n",
-        clients()
-    );
-    let secret = "ghp_16C7e42F292c6912E7710c838347Ae178B4a";
-    let cases = [
-        (
-            "a tool the rules hide",
-            "book_flight",
-            json!({}),
-            "unknown_tool",
-        ),
-        (
-            "arguments outside the rule",
-            "echo",
-            json!({"text": "x".repeat(70)}),
-            "argument_not_permitted",
-        ),
-        (
-            "arguments outside inputSchema",
-            "echo",
-            json!({"text": 5}),
-            "invalid_arguments",
-        ),
-        (
-            "a secret in the arguments",
-            "echo",
-            json!({"text": secret}),
-            "argument_not_permitted",
-        ),
-        (
-            "a call needing approval",
-            "admin_reset",
-            json!({}),
-            "approval_unavailable",
-        ),
-        ("an allowed call", "echo", json!({"text": "hi"}), "ran"),
-        (
-            "a call past its rate",
-            "echo",
-            json!({"text": "hi"}),
-            "rate_limited",
-        ),
-    ];
-    let views = [
-        ("handshake era", false, false),
-        ("2026-07-28", true, false),
-        ("merged view", true, true),
-    ];
-    for (view, modern, merged) in views {
-        // A gateway of its own for each view: a full bucket each time.
-        let gateway = TestGateway::start(&[("py", &py.url), ("other", &py.url)], &config).await;
-        let url = if merged {
-            gateway.merged_url()
-        } else {
-            gateway.url("py")
-        };
-        for (case, tool, arguments, expected) in &cases {
-            let tool = if merged {
-                format!("py__{tool}")
-            } else {
-                (*tool).to_owned()
-            };
-            let mut seen = Vec::new();
-            for method in ["tools/call", "x/call"] {
-                let params = json!({"name": tool, "arguments": arguments});
-                let body = message(Some(1), method, params, modern);
-                let mut h = headers(Some(ALICE), modern.then_some(method));
-                if modern {
-                    h.push(("mcp-name", tool.clone()));
-                }
-                let r = raw_post(&url, &borrow(&h), body).await;
-                let what = format!("{view}, {case} via {method}");
-                assert_eq!(r.status, 200, "{what}: {}", r.text);
-                let result = &r.body["result"];
-                let code = result["_meta"]["portcullis/error"]["code"]
-                    .as_str()
-                    .unwrap_or("ran");
-                assert_eq!(code, *expected, "{what}: {}", r.text);
-                // The wait a rate refusal announces shrinks between the two calls.
-                let text = (code != "rate_limited").then(|| result["content"][0]["text"].clone());
-                seen.push((code.to_owned(), result["isError"].clone(), text));
-            }
-            assert_eq!(
-                seen[0], seen[1],
-                "{view}, {case}: tools/call and x/call answer alike"
-            );
-        }
-        gateway.stop().await;
-    }
-    assert_eq!(
-        py.ran(),
-        vec!["echo".to_owned(); 6],
-        "only the allowed calls ran"
-    );
-    py.stop().await;
 }
 
 #[tokio::test]

@@ -91,6 +91,12 @@ async fn the_merged_view_leaves_a_dead_servers_tools_out_and_says_when_they_are_
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // What follows reads this stream: one never acknowledged would prove nothing.
+    assert!(
+        seen.lock().expect("lock").contains(acknowledged),
+        "the listen stream was never acknowledged: {}",
+        seen.lock().expect("lock")
+    );
 
     // `a` dies; the first call that finds it gone opens its breaker.
     a.kill().await;

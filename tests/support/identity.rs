@@ -13,7 +13,8 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use super::{http, peers_dir, recorded, repo, require};
+use super::peers::recorded;
+use super::{http, peers_dir, repo, require};
 
 /// The audience the authorization server's tokens name for the gateway
 /// (its resource URL: every server and the merged view).
