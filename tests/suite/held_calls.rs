@@ -2,32 +2,28 @@
 //! nothing: through the official Python SDK client in both protocol eras and
 //! a real Python SDK server that records every call it runs.
 //!
-//! A call waiting for an answer is decided again when the answer comes: a
-//! reload that denies the tool or removes the client ends it with
-//! `approval_expired` and the server never runs it. A rate-limit token is
+//! A call waiting for an answer is decided again when the answer comes
+//! (`held_calls_reload.rs`). A rate-limit token is
 //! taken once, when a call runs: never by a question, a refusal or a
 //! declined call — with buckets in memory and in a real redis-server.
 
 use crate::support;
 use support::tiers::{self, Tier};
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use portcullis::Gateway;
 use serde_json::{Value, json};
 use support::redis::RedisServer;
 use support::{ALICE, BOB, Config, Mode, Peer, PeerServer, TestGateway, call, gateway_code};
 
-const ADMIN_TOKEN: &str = "held-admin-token";
-const BY_USER: &str = r#"{ by = "user", timeout = "1m" }"#;
-const BY_EITHER: &str = r#"{ by = "either", timeout = "1m" }"#;
+pub(crate) const ADMIN_TOKEN: &str = "held-admin-token";
+pub(crate) const BY_USER: &str = r#"{ by = "user", timeout = "1m" }"#;
 
 /// Server `files` in front of `upstream` and the harness's clients; everyone
 /// may call `echo` with `approval`, at most once per client per 1000 s when
 /// `rate`, and `progress` freely; `deny_echo` adds a rule denying `echo` to
 /// everyone.
-fn config(upstream: &str, approval: &str, rate: bool, deny_echo: bool) -> Config {
+pub(crate) fn config(upstream: &str, approval: &str, rate: bool, deny_echo: bool) -> Config {
     let mut config = Config::new()
         .admin_token(ADMIN_TOKEN)
         .server("files", upstream)
@@ -48,7 +44,13 @@ fn config(upstream: &str, approval: &str, rate: bool, deny_echo: bool) -> Config
 
 /// The Python SDK client answering elicitations as `elicit` says
 /// (`approve`, `decline`, `off`, `wait:PATH`).
-async fn python(mode: Mode, url: &str, key: &str, elicit: &str, ops: Value) -> Vec<Value> {
+pub(crate) async fn python(
+    mode: Mode,
+    url: &str,
+    key: &str,
+    elicit: &str,
+    ops: Value,
+) -> Vec<Value> {
     support::eliciting(support::Sdk::Python, mode, url, key, elicit, ops).await
 }
 
@@ -66,7 +68,7 @@ fn echo(text: &str) -> Value {
 }
 
 /// Polls (bounded) until `check` holds.
-async fn until(what: &str, mut check: impl AsyncFnMut() -> bool) {
+pub(crate) async fn until(what: &str, mut check: impl AsyncFnMut() -> bool) {
     for _ in 0..400 {
         if check().await {
             return;
@@ -178,367 +180,4 @@ async fn refusals_and_declined_calls_take_no_token() {
     assert_eq!(echoes(&upstream), 2);
     gw.stop().await;
     upstream.stop().await;
-}
-
-// === Held calls meet the live configuration ===
-
-/// A gateway started from a configuration file, reloaded when it changes.
-struct Reloadable {
-    gw: TestGateway,
-    path: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Reloadable {
-    async fn start(config: &Config) -> Self {
-        support::init();
-        let dir = tempfile::tempdir().expect("dir");
-        let path = dir.path().join("portcullis.toml");
-        std::fs::write(&path, config.render()).expect("write");
-        let handle = Gateway::start_file(&path).await.expect("gateway starts");
-        Self {
-            gw: TestGateway::from_handle(handle),
-            path,
-            _dir: dir,
-        }
-    }
-
-    /// Replaces the file (write aside, rename over) and waits until the
-    /// reload is in force: `applied` holds.
-    async fn reload(&self, config: &Config, applied: impl AsyncFnMut() -> bool) {
-        let aside = self.path.with_extension("toml.tmp");
-        std::fs::write(&aside, config.render()).expect("write");
-        std::fs::rename(&aside, &self.path).expect("rename");
-        until("the reload is in force", applied).await;
-    }
-}
-
-/// Whether `huge` (which no rule needs approval for) runs for `key` now:
-/// `Ok(())`, or the refusal (`unauthenticated` for an unknown client).
-async fn huge(url: &str, key: &str) -> Result<(), String> {
-    let raw = support::tools_call(url, key, "huge", json!({"size": 1}), &[]).await;
-    if raw.status == 401 {
-        return Err("unauthenticated".into());
-    }
-    raw.refusal().map_or(Ok(()), Err)
-}
-
-/// Each era's client is asked; while the question is open a reload denies
-/// `echo`; the yes that follows ends the call with `approval_expired`.
-#[tokio::test]
-async fn a_reload_denying_the_tool_ends_a_call_waiting_for_the_user() {
-    if !tiers::ready(&[Tier::Python]) {
-        return;
-    }
-    for mode in [Mode::Modern, Mode::Legacy] {
-        let upstream = PeerServer::start(Peer::Python).await;
-        let gw = Reloadable::start(&config(&upstream.url, BY_USER, false, false)).await;
-        let url = gw.gw.url("files");
-        let dir = tempfile::tempdir().expect("dir");
-        let answer = dir.path().join("answer");
-        let elicit = format!("wait:{}", answer.display());
-        let client = {
-            let url = url.clone();
-            tokio::spawn(
-                async move { python(mode, &url, ALICE, &elicit, json!([echo("held")])).await },
-            )
-        };
-        let asked = answer.with_extension("asked");
-        until("the user is asked", async || asked.exists()).await;
-        let denied = config(&upstream.url, BY_USER, false, true).allow(&["huge"]);
-        gw.reload(&denied, async || huge(&url, BOB).await.is_ok())
-            .await;
-        std::fs::write(&answer, "yes").expect("answer");
-        let out = client.await.expect("client");
-        assert_eq!(
-            gateway_code(&out[0]),
-            Some("approval_expired"),
-            "{mode:?}: {}",
-            out[0]
-        );
-        assert_eq!(echoes(&upstream), 0, "{mode:?}: the server never ran it");
-        gw.gw.stop().await;
-        upstream.stop().await;
-    }
-}
-
-/// A reload that leaves the tool allowed does not end the call: it runs
-/// under the configuration in force when the answer comes.
-#[tokio::test]
-async fn a_reload_that_still_allows_the_call_lets_it_run() {
-    if !tiers::ready(&[Tier::Python]) {
-        return;
-    }
-    let upstream = PeerServer::start(Peer::Python).await;
-    let gw = Reloadable::start(&config(&upstream.url, BY_USER, false, false)).await;
-    let url = gw.gw.url("files");
-    let dir = tempfile::tempdir().expect("dir");
-    let answer = dir.path().join("answer");
-    let elicit = format!("wait:{}", answer.display());
-    let client = {
-        let url = url.clone();
-        tokio::spawn(async move {
-            python(Mode::Legacy, &url, ALICE, &elicit, json!([echo("kept")])).await
-        })
-    };
-    let asked = answer.with_extension("asked");
-    until("the user is asked", async || asked.exists()).await;
-    // The new file only adds a rule for another tool.
-    let more = config(&upstream.url, BY_USER, false, false).allow(&["huge"]);
-    gw.reload(&more, async || huge(&url, BOB).await.is_ok())
-        .await;
-    std::fs::write(&answer, "yes").expect("answer");
-    let out = client.await.expect("client");
-    assert_eq!(out[0]["text"], "kept", "{}", out[0]);
-    assert_eq!(echoes(&upstream), 1);
-    gw.gw.stop().await;
-    upstream.stop().await;
-}
-
-/// An operator's call held open (the client cannot be asked: `either` falls
-/// to an operator); a reload denies the tool, or removes the client; the
-/// operator's yes that follows ends the call with `approval_expired`.
-#[tokio::test]
-async fn a_reload_denying_the_tool_or_removing_the_client_ends_a_call_held_for_an_operator() {
-    if !tiers::ready(&[Tier::Python]) {
-        return;
-    }
-    for change in ["deny the tool", "remove the client"] {
-        let upstream = PeerServer::start(Peer::Python).await;
-        let gw = Reloadable::start(&config(&upstream.url, BY_EITHER, false, false)).await;
-        let url = gw.gw.url("files");
-        let client = {
-            let url = url.clone();
-            tokio::spawn(async move {
-                python(Mode::Legacy, &url, ALICE, "off", json!([echo("held")])).await
-            })
-        };
-        let operator = gw.gw.admin(ADMIN_TOKEN);
-        let entry = operator.first_pending().await;
-        let id = entry["id"].as_str().expect("queued id");
-        let (changed, prober, now) = match change {
-            "deny the tool" => (config(&upstream.url, BY_EITHER, false, true), BOB, Ok(())),
-            _ => (
-                Config::new()
-                    .admin_token(ADMIN_TOKEN)
-                    .server("files", &upstream.url)
-                    .set("timeout", "20s")
-                    .set("pinning", "off")
-                    .client("bob", BOB)
-                    .allow(&["echo"])
-                    .set_raw("approval", BY_EITHER),
-                ALICE,
-                Err("unauthenticated".to_owned()),
-            ),
-        };
-        let changed = changed.allow(&["huge"]);
-        gw.reload(&changed, async || huge(&url, prober).await == now)
-            .await;
-        assert_eq!(operator.decide(id, "approve").await.0, 200);
-        let out = client.await.expect("client");
-        assert_eq!(
-            gateway_code(&out[0]),
-            Some("approval_expired"),
-            "{change}: {}",
-            out[0]
-        );
-        assert_eq!(echoes(&upstream), 0, "{change}: the server never ran it");
-        gw.gw.stop().await;
-        upstream.stop().await;
-    }
-}
-
-/// `echo` private, `leaky_text` untrusted, `book_flight` egress and held for
-/// an operator (`either`: a client that cannot be asked falls to one); with
-/// `flow`, the egress rule also refuses a session holding both labels.
-fn flow_config(upstream: &str, flow: bool) -> Config {
-    let config = Config::new()
-        .admin_token(ADMIN_TOKEN)
-        .server("files", upstream)
-        .set("timeout", "20s")
-        .set("pinning", "off")
-        .set_raw(
-            "labels",
-            r#"{ echo = { source = "private" }, leaky_text = { source = "untrusted" }, book_flight = { sink = "egress" } }"#,
-        )
-        .clients()
-        .allow(&["echo", "leaky_text"])
-        .allow(&["book_flight"])
-        .set_raw("approval", BY_EITHER);
-    match flow {
-        true => config.set_raw(
-            "flow",
-            r#"{ holds = ["private", "untrusted"], then = "deny" }"#,
-        ),
-        false => config,
-    }
-}
-
-/// A session reads private data and untrusted content, then its egress call
-/// waits for an operator; meanwhile a reload adds the flow rule that refuses
-/// such a session's egress calls. The operator's yes that follows ends the
-/// call with `approval_expired`: a held call meets the live flow rules as it
-/// meets the live access rules, and the server never runs it.
-#[tokio::test]
-async fn a_reload_adding_a_flow_rule_ends_an_egress_call_held_for_an_operator() {
-    if !tiers::ready(&[Tier::Python]) {
-        return;
-    }
-    let upstream = PeerServer::start(Peer::Python).await;
-    let gw = Reloadable::start(&flow_config(&upstream.url, false)).await;
-    let url = gw.gw.url("files");
-    let booking =
-        json!({"origin": "CDG", "destination": "JFK", "date": "2026-12-24", "passengers": 1});
-    let client = {
-        let url = url.clone();
-        let ops = json!([
-            call("echo", json!({"text": "the quarterly numbers"})),
-            call("leaky_text", json!({})),
-            call("book_flight", booking),
-        ]);
-        tokio::spawn(async move { python(Mode::Legacy, &url, ALICE, "off", ops).await })
-    };
-    let operator = gw.gw.admin(ADMIN_TOKEN);
-    let entry = operator.first_pending().await;
-    let id = entry["id"].as_str().expect("queued id");
-    // The new file also allows `progress`: its answering shows the reload is in force.
-    let with_flow = flow_config(&upstream.url, true).allow(&["progress"]);
-    gw.reload(&with_flow, async || {
-        let raw = support::tools_call(&url, BOB, "progress", json!({"steps": 0}), &[]).await;
-        raw.refusal().is_none()
-    })
-    .await;
-    assert_eq!(operator.decide(id, "approve").await.0, 200);
-    let out = client.await.expect("client");
-    assert_eq!(gateway_code(&out[0]), None, "{}", out[0]);
-    assert_eq!(gateway_code(&out[1]), None, "{}", out[1]);
-    assert_eq!(
-        gateway_code(&out[2]),
-        Some("approval_expired"),
-        "{}",
-        out[2]
-    );
-    assert!(
-        !upstream.calls().iter().any(|c| c["tool"] == "book_flight"),
-        "the server never ran the egress call"
-    );
-    gw.gw.stop().await;
-    upstream.stop().await;
-}
-
-/// A call held for an operator; meanwhile a reload adds a deny rule whose
-/// condition reads the tool's annotations, guarded with `has(…)` as the book
-/// advises. The tool's annotations (the scripted server marks
-/// `rpc_server_error` idempotent) meet that rule: the operator's yes ends the
-/// call with `approval_expired`, as the same call made now would be refused.
-#[tokio::test]
-async fn a_reload_denying_the_tool_by_its_annotations_ends_a_held_call() {
-    let upstream = support::misbehaving::Misbehaving::start().await;
-    let base = || {
-        Config::new()
-            .admin_token(ADMIN_TOKEN)
-            .server("files", &upstream.url)
-            .set("timeout", "20s")
-            .set("pinning", "off")
-            .clients()
-            .allow(&["rpc_server_error"])
-            .set_raw("approval", BY_EITHER)
-    };
-    let gw = Reloadable::start(&base()).await;
-    let url = gw.gw.url("files");
-    let client = {
-        let url = url.clone();
-        tokio::spawn(async move {
-            support::tools_call(&url, ALICE, "rpc_server_error", json!({}), &[]).await
-        })
-    };
-    let operator = gw.gw.admin(ADMIN_TOKEN);
-    let entry = operator.first_pending().await;
-    let id = entry["id"].as_str().expect("queued id");
-    let denied = base()
-        .deny(&["rpc_server_error"])
-        .set(
-            "when",
-            "has(annotations.idempotentHint) && annotations.idempotentHint",
-        )
-        .allow(&["rpc_internal"]);
-    // `rpc_internal` stops being an unknown tool once the reload is in force.
-    gw.reload(&denied, async || {
-        let raw = support::tools_call(&url, BOB, "rpc_internal", json!({}), &[]).await;
-        raw.refusal().as_deref() != Some("unknown_tool")
-    })
-    .await;
-    let before = upstream.calls();
-    // The same call made now is refused by the new rule.
-    let now = support::tools_call(&url, BOB, "rpc_server_error", json!({}), &[]).await;
-    assert_eq!(now.refusal().as_deref(), Some("call_not_permitted"));
-    assert_eq!(operator.decide(id, "approve").await.0, 200);
-    let held = client.await.expect("client");
-    let text = held.text.clone();
-    assert_eq!(
-        held.refusal().as_deref(),
-        Some("approval_expired"),
-        "{text}"
-    );
-    assert_eq!(
-        upstream.calls(),
-        before,
-        "the server never ran the held call"
-    );
-    gw.gw.stop().await;
-}
-
-/// A call whose arguments carry a credential is held for an operator while
-/// `[sanitize] arguments = "off"` lets it out; a reload restores the default
-/// (`block`), under which the same call made now is refused. The operator's
-/// yes that follows ends the held call with `approval_expired`, and the
-/// credential never reaches the server.
-#[tokio::test]
-async fn a_reload_blocking_secrets_in_arguments_ends_a_held_call_carrying_one() {
-    let upstream = support::misbehaving::Misbehaving::start().await;
-    let config = |scan: &str| {
-        Config::new()
-            .admin_token(ADMIN_TOKEN)
-            .server("files", &upstream.url)
-            .set("timeout", "20s")
-            .set("pinning", "off")
-            .clients()
-            .allow(&["rpc_server_error"])
-            .set_raw("approval", BY_EITHER)
-            .allow(&["rpc_internal"])
-            .section("sanitize")
-            .set("arguments", scan)
-    };
-    let gw = Reloadable::start(&config("off")).await;
-    let url = gw.gw.url("files");
-    let secret = support::misbehaving::CANARIES[0];
-    let client = {
-        let url = url.clone();
-        tokio::spawn(async move {
-            support::tools_call(&url, ALICE, "rpc_server_error", json!({"x": secret}), &[]).await
-        })
-    };
-    let operator = gw.gw.admin(ADMIN_TOKEN);
-    let entry = operator.first_pending().await;
-    let id = entry["id"].as_str().expect("queued id");
-    // Another credential shows the reload in force: refused instead of sent.
-    let probe = support::misbehaving::CANARIES[1];
-    gw.reload(&config("block"), async || {
-        let raw = support::tools_call(&url, BOB, "rpc_internal", json!({"x": probe}), &[]).await;
-        raw.refusal().as_deref() == Some("argument_not_permitted")
-    })
-    .await;
-    assert_eq!(operator.decide(id, "approve").await.0, 200);
-    let held = client.await.expect("client");
-    let text = held.text.clone();
-    assert_eq!(
-        held.refusal().as_deref(),
-        Some("approval_expired"),
-        "{text}"
-    );
-    assert!(
-        !upstream.received(secret),
-        "the credential never reached the server"
-    );
-    gw.gw.stop().await;
 }

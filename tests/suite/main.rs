@@ -58,6 +58,7 @@ mod fleet_state;
 mod flow;
 mod fuzz;
 mod held_calls;
+mod held_calls_reload;
 mod hostile_schemas;
 mod identity;
 mod identity_leaks;
