@@ -106,93 +106,113 @@ fn echoes(upstream: &PeerServer) -> Vec<Value> {
         .collect()
 }
 
+/// A call the person approves: what the question must show of it.
+struct ShownCase {
+    name: &'static str,
+    mode: Mode,
+    arguments: fn() -> Value,
+    /// Text the question, and the audit's record of the approval, contain.
+    shown: fn() -> Vec<String>,
+}
+
+/// A value of 4,200 characters, past the old cut.
+fn long() -> String {
+    format!("{}END", "x".repeat(4200))
+}
+
+/// A key of 300 characters, past the old cut.
+fn long_key() -> String {
+    format!("{}KEY", "k".repeat(300))
+}
+
+/// What a person is shown before saying yes (the old tests each case keeps
+/// are named above it).
+const SHOWN_CASES: &[ShownCase] = &[
+    // the_person_sees_the_control_string_and_the_server_runs_exactly_what_was_shown
+    ShownCase {
+        name: "a terminal-control string, in 2026-07-28",
+        mode: Mode::Modern,
+        arguments: || json!({"text": HIDDEN}),
+        shown: || vec![format!("\"text\": \"{SHOWN}\"")],
+    },
+    // the_person_sees_the_control_string_and_the_server_runs_exactly_what_was_shown
+    ShownCase {
+        name: "a terminal-control string, in 2025-11-25",
+        mode: Mode::Legacy,
+        arguments: || json!({"text": HIDDEN}),
+        shown: || vec![format!("\"text\": \"{SHOWN}\"")],
+    },
+    // a_key_and_a_value_past_the_old_limits_are_shown_whole
+    ShownCase {
+        name: "a key and a value past the old limits, a right-to-left override",
+        mode: Mode::Legacy,
+        arguments: || json!({"text": long(), long_key(): "hidden\u{202e}txt"}),
+        shown: || {
+            vec![
+                format!("\"text\": \"{}\"", long()),
+                format!("\"{}\": \"hidden\\u{{202E}}txt\"", long_key()),
+            ]
+        },
+    },
+];
+
+/// The person sees every case's call whole, every invisible character as a
+/// visible escape; the server runs exactly what was shown, its argument bytes
+/// hashing to the digest the question names; the audit's record of the
+/// approval shows the call the same way. One gateway and server for all the
+/// cases: each approves a call of its own.
 #[tokio::test]
-async fn the_person_sees_the_control_string_and_the_server_runs_exactly_what_was_shown() {
+async fn the_person_sees_the_call_whole_and_the_server_runs_exactly_what_was_shown() {
     if !tiers::ready(&[Tier::Python]) {
         return;
     }
     let upstream = PeerServer::start(Peer::Python).await;
     let gw = gateway(&upstream.url, BY_USER, "").await;
-    for mode in [Mode::Modern, Mode::Legacy] {
+    for case in SHOWN_CASES {
+        let name = case.name;
+        let arguments = (case.arguments)();
         let out = python(
-            mode,
+            case.mode,
             &gw.url("files"),
             "approve",
-            json!([call("echo", json!({"text": HIDDEN})), asked()]),
+            json!([call("echo", arguments.clone()), asked()]),
         )
         .await;
-        assert_eq!(out[0]["isError"], false, "{mode:?}: {}", out[0]);
+        assert_eq!(out[0]["isError"], false, "{name}: {}", out[0]);
         let question = question(&out[1]);
+        for shown in (case.shown)() {
+            assert!(
+                question.contains(&shown),
+                "{name}: shown whole, escapes not deleted: {question}"
+            );
+        }
         assert!(
-            question.contains(&format!("\"text\": \"{SHOWN}\"")),
-            "{mode:?}: the escape is shown, not deleted: {question}"
-        );
-        assert!(
-            !question.contains('\u{1b}') && !question.contains('\u{7}'),
-            "{question}"
+            !question.contains(['\u{1b}', '\u{7}', '\u{202e}']),
+            "{name}: {question}"
         );
         // The digest shown is the digest of the bytes the server received.
         let received = received_digests(&upstream);
-        assert_eq!(received.last(), Some(&named_digest(&question)), "{mode:?}");
-    }
-    let ran = echoes(&upstream);
-    assert_eq!(ran.len(), 2);
-    assert!(
-        ran.iter().all(|c| c["arguments"]["text"] == HIDDEN),
-        "{ran:?}"
-    );
-    // The audit's record of the approval shows the call the same way.
-    let events = gw.admin(ADMIN_TOKEN).get("/api/events").await.1;
-    let shown: Vec<&Value> = events["events"]
-        .as_array()
-        .expect("events")
-        .iter()
-        .filter(|e| e["method"] == "tools/call")
-        .filter_map(|e| e["approval"].get("arguments_shown"))
-        .collect();
-    assert!(!shown.is_empty(), "{events}");
-    assert!(
-        shown
+        assert_eq!(received.last(), Some(&named_digest(&question)), "{name}");
+        // (The server's tool reads `text` alone; the digest above covers the
+        // whole of the bytes it received.)
+        let ran = echoes(&upstream);
+        assert_eq!(
+            ran.last().map(|c| &c["arguments"]["text"]),
+            Some(&arguments["text"]),
+            "{name}: ran exactly what was shown"
+        );
+        // The audit's record of the approval shows the call the same way.
+        let events = gw.admin(ADMIN_TOKEN).get("/api/events").await.1;
+        let recorded = events["events"]
+            .as_array()
+            .expect("events")
             .iter()
-            .all(|s| s.as_str().unwrap_or_default().contains(SHOWN)),
-        "{shown:?}"
-    );
-    gw.stop().await;
-    upstream.stop().await;
-}
-
-#[tokio::test]
-async fn a_key_and_a_value_past_the_old_limits_are_shown_whole() {
-    if !tiers::ready(&[Tier::Python]) {
-        return;
+            .filter(|e| e["method"] == "tools/call")
+            .filter_map(|e| e["approval"]["arguments_shown"].as_str())
+            .any(|s| (case.shown)().iter().all(|shown| s.contains(shown)));
+        assert!(recorded, "{name}: {events}");
     }
-    let upstream = PeerServer::start(Peer::Python).await;
-    let gw = gateway(&upstream.url, BY_USER, "").await;
-    let long = format!("{}END", "x".repeat(4200));
-    let key = format!("{}KEY", "k".repeat(300));
-    let out = python(
-        Mode::Legacy,
-        &gw.url("files"),
-        "approve",
-        json!([
-            call(
-                "echo",
-                json!({"text": long, key.clone(): "hidden\u{202e}txt"})
-            ),
-            asked()
-        ]),
-    )
-    .await;
-    assert_eq!(out[0]["isError"], false, "{}", out[0]);
-    let question = question(&out[1]);
-    assert!(
-        question.contains(&format!("\"text\": \"{long}\"")),
-        "{question}"
-    );
-    assert!(
-        question.contains(&format!("\"{key}\": \"hidden\\u{{202E}}txt\"")),
-        "{question}"
-    );
+    assert_eq!(echoes(&upstream).len(), SHOWN_CASES.len(), "each ran once");
     gw.stop().await;
     upstream.stop().await;
 }
