@@ -98,46 +98,79 @@ async fn a_write_that_may_have_run_is_not_sent_again() {
     peer.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bad_gateway_or_internal_error_is_retried_once_only_for_an_idempotent_tool() {
-    let upstream = Misbehaving::start().await;
-    let gateway = TestGateway::start_raw(&config(
-        &upstream.url,
-        r#"{ attempts = 5, idempotent_tools = ["html_502", "rpc_internal", "rpc_invalid_params"] }"#,
-    ))
-    .await;
-    // Marked idempotent: sent twice, then the failure is the answer.
-    for (tool, tries) in [("html_502", 2), ("rpc_internal", 2)] {
-        let before = upstream.calls();
-        let result = gateway.call("s", tool, json!({})).await;
-        assert_eq!(result["isError"], true, "{result}");
-        assert_eq!(upstream.calls() - before, tries, "{tool}");
-    }
-    // Invalid params: the same arguments would fail the same way.
-    let before = upstream.calls();
-    let result = gateway.call("s", "rpc_invalid_params", json!({})).await;
-    assert_eq!(result["isError"], true, "{result}");
-    assert_eq!(upstream.calls() - before, 1, "-32602 is never retried");
-    // Not marked (its idempotentHint is not trusted by default): sent once.
-    let before = upstream.calls();
-    gateway.call("s", "rpc_server_error", json!({})).await;
-    assert_eq!(upstream.calls() - before, 1);
-    gateway.stop().await;
+/// One failing call and how many times the gateway sends it.
+struct Sends {
+    name: &'static str,
+    /// Server `s`'s retry table.
+    retry: &'static str,
+    /// A tool of the scripted server, each failing its own way.
+    tool: &'static str,
+    /// How many requests of the call reach the server.
+    sends: usize,
 }
 
+const MARKED: &str =
+    r#"{ attempts = 5, idempotent_tools = ["html_502", "rpc_internal", "rpc_invalid_params"] }"#;
+const TRUSTED: &str = "{ trust_annotations = true }";
+
+/// Which failures are sent again (old tests named above their cases).
+const SENDS: &[Sends] = &[
+    // a_bad_gateway_or_internal_error_is_retried_once_only_for_an_idempotent_tool
+    Sends {
+        name: "a bad gateway of a tool marked idempotent: sent twice, then the failure is the answer",
+        retry: MARKED,
+        tool: "html_502",
+        sends: 2,
+    },
+    Sends {
+        name: "an internal error of a tool marked idempotent: sent twice",
+        retry: MARKED,
+        tool: "rpc_internal",
+        sends: 2,
+    },
+    Sends {
+        name: "invalid params of a tool marked idempotent: the same arguments would fail the same way",
+        retry: MARKED,
+        tool: "rpc_invalid_params",
+        sends: 1,
+    },
+    Sends {
+        name: "a tool not marked, its idempotentHint not trusted by default",
+        retry: MARKED,
+        tool: "rpc_server_error",
+        sends: 1,
+    },
+    // trusted_annotations_make_a_tool_idempotent
+    Sends {
+        name: "annotated idempotent and trusted, but -32000 is the server's own error",
+        retry: TRUSTED,
+        tool: "rpc_server_error",
+        sends: 1,
+    },
+    Sends {
+        name: "annotations trusted, but the tool has none",
+        retry: TRUSTED,
+        tool: "html_502",
+        sends: 1,
+    },
+];
+
+/// A failure is sent again once only when the tool is idempotent (marked,
+/// or annotated with annotations trusted) and the failure is transient.
+/// Each case on a gateway of its own (no breaker counts another case's
+/// failures), against one scripted server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn trusted_annotations_make_a_tool_idempotent() {
+async fn a_failure_is_sent_again_once_only_when_the_tool_is_idempotent_and_it_is_transient() {
     let upstream = Misbehaving::start().await;
-    let gateway =
-        TestGateway::start_raw(&config(&upstream.url, "{ trust_annotations = true }")).await;
-    // `rpc_server_error` is annotated idempotent, but -32000 is the server's
-    // own error, not a transient one: sent once.
-    gateway.call("s", "rpc_server_error", json!({})).await;
-    assert_eq!(upstream.calls(), 1);
-    // `html_502` has no annotation: sent once.
-    gateway.call("s", "html_502", json!({})).await;
-    assert_eq!(upstream.calls(), 2);
-    gateway.stop().await;
+    for case in SENDS {
+        let name = case.name;
+        let gateway = TestGateway::start_raw(&config(&upstream.url, case.retry)).await;
+        let before = upstream.calls();
+        let result = gateway.call("s", case.tool, json!({})).await;
+        assert_eq!(result["isError"], true, "{name}: {result}");
+        assert_eq!(upstream.calls() - before, case.sends, "{name}");
+        gateway.stop().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
