@@ -3,13 +3,14 @@
 //!
 //! Place in the path: for `tools/call` (and `resources/read`, `prompts/get`),
 //! after the access rules and the rules' `arguments`, before schema
-//! validation. The checks only [`peek`](RateLimiter::peek): a call that would
-//! be refused for its rate is refused before anything else is decided or
-//! anybody is asked, and nothing is written. The token is taken
-//! ([`check`](RateLimiter::check)) once, right before the call is forwarded:
-//! a refusal (rules, arguments, schema, secrets), a question to a person and
-//! a declined call take none. Nothing else (initialize, lists,
-//! notifications, discover) consumes.
+//! validation. A call that would be refused for its rate is refused there,
+//! before anybody is asked. A call that needs no approval takes its tokens
+//! there ([`take`](RateLimiter::take): one decision of the backend) and gets
+//! them back ([`refund`](RateLimiter::refund)) when a later check (schema,
+//! secrets) refuses it; a call put to a person only
+//! [`peek`](RateLimiter::peek)s, writing nothing, and takes when it runs, so
+//! a question and a declined call take none. Nothing else (initialize,
+//! lists, notifications, discover) consumes.
 //!
 //! Semantics:
 //! - A rule's `rate = { burst, per_second, key }` is a bucket of `burst`
@@ -27,8 +28,12 @@
 //!   nothing, as they always hold the same tokens), and a rule that is moved or
 //!   left unchanged by a configuration reload keeps its state.
 //!
-//! Invariants: one check per call, O(1) in the number of clients, no global
-//! lock; a backend that cannot answer is counted, logged, and answered per
+//! - A refund is exact where no other take came since, and nothing where one
+//!   did ([`gcra::refund`]): refunds never let a bucket admit more than its
+//!   rate; a token that stays taken errs towards refusing.
+//!
+//! Invariants: one decision per plain call (a refund is a second, on the
+//! refused path only), O(1) in the number of clients, no global lock; a backend that cannot answer is counted, logged, and answered per
 //! `on_backend_error`.
 
 pub mod bucket;
@@ -229,7 +234,7 @@ impl RateLimiter {
         if taken.tats.is_empty() || taken.tats.len() != buckets.len() {
             return Refunded::Returned;
         }
-        let outcome = match &self.backend {
+        let outcome: Result<usize, String> = match &self.backend {
             Backend::Memory { store, clock } => {
                 let keys: Vec<&[u8]> = buckets.iter().map(|b| b.key.as_bytes()).collect();
                 let quotas: Vec<Quota> = buckets.iter().map(|b| b.quota).collect();
