@@ -214,7 +214,10 @@ fn every_state_of_a_refund_through_redis() {
         let (a, c) = (bucket("pa", 2, 10 * SEC), bucket("pc", 2, 10 * SEC));
         let both = [a.clone(), c.clone()];
         let (_, taken) = l.take_at(&both, now).await;
-        assert_eq!(l.check_at(std::slice::from_ref(&c), now).await, Verdict::Admitted);
+        assert_eq!(
+            l.check_at(std::slice::from_ref(&c), now).await,
+            Verdict::Admitted
+        );
         assert_eq!(l.refund_at(&both, &taken, now).await, Refunded::Spent(1));
         assert_eq!(admitted_at(&l, &[a], now, 3).await, 2);
         assert_eq!(admitted_at(&l, &[c], now, 3).await, 0);

@@ -80,7 +80,10 @@ fn a_refund_of_several_buckets_is_decided_per_bucket() {
         let both = [a.clone(), c.clone()];
         let now = 5 * SEC;
         let (_, taken) = l.take_at(&both, now).await;
-        assert_eq!(l.check_at(std::slice::from_ref(&c), now).await, Verdict::Admitted);
+        assert_eq!(
+            l.check_at(std::slice::from_ref(&c), now).await,
+            Verdict::Admitted
+        );
         // `a` gets its token back, `c` keeps it (another call took after).
         assert_eq!(l.refund_at(&both, &taken, now).await, Refunded::Spent(1));
         assert_eq!(admitted_at(&l, &[a], now, 5).await, 2);
