@@ -3,13 +3,14 @@
 //!
 //! Place in the path: for `tools/call` (and `resources/read`, `prompts/get`),
 //! after the access rules and the rules' `arguments`, before schema
-//! validation. The checks only [`peek`](RateLimiter::peek): a call that would
-//! be refused for its rate is refused before anything else is decided or
-//! anybody is asked, and nothing is written. The token is taken
-//! ([`check`](RateLimiter::check)) once, right before the call is forwarded:
-//! a refusal (rules, arguments, schema, secrets), a question to a person and
-//! a declined call take none. Nothing else (initialize, lists,
-//! notifications, discover) consumes.
+//! validation. A call that would be refused for its rate is refused there,
+//! before anybody is asked. A call that needs no approval takes its tokens
+//! there ([`take`](RateLimiter::take): one decision of the backend) and gets
+//! them back ([`refund`](RateLimiter::refund)) when a later check (schema,
+//! secrets) refuses it; a call put to a person only
+//! [`peek`](RateLimiter::peek)s, writing nothing, and takes when it runs, so
+//! a question and a declined call take none. Nothing else (initialize,
+//! lists, notifications, discover) consumes.
 //!
 //! Semantics:
 //! - A rule's `rate = { burst, per_second, key }` is a bucket of `burst`
@@ -27,14 +28,19 @@
 //!   nothing, as they always hold the same tokens), and a rule that is moved or
 //!   left unchanged by a configuration reload keeps its state.
 //!
-//! Invariants: one check per call, O(1) in the number of clients, no global
-//! lock; a backend that cannot answer is counted, logged, and answered per
+//! - A refund is exact where no other take came since, and nothing where one
+//!   did ([`gcra::refund`]): refunds never let a bucket admit more than its
+//!   rate; a token that stays taken errs towards refusing.
+//!
+//! Invariants: one decision per plain call (a refund is a second, on the
+//! refused path only), O(1) in the number of clients, no global lock; a backend that cannot answer is counted, logged, and answered per
 //! `on_backend_error`.
 
 pub mod bucket;
 pub mod clock;
 pub mod gcra;
 mod memory;
+mod plan;
 #[cfg(feature = "redis-ratelimit")]
 mod redis;
 
@@ -42,19 +48,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
-
-use crate::auth::ClientId;
-use crate::policy::{Decision, Policy, RateKey, Rule, Subject};
 pub use bucket::Bucket;
 use clock::{Clock, MonotonicClock};
 use gcra::Quota;
 use memory::MemoryStore;
+pub use plan::{RatePlan, bucket_key};
 
 /// How often the janitor drops full buckets from memory.
 pub const JANITOR_EVERY: Duration = Duration::from_secs(30);
-/// Longest name kept as it is in a key; longer ones are replaced by their SHA-256.
-const MAX_KEY_PART: usize = 200;
 /// How often a lasting backend outage is logged again.
 const REPORT_EVERY: Duration = Duration::from_secs(10);
 
@@ -95,6 +96,8 @@ pub struct RateLimiter {
     #[cfg_attr(not(feature = "redis-ratelimit"), allow(dead_code))]
     on_error: OnBackendError,
     health: Health,
+    /// Tokens of refused calls that stayed taken.
+    refunds_lost: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -139,6 +142,7 @@ impl RateLimiter {
             },
             on_error: OnBackendError::Deny,
             health: Health::default(),
+            refunds_lost: AtomicU64::new(0),
         }
     }
 
@@ -161,6 +165,7 @@ impl RateLimiter {
             backend: Backend::Redis(store),
             on_error,
             health: Health::default(),
+            refunds_lost: AtomicU64::new(0),
         })
     }
 
@@ -193,6 +198,96 @@ impl RateLimiter {
     }
 
     async fn decide(&self, buckets: &[Bucket], now: Option<u64>, spend: Spend) -> Verdict {
+        self.decide_taking(buckets, now, spend).await.0
+    }
+
+    /// Like [`check`](Self::check), and answers what the take left in each
+    /// bucket, so that [`refund`](Self::refund) can give the tokens back if a
+    /// later step refuses the call. [`Taken`] is empty when nothing was
+    /// taken (refused, or let through unlimited while the backend is away).
+    pub async fn take(&self, buckets: &[Bucket]) -> (Verdict, Taken) {
+        self.decide_taking(buckets, None, Spend::Take).await
+    }
+
+    /// [`take`](Self::take) at an explicit instant (see [`check_at`](Self::check_at)).
+    pub async fn take_at(&self, buckets: &[Bucket], now: u64) -> (Verdict, Taken) {
+        self.decide_taking(buckets, Some(now), Spend::Take).await
+    }
+
+    /// Gives back the tokens of `taken`, a [`take`](Self::take) of the same
+    /// `buckets`, for a call refused after it: exactly where no other take
+    /// came since, and not at all where one did (the fail-closed side: which
+    /// part of the token is still owed cannot be told, see
+    /// [`gcra::refund`]). A token that stays taken, or that cannot be given
+    /// back because the backend does not answer, is counted
+    /// ([`refunds_lost`](Self::refunds_lost)) and logged.
+    pub async fn refund(&self, buckets: &[Bucket], taken: &Taken) -> Refunded {
+        self.refund_inner(buckets, taken, None).await
+    }
+
+    /// [`refund`](Self::refund) at an explicit instant.
+    pub async fn refund_at(&self, buckets: &[Bucket], taken: &Taken, now: u64) -> Refunded {
+        self.refund_inner(buckets, taken, Some(now)).await
+    }
+
+    async fn refund_inner(&self, buckets: &[Bucket], taken: &Taken, now: Option<u64>) -> Refunded {
+        if taken.tats.is_empty() || taken.tats.len() != buckets.len() {
+            return Refunded::Returned;
+        }
+        let outcome: Result<usize, String> = match &self.backend {
+            Backend::Memory { store, clock } => {
+                let keys: Vec<&[u8]> = buckets.iter().map(|b| b.key.as_bytes()).collect();
+                let quotas: Vec<Quota> = buckets.iter().map(|b| b.quota).collect();
+                let now = now.unwrap_or_else(|| clock.now());
+                Ok(store.refund(&keys, &quotas, &taken.tats, now))
+            }
+            #[cfg(feature = "redis-ratelimit")]
+            Backend::Redis(store) => match store.refund(buckets, &taken.tats, now).await {
+                Ok(spent) => {
+                    self.health.recovered();
+                    Ok(spent)
+                }
+                Err(e) => {
+                    self.health.errors.fetch_add(1, Ordering::Relaxed);
+                    Err(e.to_string())
+                }
+            },
+        };
+        match outcome {
+            Ok(0) => Refunded::Returned,
+            Ok(spent) => {
+                self.refunds_lost.fetch_add(spent as u64, Ordering::Relaxed);
+                tracing::debug!(
+                    spent,
+                    "rate-limit refund: another call took from the bucket since; the token stays taken"
+                );
+                Refunded::Spent(spent)
+            }
+            Err(error) => {
+                let lost = buckets.len() as u64;
+                self.refunds_lost.fetch_add(lost, Ordering::Relaxed);
+                tracing::warn!(
+                    %error,
+                    lost,
+                    "rate-limit backend unreachable: the token of a refused call stays taken"
+                );
+                Refunded::Unreachable
+            }
+        }
+    }
+
+    /// Tokens of refused calls that could not be given back since start
+    /// (another take came first, or the backend did not answer).
+    pub fn refunds_lost(&self) -> u64 {
+        self.refunds_lost.load(Ordering::Relaxed)
+    }
+
+    async fn decide_taking(
+        &self,
+        buckets: &[Bucket],
+        now: Option<u64>,
+        spend: Spend,
+    ) -> (Verdict, Taken) {
         match &self.backend {
             Backend::Memory { store, clock } => {
                 memory_verdict(store, buckets, now.unwrap_or_else(|| clock.now()), spend)
@@ -216,27 +311,31 @@ impl RateLimiter {
         buckets: &[Bucket],
         now: Option<u64>,
         spend: Spend,
-    ) -> Verdict {
+    ) -> (Verdict, Taken) {
         if buckets.is_empty() {
-            return Verdict::Admitted;
+            return (Verdict::Admitted, Taken::default());
         }
         match store.check(buckets, now, spend == Spend::Peek).await {
             Ok(decision) => {
                 self.health.recovered();
                 match decision {
-                    Ok(()) => Verdict::Admitted,
-                    Err((bucket, wait)) => Verdict::Limited {
-                        bucket,
-                        retry_after: Duration::from_nanos(wait),
-                    },
+                    Ok(tats) => (Verdict::Admitted, Taken { tats }),
+                    Err((bucket, wait)) => (
+                        Verdict::Limited {
+                            bucket,
+                            retry_after: Duration::from_nanos(wait),
+                        },
+                        Taken::default(),
+                    ),
                 }
             }
             Err(e) => {
                 self.health.failed(&e, self.on_error);
-                match self.on_error {
+                let verdict = match self.on_error {
                     OnBackendError::Deny => Verdict::Unavailable,
                     OnBackendError::Allow => Verdict::Admitted,
-                }
+                };
+                (verdict, Taken::default())
             }
         }
     }
@@ -306,26 +405,61 @@ enum Spend {
     Peek,
 }
 
-fn memory_verdict(store: &MemoryStore, buckets: &[Bucket], now: u64, spend: Spend) -> Verdict {
+fn memory_verdict(
+    store: &MemoryStore,
+    buckets: &[Bucket],
+    now: u64,
+    spend: Spend,
+) -> (Verdict, Taken) {
     let outcome = match (buckets, spend) {
-        ([], _) => Ok(()),
+        ([], _) => Ok(Vec::new()),
         ([one], Spend::Take) => store.check(&[one.key.as_bytes()], &[one.quota], now),
         (many, spend) => {
             let keys: Vec<&[u8]> = many.iter().map(|b| b.key.as_bytes()).collect();
             let quotas: Vec<Quota> = many.iter().map(|b| b.quota).collect();
             match spend {
                 Spend::Take => store.check(&keys, &quotas, now),
-                Spend::Peek => store.peek(&keys, &quotas, now),
+                Spend::Peek => store.peek(&keys, &quotas, now).map(|()| Vec::new()),
             }
         }
     };
     match outcome {
-        Ok(()) => Verdict::Admitted,
-        Err(r) => Verdict::Limited {
-            bucket: r.index,
-            retry_after: Duration::from_nanos(r.retry_at.saturating_sub(now)),
-        },
+        Ok(tats) => (Verdict::Admitted, Taken { tats }),
+        Err(r) => (
+            Verdict::Limited {
+                bucket: r.index,
+                retry_after: Duration::from_nanos(r.retry_at.saturating_sub(now)),
+            },
+            Taken::default(),
+        ),
     }
+}
+
+/// What a take left in each of its buckets (their TATs, in the backend's
+/// clock): what a [`refund`](RateLimiter::refund) compares against. Empty
+/// when nothing was taken.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Taken {
+    tats: Vec<u64>,
+}
+
+impl Taken {
+    /// Whether tokens were taken (and a refund has something to give back).
+    pub fn is_empty(&self) -> bool {
+        self.tats.is_empty()
+    }
+}
+
+/// What a [`refund`](RateLimiter::refund) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refunded {
+    /// Every token is back (or its bucket had refilled: nothing to give back).
+    Returned,
+    /// In this many buckets another call took after this one: their tokens
+    /// stay taken.
+    Spent(usize),
+    /// The backend did not answer: the tokens stay taken.
+    Unreachable,
 }
 
 // === impl Health ===
@@ -367,153 +501,6 @@ impl Health {
                 "rate-limit backend reachable again"
             );
         }
-    }
-}
-
-// === RatePlan ===
-
-/// Every rule's bucket shape and identity, computed once per configuration.
-#[derive(Debug, Default)]
-pub struct RatePlan {
-    /// By position in `[[rules]]`: the rule's tag and quota, when it has a `rate`.
-    rules: Vec<Option<(String, Quota)>>,
-}
-
-impl RatePlan {
-    /// The plan of `policy`.
-    pub fn new(policy: &Policy) -> Self {
-        Self {
-            rules: policy
-                .rules
-                .iter()
-                .map(|r| r.rate.map(|rate| (rule_tag(r), Quota::of(&rate))))
-                .collect(),
-        }
-    }
-
-    /// The buckets a use of `subject` on `server` by `client` needs, given the
-    /// access decision (every matching allow rule with a `rate`), without
-    /// duplicates.
-    pub fn buckets(
-        &self,
-        policy: &Policy,
-        decision: &Decision,
-        client: &ClientId,
-        server: &str,
-        subject: Subject<'_>,
-    ) -> Vec<Bucket> {
-        let mut out: Vec<Bucket> = Vec::new();
-        for (rule, rate) in policy.rates(&decision.allow_rules) {
-            let Some(Some((tag, quota))) = self.rules.get(rule) else {
-                continue;
-            };
-            let key = bucket_key(tag, rate.key, client, server, subject);
-            if out.iter().any(|b| b.key == key) {
-                continue;
-            }
-            out.push(Bucket {
-                key,
-                quota: *quota,
-                rule,
-                rate,
-            });
-        }
-        out
-    }
-}
-
-/// The identity of a rule's buckets: the first 8 bytes (hex) of the SHA-256 of
-/// what it matches and its rate. Its position and `arguments` are left out.
-fn rule_tag(rule: &Rule) -> String {
-    let mut h = Sha256::new();
-    for list in [
-        &rule.clients,
-        &rule.servers,
-        &rule.tools,
-        &rule.resources,
-        &rule.prompts,
-    ] {
-        h.update((list.len() as u64).to_le_bytes());
-        for glob in list {
-            h.update((glob.as_str().len() as u64).to_le_bytes());
-            h.update(glob.as_str().as_bytes());
-        }
-    }
-    if let Some(rate) = rule.rate {
-        h.update(rate.burst.get().to_le_bytes());
-        h.update(rate.per_second.to_bits().to_le_bytes());
-        h.update(key_name(rate.key).as_bytes());
-    }
-    hex::encode(&h.finalize()[..8])
-}
-
-/// The key of a bucket: the rule's tag, then what `key` says is shared, each
-/// name with its length so that no two different keys read the same:
-///
-/// ```text
-/// 3f2a…/all
-/// 3f2a…/client/5:alice
-/// 3f2a…/client+tool/5:alice/7:flights/tool/4:echo
-/// ```
-pub fn bucket_key(
-    tag: &str,
-    key: RateKey,
-    client: &ClientId,
-    server: &str,
-    subject: Subject<'_>,
-) -> String {
-    let mut out = String::with_capacity(tag.len() + 64 + client.name().len() + server.len());
-    out.push_str(tag);
-    out.push('/');
-    out.push_str(key_name(key));
-    if key == RateKey::All {
-        return out;
-    }
-    push_part(&mut out, client.name());
-    if key == RateKey::Client {
-        return out;
-    }
-    push_part(&mut out, server);
-    let (kind, name) = match subject {
-        Subject::Tool(n) => ("tool", n),
-        Subject::Resource(n) => ("resource", n),
-        Subject::Prompt(n) => ("prompt", n),
-    };
-    out.push('/');
-    out.push_str(kind);
-    push_part(&mut out, name);
-    out
-}
-
-fn push_part(out: &mut String, part: &str) {
-    out.push('/');
-    if part.len() <= MAX_KEY_PART {
-        // The length in decimal, without the formatting machinery (hot path).
-        let mut digits = [0u8; 20];
-        let mut start = digits.len();
-        let mut n = part.len();
-        loop {
-            start -= 1;
-            digits[start] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        out.extend(digits[start..].iter().map(|&d| char::from(d)));
-        out.push(':');
-        out.push_str(part);
-    } else {
-        out.push_str("sha256:");
-        out.push_str(&hex::encode(Sha256::digest(part.as_bytes())));
-    }
-}
-
-fn key_name(key: RateKey) -> &'static str {
-    match key {
-        RateKey::Client => "client",
-        RateKey::ClientTool => "client+tool",
-        RateKey::All => "all",
     }
 }
 

@@ -1,16 +1,17 @@
 //! The tools/call branch: catalog, authorize, pin, rule arguments, rate
 //! limit, validate; plus the session and task steps it relies on.
 //!
-//! Place: between dispatch and forward. Invariants: the checks only peek at
-//! the rate limit; the token is taken once, right before the call is
-//! forwarded — a refusal, a question to a person and a declined call take
-//! none — and nothing is sent upstream before validation passed.
+//! Place: between dispatch and forward. Invariants: the token is taken once
+//! per call that runs — by the rate step of the checks, given back when a
+//! later check refuses the call, or, for a call put to a person, right
+//! before it is forwarded (a question and a declined call take none) — and
+//! nothing is sent upstream before validation passed.
 
 use super::approve;
 use super::exchange::{Exchange, observe_or_enforce, recipient};
 use super::flow;
 use super::forward::{Forward, upstream};
-use super::rate::{Spend, rate_limit, take};
+use super::rate::{Spend, give_back, rate_limit};
 use super::refusals::{
     argument_not_permitted, call_not_permitted, invalid_arguments, pin_quarantined, quarantined,
     rule_expression_failed, unknown_tool,
@@ -198,13 +199,8 @@ pub(super) async fn call_tool(
             let checked = (&requirement, &decision, annotations);
             approve::approve(ex, forward, client, headers, message, checked, to).await
         }
-        Some(Checked {
-            approval: None,
-            decision,
-        }) => {
-            let subject = Subject::Tool(&name);
-            let taken = take(forward, client, subject, &decision).await;
-            observe_or_enforce(ex, taken)?;
+        // Its tokens were taken by the checks.
+        Some(Checked { approval: None, .. }) => {
             forward.relay(headers, forwarded(message), to).await
         }
         // Observe mode, a check refused: forwarded, nothing taken.
@@ -220,7 +216,8 @@ fn forwarded(message: &Request) -> Bytes {
 }
 
 /// What the checks of a `tools/call` found: the access decision (its rules'
-/// rates are charged when the call runs) and the approval it needs.
+/// rates are charged by the checks, or, for a call that needs an approval,
+/// when it runs) and the approval it needs.
 pub(super) struct Checked {
     pub(super) approval: Option<crate::approval::Requirement>,
     pub(super) decision: Decision,
@@ -240,10 +237,12 @@ pub(super) struct Call<'a> {
 /// Every decision on a `tools/call`, in order: access rules, pin, the rules'
 /// `arguments`, rate limit, `Mcp-Param-*`, `inputSchema`, secrets in the
 /// arguments; when all pass, the approval a rule requires for it (put to a
-/// person last). Each step notes what it learns on the request's trail. The
-/// rate limit is only peeked at: a call past its rate is refused here, and
-/// its token is taken when it runs ([`take`]), so no refusal, question or
-/// declined call costs one.
+/// person last). Each step notes what it learns on the request's trail. A
+/// call past its rate is refused at the rate step. A call that needs no
+/// approval takes its tokens there (one decision of the backend) and gets
+/// them back ([`give_back`]) when a later step refuses it; a call that needs
+/// one only looks, and takes when it runs, so neither a question nor a
+/// declined call costs a token.
 pub(super) async fn check_call(
     forward: &Forward<'_>,
     ex: &Exchange,
@@ -338,17 +337,48 @@ pub(super) async fn check_call(
     let session = flow::key(ex, client, server_name, message);
     let flows = (&*state.flows, &config.policy, &config.flow);
     let held = flow::check(flows, &ex.trail, &session, server_name, name, &decision).await?;
+    // A call put to a person holds no token while it waits: its rate is
+    // only looked at here and taken when it runs. Any other call takes its
+    // token now (one decision of the backend), given back if a later check
+    // refuses it.
+    let approval = config.policy.approval(&decision).into_iter().chain(held);
+    let approval = config.policy.strictest_approval(approval).cloned();
     ex.trail.stage("rate_limit");
     let subject = Subject::Tool(name);
-    rate_limit(state, live, client, server, subject, &decision, Spend::Peek).await?;
+    let spend = match approval {
+        Some(_) => Spend::Peek,
+        None => Spend::Take,
+    };
+    let tokens = rate_limit(state, live, client, server, subject, &decision, spend).await?;
+    let validated = validate(ex, config, entry, headers, &arguments, server_name, name);
+    if let Err(rejection) = validated {
+        give_back(state, tokens).await;
+        return Err(rejection);
+    }
+    Ok(Checked { approval, decision })
+}
+
+/// The last checks of a `tools/call`: `Mcp-Param-*`, `inputSchema`, secrets
+/// in the arguments (after the rate limit, so a call over its rate is
+/// refused before its arguments are examined).
+fn validate(
+    ex: &Exchange,
+    config: &crate::config::Config,
+    entry: &crate::proxy::catalog::ToolEntry,
+    headers: &HeaderMap,
+    arguments: &Value,
+    server_name: &str,
+    name: &str,
+) -> Result<(), Rejection> {
+    let sanitize = &config.sanitize;
     ex.trail.stage("validate");
     let schema = entry.schema.as_ref().map_err(|e| quarantined(name, e))?;
     let input_schema = entry.definition.get("inputSchema").unwrap_or(&Value::Null);
-    if let Value::Object(args) = &arguments {
+    if let Value::Object(args) = arguments {
         headers::check_params(headers, args, input_schema, ex.era == Era::Modern)
             .map_err(|m| Rejection::HeaderMismatch(m.0))?;
     }
-    schema.check(&arguments).map_err(|v| {
+    schema.check(arguments).map_err(|v| {
         // Where and what was expected; never the value received.
         let lines = v
             .iter()
@@ -359,12 +389,10 @@ pub(super) async fn check_call(
     })?;
     let skip = sanitize.skip_for(server_name, name);
     if sanitize.arguments == ArgumentScan::Block && !skip.arguments {
-        let found = Sanitizer::new(sanitize, skip).find_outgoing(&arguments, "", &[]);
+        let found = Sanitizer::new(sanitize, skip).find_outgoing(arguments, "", &[]);
         if !found.is_empty() {
             return Err(error::secret_in_arguments(name, &found));
         }
     }
-    let approval = config.policy.approval(&decision).into_iter().chain(held);
-    let approval = config.policy.strictest_approval(approval).cloned();
-    Ok(Checked { approval, decision })
+    Ok(())
 }

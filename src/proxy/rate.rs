@@ -1,11 +1,17 @@
-//! The rate limit of a call: look whether its buckets have a token while it
-//! is checked, take the token when it runs.
+//! The rate limit of a call: take its tokens while it is checked, and give
+//! them back if a later check refuses it; or, for a call that waits for a
+//! person, only look while it is checked and take when it runs.
 //!
-//! Place: the rate step of `tools/call` (a peek in [`super::call::check_call`],
-//! the take right before forwarding, after an approval when one is needed),
-//! and of `resources/read` and `prompts/get` (a take in
-//! [`super::subjects::decide_subject`]). Invariants: a refused call takes
-//! nothing from any bucket; a take happens once per call that runs.
+//! Place: the rate step of `tools/call` (in [`super::call::check_call`]: a
+//! take, given back by [`give_back`] when a later check refuses the call; a
+//! peek when the call needs an approval, whose take comes right before
+//! forwarding), and of `resources/read` and `prompts/get` (a take in
+//! [`super::subjects::decide_subject`]). Invariants: a plain call costs the
+//! backend one decision; a refused call keeps no token, except where another
+//! call took from the same bucket between its take and its refusal, or the
+//! backend did not answer the refund (then the token stays taken: counted
+//! and logged — the limit errs towards refusing, never towards more calls);
+//! a take happens once per call that runs.
 
 use super::forward::Forward;
 use super::state::{AppState, Live, ServerState};
@@ -13,7 +19,7 @@ use super::state::{AppState, Live, ServerState};
 use crate::auth::ClientId;
 use crate::error::{Limit, Limited, RateLimited, Rejection};
 use crate::policy::{Decision, Subject};
-use crate::ratelimit::Verdict;
+use crate::ratelimit::{Bucket, Taken, Verdict};
 
 /// Takes the tokens of `decision` for a call about to be forwarded, from the
 /// buckets `forward`'s configuration names.
@@ -24,7 +30,32 @@ pub(super) async fn take(
     decision: &Decision,
 ) -> Result<(), Rejection> {
     let (state, live, server) = (forward.state, forward.live, forward.server);
-    rate_limit(state, live, client, server, subject, decision, Spend::Take).await
+    rate_limit(state, live, client, server, subject, decision, Spend::Take)
+        .await
+        .map(drop)
+}
+
+/// The tokens a call's checks took and the buckets they came from: what
+/// [`give_back`] returns when a later check refuses the call.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    buckets: Vec<Bucket>,
+    taken: Taken,
+}
+
+impl Held {
+    /// Whether tokens were taken.
+    pub(super) fn is_empty(&self) -> bool {
+        self.taken.is_empty()
+    }
+}
+
+/// Gives back the tokens of a call refused after its take (one more
+/// decision of the backend, on this rarer path only).
+pub(super) async fn give_back(state: &AppState, held: Held) {
+    if !held.is_empty() {
+        state.limiter.refund(&held.buckets, &held.taken).await;
+    }
 }
 
 /// Whether a rate-limit decision takes its tokens or only looks.
@@ -38,7 +69,7 @@ pub(super) enum Spend {
 
 /// Takes (or, with [`Spend::Peek`], looks for) a token in every bucket the
 /// access decision names, or refuses the call and says when it may be made
-/// again. Nothing is taken when any bucket refuses.
+/// again. Nothing is taken when any bucket refuses. Answers what was taken.
 pub(super) async fn rate_limit(
     state: &AppState,
     live: &Live,
@@ -47,21 +78,21 @@ pub(super) async fn rate_limit(
     subject: Subject<'_>,
     decision: &Decision,
     spend: Spend,
-) -> Result<(), Rejection> {
+) -> Result<Held, Rejection> {
     let config = &*live.config;
     let server_name = server.upstream.settings.name.as_str();
     let buckets = live
         .rate_plan
         .buckets(&config.policy, decision, client, server_name, subject);
     if buckets.is_empty() {
-        return Ok(());
+        return Ok(Held::default());
     }
-    let verdict = match spend {
-        Spend::Take => state.limiter.check(&buckets).await,
-        Spend::Peek => state.limiter.peek(&buckets).await,
+    let (verdict, taken) = match spend {
+        Spend::Take => state.limiter.take(&buckets).await,
+        Spend::Peek => (state.limiter.peek(&buckets).await, Taken::default()),
     };
     let (limit, retry_after) = match verdict {
-        Verdict::Admitted => return Ok(()),
+        Verdict::Admitted => return Ok(Held { buckets, taken }),
         Verdict::Limited {
             bucket,
             retry_after,

@@ -40,7 +40,7 @@ pub(super) async fn decide_subject(
         ex.trail.stage("rate_limit");
         let limited =
             rate_limit(state, live, client, server, subject, &decision, Spend::Take).await;
-        observe_or_enforce(ex, limited)?;
+        observe_or_enforce(ex, limited.map(drop))?;
     }
     Ok(())
 }

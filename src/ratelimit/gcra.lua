@@ -14,9 +14,19 @@
 -- ARGV[3 + 4(i-1) ...]: for KEYS[i]: interval seconds, interval nanoseconds,
 --   capacity seconds, capacity nanoseconds.
 -- ARGV[3 + 4 * #KEYS]: "take" to take the tokens when admitted, "peek" to
---   decide the same way and write nothing (a call not run yet).
--- Returns {1} when admitted (every TAT advanced), or {0, i, s, n}: KEYS[i] is
--- the bucket that admits last, and the call passes after s seconds n nanoseconds.
+--   decide the same way and write nothing (a call not run yet), "refund" to
+--   give back the tokens of an earlier take.
+-- Returns {1} when a peek admits, {1, s1, n1, s2, n2, ...} when a take admits
+-- (the TAT it stored in each KEYS[i]: what a refund of it names), or
+-- {0, i, s, n}: KEYS[i] is the bucket that admits last, and the call passes
+-- after s seconds n nanoseconds.
+--
+-- A refund: ARGV[4 + 4 * #KEYS + 2(i-1) ...] is the TAT (seconds,
+-- nanoseconds) the take stored in KEYS[i]. A bucket still holding exactly that
+-- TAT (no other take since) gets it back less one interval; a full one has
+-- nothing to give back; one another take moved on keeps the token (which part
+-- of it is still owed cannot be told from the TAT alone). Returns {2, spent}:
+-- how many buckets kept their token.
 
 local G = 1000000000
 
@@ -42,23 +52,53 @@ else
   now_s, now_n = tonumber(ARGV[1]), tonumber(ARGV[2])
 end
 
+local mode = ARGV[3 + 4 * #KEYS]
+
+local function read_tat(key)
+  local stored = redis.call("GET", key)
+  if not stored then return 0, 0, false end
+  local len = string.len(stored)
+  if len > 9 then
+    return tonumber(string.sub(stored, 1, len - 9)), tonumber(string.sub(stored, len - 8)), stored
+  end
+  return 0, tonumber(stored), stored
+end
+
+local function store(key, ts, tn)
+  local ds, dn = sub(ts, tn, now_s, now_n)
+  local ttl_ms = ds * 1000 + math.ceil(dn / 1000000) + 1000
+  redis.call("SET", key, string.format("%d%09d", ts, tn), "PX", ttl_ms)
+end
+
+if mode == "refund" then
+  local spent = 0
+  for i = 1, #KEYS do
+    local a = 2 + (i - 1) * 4
+    local int_s, int_n = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+    local b = 3 + 4 * #KEYS + (i - 1) * 2
+    local took_s, took_n = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
+    local tat_s, tat_n, stored = read_tat(KEYS[i])
+    if stored and tat_s == took_s and tat_n == took_n then
+      local bs, bn = sub(took_s, took_n, int_s, int_n)
+      if le(bs, bn, now_s, now_n) then
+        redis.call("DEL", KEYS[i])
+      else
+        store(KEYS[i], bs, bn)
+      end
+    elseif stored and not le(tat_s, tat_n, now_s, now_n) then
+      spent = spent + 1
+    end
+  end
+  return {2, spent}
+end
+
 local next_s, next_n = {}, {}
 local worst, worst_s, worst_n = 0, 0, 0
 for i = 1, #KEYS do
   local a = 2 + (i - 1) * 4
   local int_s, int_n = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local cap_s, cap_n = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  local tat_s, tat_n = 0, 0
-  local stored = redis.call("GET", KEYS[i])
-  if stored then
-    local len = string.len(stored)
-    if len > 9 then
-      tat_s = tonumber(string.sub(stored, 1, len - 9))
-      tat_n = tonumber(string.sub(stored, len - 8))
-    else
-      tat_n = tonumber(stored)
-    end
-  end
+  local tat_s, tat_n = read_tat(KEYS[i])
   local base_s, base_n = tat_s, tat_n
   if le(tat_s, tat_n, now_s, now_n) then base_s, base_n = now_s, now_n end
   local ts, tn = add(base_s, base_n, int_s, int_n)
@@ -77,13 +117,14 @@ end
 if worst > 0 then
   return {0, worst, worst_s, worst_n}
 end
-if ARGV[3 + 4 * #KEYS] == "peek" then
+if mode == "peek" then
   return {1}
 end
 
+local reply = {1}
 for i = 1, #KEYS do
-  local ds, dn = sub(next_s[i], next_n[i], now_s, now_n)
-  local ttl_ms = ds * 1000 + math.ceil(dn / 1000000) + 1000
-  redis.call("SET", KEYS[i], string.format("%d%09d", next_s[i], next_n[i]), "PX", ttl_ms)
+  store(KEYS[i], next_s[i], next_n[i])
+  reply[2 * i] = next_s[i]
+  reply[2 * i + 1] = next_n[i]
 end
-return {1}
+return reply

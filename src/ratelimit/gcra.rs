@@ -137,3 +137,34 @@ pub fn admit_all(tats: &mut [u64], now: u64, quotas: &[Quota]) -> Result<(), Ref
     }
     Ok(())
 }
+
+/// Gives back the token a take left as `taken` (the TAT it stored), when the
+/// bucket at `now` holds `tat`: the TAT to store, or `None` when nothing is
+/// written. A refund is exact or nothing:
+/// - `tat == taken`: no other take since, so the take is undone exactly
+///   (`taken − interval`, the TAT before it, or earlier: full is full);
+/// - `tat ≤ now`: the bucket is full again, there is nothing to give back;
+/// - otherwise another call took from the bucket after this one, on top of
+///   its TAT: which part of this token is still owed cannot be told from one
+///   number (giving back a whole interval could hand out a token that had
+///   already refilled), so the token stays taken — the fail-closed side.
+pub fn refund(tat: u64, taken: u64, now: u64, quota: Quota) -> Refund {
+    if tat == taken {
+        Refund::Returned(taken.saturating_sub(quota.interval))
+    } else if tat <= now {
+        Refund::Full
+    } else {
+        Refund::Spent
+    }
+}
+
+/// What a [`refund`] finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refund {
+    /// The take is undone: store this TAT.
+    Returned(u64),
+    /// The bucket is full again: nothing to give back, nothing written.
+    Full,
+    /// Another take came after: the token stays taken, nothing written.
+    Spent,
+}

@@ -29,6 +29,8 @@
 //! - Shard read locks are taken in ascending shard order, each at most once,
 //!   so a waiting writer cannot close a cycle.
 //!
+//! - A refund compares and swaps each cell back (see [`gcra::refund`]).
+//!
 //! Invariants: a refused call writes nothing; a key is removed only when its
 //! bucket is full (TAT ≤ now), which is the state of an absent key, so the
 //! sweep never changes a decision; memory is one cell per key that was used
@@ -41,7 +43,7 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::HashTable;
 
-use super::gcra::{self, Quota, Refusal};
+use super::gcra::{self, Quota, Refund, Refusal};
 
 /// Number of shards (a power of two).
 const SHARDS: usize = 64;
@@ -91,13 +93,52 @@ impl MemoryStore {
     }
 
     /// Decides a call needing one token from each bucket `keys[i]` (shape
-    /// `quotas[i]`) at `now`; takes them all or none. A key given twice is one bucket.
-    pub(crate) fn check(&self, keys: &[&[u8]], quotas: &[Quota], now: u64) -> Result<(), Refusal> {
+    /// `quotas[i]`) at `now`; takes them all or none. A key given twice is one
+    /// bucket. Admitted, it answers the TAT each bucket holds after the take
+    /// (what [`refund`](Self::refund) needs to give the tokens back).
+    pub(crate) fn check(
+        &self,
+        keys: &[&[u8]],
+        quotas: &[Quota],
+        now: u64,
+    ) -> Result<Vec<u64>, Refusal> {
         match keys {
-            [] => Ok(()),
-            [key] => self.check_one(key, quotas[0], now),
+            [] => Ok(Vec::new()),
+            [key] => self.check_one(key, quotas[0], now).map(|t| vec![t]),
             _ => self.check_many(keys, quotas, now),
         }
+    }
+
+    /// Gives back the tokens a [`check`](Self::check) took, bucket by bucket
+    /// ([`gcra::refund`]: exact when no other take came since, else the
+    /// token stays taken); returns how many stayed taken. A cell another
+    /// call holds locked is waited for, then compared.
+    pub(crate) fn refund(
+        &self,
+        keys: &[&[u8]],
+        quotas: &[Quota],
+        taken: &[u64],
+        now: u64,
+    ) -> usize {
+        let mut spent = 0;
+        let mut done: Vec<Id> = Vec::with_capacity(keys.len());
+        for ((key, quota), &taken) in keys.iter().zip(quotas).zip(taken) {
+            let id = self.id(key);
+            if done.contains(&id) {
+                // One bucket named twice took one token.
+                continue;
+            }
+            done.push(id);
+            let table = read(&self.shards[shard_index(id)]);
+            // A swept cell was a full bucket: nothing to give back.
+            let Some(cell) = table.find(id.0, |c| c.id == id) else {
+                continue;
+            };
+            if refund_one(&cell.tat, taken, now, *quota) == Refund::Spent {
+                spent += 1;
+            }
+        }
+        spent
     }
 
     /// What [`check`](Self::check) would decide at `now`, writing nothing
@@ -117,7 +158,7 @@ impl MemoryStore {
         gcra::admit_all(&mut tats, now, quotas)
     }
 
-    fn check_one(&self, key: &[u8], quota: Quota, now: u64) -> Result<(), Refusal> {
+    fn check_one(&self, key: &[u8], quota: Quota, now: u64) -> Result<u64, Refusal> {
         let id = self.id(key);
         let shard = &self.shards[shard_index(id)];
         {
@@ -138,13 +179,13 @@ impl MemoryStore {
         match gcra::admit(*tat, now, quota) {
             Ok(next) => {
                 *tat = next;
-                Ok(())
+                Ok(next)
             }
             Err(retry_at) => Err(Refusal { index: 0, retry_at }),
         }
     }
 
-    fn check_many(&self, keys: &[&[u8]], quotas: &[Quota], now: u64) -> Result<(), Refusal> {
+    fn check_many(&self, keys: &[&[u8]], quotas: &[Quota], now: u64) -> Result<Vec<u64>, Refusal> {
         // Lock order: by shard, then by identity.
         let mut order: Vec<(usize, Id, usize)> = keys
             .iter()
@@ -167,12 +208,21 @@ impl MemoryStore {
                     positions.push(i);
                 }
             }
-            let keys: Vec<&[u8]> = positions.iter().map(|&i| keys[i]).collect();
+            let unique: Vec<&[u8]> = positions.iter().map(|&i| keys[i]).collect();
             let quotas: Vec<Quota> = positions.iter().map(|&i| quotas[i]).collect();
-            return self.check(&keys, &quotas, now).map_err(|r| Refusal {
+            let tats = self.check(&unique, &quotas, now).map_err(|r| Refusal {
                 index: positions[r.index],
                 ..r
-            });
+            })?;
+            // Every position answers its bucket's TAT.
+            return Ok(keys
+                .iter()
+                .map(|k| {
+                    let id = self.id(k);
+                    let j = seen.iter().position(|s| *s == id).unwrap_or(0);
+                    tats[j]
+                })
+                .collect());
         }
         let mut shards: Vec<usize> = order.iter().map(|o| o.0).collect();
         shards.dedup();
@@ -208,7 +258,7 @@ impl MemoryStore {
             let value = if outcome.is_ok() { tats[i] } else { before[i] };
             cell.store(value, Ordering::Release);
         }
-        outcome
+        outcome.map(|()| tats)
     }
 
     /// The path for calls touching a key not yet in the store: every shard
@@ -220,7 +270,7 @@ impl MemoryStore {
         now: u64,
         order: &[(usize, Id, usize)],
         shards: &[usize],
-    ) -> Result<(), Refusal> {
+    ) -> Result<Vec<u64>, Refusal> {
         let mut guards: Vec<(usize, RwLockWriteGuard<'_, HashTable<Cell>>)> = shards
             .iter()
             .map(|&s| (s, write(&self.shards[s])))
@@ -243,7 +293,7 @@ impl MemoryStore {
                 *cell.tat.get_mut() = tats[i];
             }
         }
-        Ok(())
+        Ok(tats)
     }
 
     /// Removes every full bucket (TAT ≤ `now`) and returns the freed table
@@ -291,7 +341,7 @@ impl Cell {
 }
 
 /// One bucket, lock-free: compare-and-swap until the TAT read is the TAT replaced.
-fn decide_one(tat: &AtomicU64, quota: Quota, now: u64) -> Result<(), Refusal> {
+fn decide_one(tat: &AtomicU64, quota: Quota, now: u64) -> Result<u64, Refusal> {
     let mut spins = 0;
     let mut current = tat.load(Ordering::Acquire);
     loop {
@@ -303,8 +353,31 @@ fn decide_one(tat: &AtomicU64, quota: Quota, now: u64) -> Result<(), Refusal> {
         let next =
             gcra::admit(current, now, quota).map_err(|retry_at| Refusal { index: 0, retry_at })?;
         match tat.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(next),
             Err(actual) => current = actual,
+        }
+    }
+}
+
+/// One bucket's refund, lock-free: waits out a multi-bucket decision holding
+/// the cell, then replaces the TAT only if it is still the one the take left.
+fn refund_one(tat: &AtomicU64, taken: u64, now: u64, quota: Quota) -> Refund {
+    let mut spins = 0;
+    loop {
+        let current = tat.load(Ordering::Acquire);
+        if current & LOCKED != 0 {
+            backoff(&mut spins);
+            continue;
+        }
+        let found = gcra::refund(current, taken, now, quota);
+        let Refund::Returned(back) = found else {
+            return found;
+        };
+        if tat
+            .compare_exchange_weak(current, back, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            return found;
         }
     }
 }

@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use super::clock::FakeClock;
 use super::gcra::{self, MAX_REFILL, NANOS_PER_SEC, Quota, interval_nanos};
+use super::plan::rule_tag;
 use super::*;
-use crate::policy::{Rate, RateKey};
+use crate::auth::ClientId;
+use crate::policy::{Rate, RateKey, Subject};
 
 const SEC: u64 = NANOS_PER_SEC;
 
@@ -407,3 +409,5 @@ fn a_rule_keeps_its_buckets_when_moved_and_loses_them_when_changed() {
     assert_eq!(tag(&format!("{other}{}", rule(3)), 1), first, "moved");
     assert_ne!(tag(&rule(4), 0), first, "rate changed");
 }
+
+mod refunds;

@@ -75,6 +75,7 @@ mod pinning_cli;
 mod policy;
 mod rate_limit_replicas;
 mod rate_limits;
+mod rate_refunds;
 mod ratelimit;
 mod refusals;
 mod reload;
