@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::fleet::{Replica, response_of};
+use support::fleet::{Replica, eventually, response_of};
 use support::haproxy::Haproxy;
 use support::postgres::PostgresServer;
 use support::redis::RedisServer;
@@ -89,18 +89,6 @@ fn echoed(response: &Value) -> Option<&str> {
 
 fn refusal(response: &Value) -> Option<&str> {
     response["result"]["_meta"]["portcullis/error"]["code"].as_str()
-}
-
-/// Polls `check` every 100 ms for up to `limit`.
-async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    check()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

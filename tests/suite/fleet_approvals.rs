@@ -15,6 +15,7 @@
 //! takes effect, and it is taken once.
 
 use crate::support;
+use support::fleet::{echoes, refusal_code};
 use support::tiers::{self, Tier};
 
 use std::time::Duration;
@@ -86,21 +87,6 @@ async fn request(replica: &Observed, method: &str, name: &str, mut params: Value
 async fn call(replica: &Observed, tool: &str, arguments: Value) -> Value {
     let params = json!({"name": tool, "arguments": arguments});
     request(replica, "tools/call", tool, params).await.body["result"].clone()
-}
-
-fn code(result: &Value) -> &str {
-    result["_meta"]["portcullis/error"]["code"]
-        .as_str()
-        .unwrap_or("")
-}
-
-/// The echoes the upstream itself ran.
-fn echoes(upstream: &PeerServer) -> usize {
-    upstream
-        .calls()
-        .iter()
-        .filter(|c| c["tool"] == "echo")
-        .count()
 }
 
 /// The queue as `replica` lists it, once it holds `n` entries (bounded).
@@ -246,7 +232,7 @@ async fn an_operator_approves_through_replica_3_a_call_held_on_replica_1_and_it_
         assert_eq!(ran["isError"], false, "{ran}");
         assert_eq!(echoes(&upstream), 2);
     } else {
-        assert_eq!(code(&ran), "approval_denied", "{ran}");
+        assert_eq!(refusal_code(&ran), "approval_denied", "{ran}");
         assert_eq!(echoes(&upstream), 1);
     }
 
@@ -271,7 +257,7 @@ async fn with_redis_stopped_holding_deciding_and_listing_say_the_store_is_unavai
 
     let refused = call(&fleet[0], "echo", json!({"text": "x"})).await;
     assert_eq!(refused["isError"], true, "{refused}");
-    assert_eq!(code(&refused), "state_unavailable", "{refused}");
+    assert_eq!(refusal_code(&refused), "state_unavailable", "{refused}");
     assert_eq!(refused["_meta"]["portcullis/error"]["store"], "redis");
     let said = refused["content"][0]["text"].as_str().unwrap_or_default();
     assert!(
@@ -355,7 +341,7 @@ async fn a_pin_approved_on_one_replica_is_accepted_by_another() {
     for replica in &fleet {
         request(replica, "tools/list", "", json!({})).await;
         let held = call(replica, "calc", json!({"n": 1})).await;
-        assert_eq!(code(&held), "tool_quarantined", "{held}");
+        assert_eq!(refusal_code(&held), "tool_quarantined", "{held}");
     }
 
     let (status, body) = operator(&fleet[0])

@@ -15,25 +15,13 @@
 use crate::support;
 use support::tiers::{self, Tier};
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
-use support::fleet::{Replica, response_of};
+use support::fleet::{Replica, eventually, response_of};
 use support::postgres::PostgresServer;
 use support::redis::RedisServer;
 use support::{ALICE, Config, Peer, PeerServer, modern_call};
-
-/// Polls `check` every 100 ms for up to `limit`.
-async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    check()
-}
 
 /// A 2026-07-28 `tools/call` of `echo` by alice with `text`; the answer.
 async fn echo(url: &str, text: &str) -> serde_json::Value {

@@ -13,6 +13,7 @@
 //! another, for its own client only.
 
 use crate::support;
+use support::fleet::{echoes, refusal_code};
 use support::tiers::{self, Tier};
 
 use serde_json::{Value, json};
@@ -76,21 +77,6 @@ async fn call(replica: &Observed, body: String) -> Value {
         .clone()
 }
 
-fn code(result: &Value) -> &str {
-    result["_meta"]["portcullis/error"]["code"]
-        .as_str()
-        .unwrap_or("")
-}
-
-/// The echoes the upstream itself ran.
-fn echoes(upstream: &PeerServer) -> usize {
-    upstream
-        .calls()
-        .iter()
-        .filter(|c| c["tool"] == "echo")
-        .count()
-}
-
 async fn readyz(replica: &Observed) -> Value {
     support::http()
         .get(format!("{}/readyz", replica.admin))
@@ -124,7 +110,7 @@ async fn an_approval_asked_on_one_replica_runs_once_through_another_and_never_ag
 
     for (replica, id) in [(three, 3), (one, 4), (two, 5)] {
         let replayed = call(replica, echo(id, "hello", yes(&state))).await;
-        assert_eq!(code(&replayed), "approval_used", "{replayed}");
+        assert_eq!(refusal_code(&replayed), "approval_used", "{replayed}");
     }
     assert_eq!(
         echoes(&upstream),
@@ -157,7 +143,7 @@ async fn another_deployment_sharing_the_redis_does_not_accept_the_state() {
     let state = asked["requestState"].as_str().expect("a state").to_owned();
     // Same key, same Redis, another namespace: not one of its states.
     let refused = call(&staging[0], echo(2, "x", yes(&state))).await;
-    assert_eq!(code(&refused), "approval_invalid", "{refused}");
+    assert_eq!(refusal_code(&refused), "approval_invalid", "{refused}");
     let ran = call(&prod[0], echo(3, "x", yes(&state))).await;
     assert_eq!(ran["isError"], false, "{ran}");
     assert_eq!(echoes(&upstream), 1);
@@ -177,7 +163,7 @@ async fn with_redis_stopped_an_approval_is_refused_unused_and_runs_once_it_is_ba
     redis.stop();
     for (replica, id) in [(&fleet[1], 2), (&fleet[0], 3)] {
         let refused = call(replica, echo(id, "x", yes(&state))).await;
-        assert_eq!(code(&refused), "state_unavailable", "{refused}");
+        assert_eq!(refusal_code(&refused), "state_unavailable", "{refused}");
         assert_eq!(refused["_meta"]["portcullis/error"]["store"], "redis");
         assert_eq!(refused["isError"], true);
     }
@@ -198,7 +184,7 @@ async fn with_redis_stopped_an_approval_is_refused_unused_and_runs_once_it_is_ba
     let ran = answered(&fleet[1], &state).await;
     assert_eq!(ran["isError"], false, "the unused approval runs: {ran}");
     let replayed = answered(&fleet[0], &state).await;
-    assert_eq!(code(&replayed), "approval_used", "{replayed}");
+    assert_eq!(refusal_code(&replayed), "approval_used", "{replayed}");
     assert_eq!(echoes(&upstream), 1);
 }
 
@@ -208,7 +194,7 @@ async fn answered(replica: &Observed, state: &str) -> Value {
     let mut last = Value::Null;
     for id in 10..60 {
         last = call(replica, echo(id, "x", yes(state))).await;
-        if code(&last) != "state_unavailable" {
+        if refusal_code(&last) != "state_unavailable" {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;

@@ -4,12 +4,12 @@
 //! (`kill -9` on demand), restarted on the same configuration.
 
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::process::{Child, Command};
 
-use super::ConfigFile;
+use super::{ConfigFile, PeerServer};
 
 /// One gateway process of a fleet.
 #[derive(Debug)]
@@ -122,4 +122,33 @@ pub fn response_of(body: &str) -> Option<Value> {
         .filter_map(|l| l.strip_prefix("data:"))
         .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
         .rfind(|v| v.get("result").is_some() || v.get("error").is_some())
+}
+
+/// The gateway's refusal code in a `tools/call` result's `_meta`; empty when
+/// the call was not refused.
+pub fn refusal_code(result: &Value) -> &str {
+    result["_meta"]["portcullis/error"]["code"]
+        .as_str()
+        .unwrap_or("")
+}
+
+/// The `echo` calls the upstream itself ran (what any replica forwarded).
+pub fn echoes(upstream: &PeerServer) -> usize {
+    upstream
+        .calls()
+        .iter()
+        .filter(|c| c["tool"] == "echo")
+        .count()
+}
+
+/// Polls `check` every 100 ms for up to `limit`; its last answer.
+pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    check()
 }
