@@ -15,15 +15,13 @@
 //! takes effect, and it is taken once.
 
 use crate::support;
-use support::fleet::{echoes, refusal_code};
+use support::fleet::{echoes, redis_fleet, refusal_code};
 use support::tiers::{self, Tier};
 
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use portcullis::state::{
-    Decided, QueueIds, Queued, Settled, SharedState, StateBackend, StateSettings,
-};
+use portcullis::state::{Decided, QueueIds, Queued, Settled};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as Cases, TestRunner};
 use serde_json::{Value, json};
@@ -389,28 +387,13 @@ async fn a_pin_approved_on_one_replica_is_accepted_by_another() {
     assert_eq!(body["store"], "redis");
 }
 
-/// The store of one replica of deployment `prop` in `redis`.
-fn store(redis: &str) -> SharedState {
-    let settings = StateSettings {
-        backend: StateBackend::Redis(redis.to_owned()),
-        namespace: "prop".into(),
-    };
-    SharedState::from_settings(&settings).expect("a store")
-}
-
 #[test]
 fn for_any_interleaving_of_decisions_across_replicas_one_takes_effect_once() {
     if !tiers::ready(&[Tier::Redis]) {
         return;
     }
     let redis = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let replicas: Vec<SharedState> =
-        runtime.block_on(async { (0..3).map(|_| store(&redis.url())).collect() });
+    let (runtime, replicas) = redis_fleet(&redis.url(), "prop", 3);
     let decisions = proptest::collection::vec((0..3usize, any::<bool>()), 1..7);
     let takers = proptest::collection::vec(0..3usize, 1..4);
     let mut runner = TestRunner::new(Cases::with_cases(32));

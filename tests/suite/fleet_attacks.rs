@@ -18,7 +18,7 @@ use support::tiers::{self, Tier};
 use std::time::Duration;
 
 use serde_json::json;
-use support::fleet::{Replica, eventually, response_of};
+use support::fleet::{Replica, eventually, redis_fleet, redis_store, response_of};
 use support::postgres::PostgresServer;
 use support::redis::RedisServer;
 use support::{ALICE, Config, Peer, PeerServer, modern_call};
@@ -101,25 +101,8 @@ fn per_client_bounds_hold_when_every_replica_binds_at_once_and_every_key_expires
     if !tiers::ready(&[Tier::Redis]) {
         return;
     }
-    use portcullis::state::{SharedState, StateBackend, StateSettings};
-
     let redis = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let fleet: Vec<SharedState> = runtime.block_on(async {
-        (0..3)
-            .map(|_| {
-                SharedState::from_settings(&StateSettings {
-                    backend: StateBackend::Redis(redis.url()),
-                    namespace: "bounds".into(),
-                })
-                .expect("store")
-            })
-            .collect()
-    });
+    let (runtime, fleet) = redis_fleet(&redis.url(), "bounds", 3);
     const PER_CLIENT: usize = 3;
     // Every client binds 8 tasks and 8 sessions, spread over the replicas, all at once.
     runtime.block_on(futures_util::future::join_all(NAMES.iter().flat_map(
@@ -192,19 +175,13 @@ fn a_replica_whose_clock_lags_cannot_take_a_client_past_its_bound() {
     if !tiers::ready(&[Tier::Redis]) {
         return;
     }
-    use portcullis::state::{SharedState, StateBackend, StateSettings};
-
     let redis = RedisServer::start();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        let store = SharedState::from_settings(&StateSettings {
-            backend: StateBackend::Redis(redis.url()),
-            namespace: "lag".into(),
-        })
-        .expect("store");
+        let store = redis_store(&redis.url(), "lag");
         let base = portcullis::util::time::now_ms();
         // Each binding written through a replica a second further behind.
         for n in 0..8i64 {

@@ -17,7 +17,7 @@
 //! each request sent to the replica it names unless a balancer is named.
 
 use crate::support;
-use support::fleet::refusal_code;
+use support::fleet::{refusal_code, replicas_of};
 use support::tiers::{self, Tier};
 
 use std::collections::BTreeMap;
@@ -62,12 +62,7 @@ fn config_with(upstream: &str, redis: &str, namespace: &str, rule: &str) -> Stri
 }
 
 async fn replicas(n: usize, upstream: &str, redis: &str, namespace: &str) -> Vec<Observed> {
-    let text = config(upstream, redis, namespace);
-    let mut out = Vec::new();
-    for _ in 0..n {
-        out.push(Observed::start(&text).await);
-    }
-    out
+    replicas_of(n, &config(upstream, redis, namespace)).await
 }
 
 fn book() -> Value {

@@ -13,7 +13,7 @@
 //! another, for its own client only.
 
 use crate::support;
-use support::fleet::{echoes, refusal_code};
+use support::fleet::{echoes, redis_fleet, refusal_code, replicas_of};
 use support::tiers::{self, Tier};
 
 use serde_json::{Value, json};
@@ -43,12 +43,7 @@ fn config(upstream: &str, redis: &str, namespace: &str) -> String {
 
 /// `n` replicas of one deployment.
 async fn replicas(n: usize, upstream: &str, redis: &str, namespace: &str) -> Vec<Observed> {
-    let text = config(upstream, redis, namespace);
-    let mut out = Vec::new();
-    for _ in 0..n {
-        out.push(Observed::start(&text).await);
-    }
-    out
+    replicas_of(n, &config(upstream, redis, namespace)).await
 }
 
 /// A 2026-07-28 `tools/call` of `echo` whose client declares elicitation.
@@ -425,27 +420,12 @@ fn a_nonce_is_used_once_under_any_interleaving_of_replicas() {
     if !tiers::ready(&[Tier::Redis]) {
         return;
     }
-    use portcullis::state::{SharedState, StateBackend, StateSettings, Use};
+    use portcullis::state::Use;
     use proptest::prelude::*;
     use proptest::test_runner::{Config, TestRunner};
 
     let redis = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let fleet: Vec<SharedState> = runtime.block_on(async {
-        (0..3)
-            .map(|_| {
-                SharedState::from_settings(&StateSettings {
-                    backend: StateBackend::Redis(redis.url()),
-                    namespace: "prop".into(),
-                })
-                .expect("store")
-            })
-            .collect()
-    });
+    let (runtime, fleet) = redis_fleet(&redis.url(), "prop", 3);
     let case = std::sync::atomic::AtomicU64::new(0);
     let mut runner = TestRunner::new(Config::with_cases(64));
     let ops = proptest::collection::vec((0usize..3, 0usize..4), 1..24);

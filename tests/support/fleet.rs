@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::process::{Child, Command};
 
+use portcullis::state::{SharedState, StateBackend, StateSettings};
+
+use super::process::Observed;
 use super::{ConfigFile, PeerServer};
 
 /// One gateway process of a fleet.
@@ -151,4 +154,39 @@ pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> boo
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     check()
+}
+
+/// `n` replicas running one configuration, started one after another.
+pub async fn replicas_of(n: usize, text: &str) -> Vec<Observed> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(Observed::start(text).await);
+    }
+    out
+}
+
+/// The shared state of one replica of deployment `namespace` in the Redis at
+/// `url` (opened inside a runtime).
+pub fn redis_store(url: &str, namespace: &str) -> SharedState {
+    SharedState::from_settings(&StateSettings {
+        backend: StateBackend::Redis(url.to_owned()),
+        namespace: namespace.into(),
+    })
+    .expect("a store")
+}
+
+/// A two-worker runtime and the shared state of `n` replicas of deployment
+/// `namespace` in the Redis at `url`, opened in it.
+pub fn redis_fleet(
+    url: &str,
+    namespace: &str,
+    n: usize,
+) -> (tokio::runtime::Runtime, Vec<SharedState>) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let fleet = runtime.block_on(async { (0..n).map(|_| redis_store(url, namespace)).collect() });
+    (runtime, fleet)
 }
