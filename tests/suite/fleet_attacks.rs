@@ -18,23 +18,14 @@ use support::tiers::{self, Tier};
 use std::time::Duration;
 
 use serde_json::json;
-use support::fleet::{Replica, eventually, redis_fleet, redis_store, response_of};
+use support::fleet::{Replica, eventually, redis_fleet, redis_store, response_of, send_echo};
 use support::postgres::PostgresServer;
 use support::redis::RedisServer;
-use support::{ALICE, Config, Peer, PeerServer, modern_call};
+use support::{ALICE, Config, Peer, PeerServer};
 
 /// A 2026-07-28 `tools/call` of `echo` by alice with `text`; the answer.
 async fn echo(url: &str, text: &str) -> serde_json::Value {
-    let response = support::http()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("authorization", format!("Bearer {ALICE}"))
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "echo")
-        .body(modern_call(1, "echo", json!({ "text": text })))
-        .send()
+    let response = send_echo(&support::http(), url, text)
         .await
         .expect("an answer");
     response_of(&response.text().await.expect("a body")).expect("JSON-RPC")

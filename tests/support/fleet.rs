@@ -6,13 +6,13 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
 use portcullis::state::{SharedState, StateBackend, StateSettings};
 
 use super::process::Observed;
-use super::{ConfigFile, PeerServer};
+use super::{ALICE, ConfigFile, PeerServer, modern_call};
 
 /// One gateway process of a fleet.
 #[derive(Debug)]
@@ -189,4 +189,23 @@ pub fn redis_fleet(
         .expect("a runtime");
     let fleet = runtime.block_on(async { (0..n).map(|_| redis_store(url, namespace)).collect() });
     (runtime, fleet)
+}
+
+/// Sends one 2026-07-28 `tools/call` of `echo` with `text` by alice to `url`
+/// (a replica or a balancer); the HTTP response as it came.
+pub async fn send_echo(
+    http: &reqwest::Client,
+    url: &str,
+    text: &str,
+) -> reqwest::Result<reqwest::Response> {
+    http.post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {ALICE}"))
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "echo")
+        .body(modern_call(1, "echo", json!({ "text": text })))
+        .send()
+        .await
 }
