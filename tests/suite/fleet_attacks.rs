@@ -18,7 +18,9 @@ use support::tiers::{self, Tier};
 use std::time::Duration;
 
 use serde_json::json;
-use support::fleet::{Replica, eventually, redis_fleet, redis_store, response_of, send_echo};
+use support::fleet::{
+    Replica, elicit_echo, eventually, redis_fleet, redis_store, response_of, send_echo,
+};
 use support::postgres::PostgresServer;
 use support::redis::RedisServer;
 use support::{ALICE, Config, Peer, PeerServer};
@@ -230,15 +232,7 @@ async fn a_redis_password_shows_in_no_answer_log_or_probe() {
             clients()
         )
     };
-    let echo = |id: u64, extra: serde_json::Value| {
-        let mut params = json!({"name": "echo", "arguments": {"text": "x"}, "_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
-        if let (serde_json::Value::Object(p), serde_json::Value::Object(e)) = (&mut params, extra) {
-            p.extend(e);
-        }
-        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
-    };
+    let echo = |id: u64, extra: serde_json::Value| elicit_echo(id, "x", extra);
     let headers = modern_call_headers(ALICE, "echo");
     for (password, reachable) in [(WRONG, false), (RIGHT, true)] {
         let replica = Observed::start(&config(password)).await;
@@ -363,15 +357,7 @@ async fn a_redis_slower_than_the_deadline_never_runs_an_approval_twice() {
     );
     let fleet = [Observed::start(&text).await, Observed::start(&text).await];
     let headers = modern_call_headers(ALICE, "echo");
-    let echo = |id: u64, extra: serde_json::Value| {
-        let mut params = json!({"name": "echo", "arguments": {"text": "slow"}, "_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
-        if let (serde_json::Value::Object(p), serde_json::Value::Object(e)) = (&mut params, extra) {
-            p.extend(e);
-        }
-        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
-    };
+    let echo = |id: u64, extra: serde_json::Value| elicit_echo(id, "slow", extra);
     let asked = raw_post(
         &fleet[0].url("files"),
         &borrow(&headers),

@@ -13,7 +13,7 @@
 //! another, for its own client only.
 
 use crate::support;
-use support::fleet::{echoes, redis_fleet, refusal_code, replicas_of};
+use support::fleet::{echoes, elicit_echo, redis_fleet, refusal_code, replicas_of};
 use support::tiers::{self, Tier};
 
 use serde_json::{Value, json};
@@ -48,13 +48,7 @@ async fn replicas(n: usize, upstream: &str, redis: &str, namespace: &str) -> Vec
 
 /// A 2026-07-28 `tools/call` of `echo` whose client declares elicitation.
 fn echo(id: u64, text: &str, extra: Value) -> String {
-    let mut params = json!({"name": "echo", "arguments": {"text": text}, "_meta": {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
-    if let (Value::Object(p), Value::Object(e)) = (&mut params, extra) {
-        p.extend(e);
-    }
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
+    elicit_echo(id, text, extra)
 }
 
 /// The user's yes to the gateway's question, with its state.

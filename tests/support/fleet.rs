@@ -209,3 +209,15 @@ pub async fn send_echo(
         .send()
         .await
 }
+
+/// A 2026-07-28 `tools/call` body of `echo` with `text` whose client declares
+/// elicitation, `extra` merged into its params (a `requestState`, answers).
+pub fn elicit_echo(id: u64, text: &str, extra: Value) -> String {
+    let mut params = json!({"name": "echo", "arguments": {"text": text}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
+    if let (Value::Object(p), Value::Object(e)) = (&mut params, extra) {
+        p.extend(e);
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
+}
