@@ -29,7 +29,6 @@ use super::approvals::{Approvals, Happening, Outcome};
 use super::binding::Binding;
 use super::gate::{Call, Gate, Refusal};
 use super::queue::{DecideError, Entry, Status, new_id};
-use super::settings::{Pending, Requirement};
 use crate::state::queue::MAX_ENTRY_BYTES;
 use crate::state::{Decided, QueueIds, Queued, Settled, Unavailable};
 
@@ -183,7 +182,7 @@ impl Approvals {
             let (found, decided) = match added {
                 Ok(Queued::Added) => {
                     self.fleet_event(Outcome::Asked, &entry, call.now_ms);
-                    return queued(r, entry, false);
+                    return Gate::queued(r, entry, false, None);
                 }
                 Ok(Queued::Full) => return busy(limits.0, false),
                 Ok(Queued::ClientFull) => return busy(limits.1, true),
@@ -198,7 +197,7 @@ impl Approvals {
                 });
             };
             if !decided {
-                return queued(r, found, true);
+                return Gate::queued(r, found, true, None);
             }
             match self.shared.queue_settle(ids(&found, &key), false).await {
                 Ok(Settled::Decided(d)) => {
@@ -375,22 +374,6 @@ impl Approvals {
             id: Some(&entry.id),
             at_ms,
         });
-    }
-}
-
-/// What a queued (or found queued) call does: waits, or is refused until
-/// the identical call is made again after the decision.
-fn queued(r: &Requirement, entry: Entry, already: bool) -> Gate {
-    match r.pending {
-        Pending::Retry => Gate::Refuse(Refusal::Required {
-            id: entry.id,
-            expires_ms: entry.expires_ms,
-            already,
-        }),
-        Pending::Wait => Gate::Hold {
-            entry,
-            decision: None,
-        },
     }
 }
 

@@ -85,6 +85,27 @@ pub enum Gate {
     Refuse(Refusal),
 }
 
+impl Gate {
+    /// What a queued (or found queued) call does: waits (woken by `decision`
+    /// in this process, or looked for in the shared store when `None`), or
+    /// is refused until the identical call is made again after the decision.
+    pub(super) fn queued(
+        r: &Requirement,
+        entry: Entry,
+        already: bool,
+        decision: Option<watch::Receiver<Status>>,
+    ) -> Gate {
+        match r.pending {
+            Pending::Retry => Gate::Refuse(Refusal::Required {
+                id: entry.id,
+                expires_ms: entry.expires_ms,
+                already,
+            }),
+            Pending::Wait => Gate::Hold { entry, decision },
+        }
+    }
+}
+
 /// Why a call needing approval is not run.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Refusal {
@@ -394,17 +415,7 @@ impl Approvals {
                 });
             }
         };
-        match r.pending {
-            Pending::Retry => Gate::Refuse(Refusal::Required {
-                id: entry.id,
-                expires_ms: entry.expires_ms,
-                already,
-            }),
-            Pending::Wait => Gate::Hold {
-                entry,
-                decision: Some(decision),
-            },
-        }
+        Gate::queued(r, entry, already, Some(decision))
     }
 
     /// A held call: `Ok` once an operator approved it (and it is taken out of

@@ -7,7 +7,8 @@
 //! stream when notifications for the request arrive before its response), so
 //! every stage after forwarding (sanitizer, rewrite of failures, pins, audit)
 //! applies unchanged. The process itself (spawn, handshake, stderr, restarts)
-//! is in [`child`].
+//! is in [`child`]; the SSE stream of a request with notifications in
+//! [`stream`].
 //!
 //! Invariants:
 //! - request ids are rewritten to gateway-unique ids on the way in and mapped
@@ -30,31 +31,30 @@
 mod child;
 mod family;
 mod shared;
+mod stream;
 
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::Stream;
 use http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::reply::{Framing, Reply, SseStream, UpstreamError};
+use super::reply::{Framing, Reply, UpstreamError};
 use crate::config::StdioCommand;
 use crate::error::UpstreamKind;
 use crate::mcp::headers::MCP_SESSION_ID;
 use crate::mcp::methods::{self, Method as Rpc};
-use crate::mcp::sse::{SseEvent, SseItem};
 use crate::mcp::version::{LEGACY, MODERN};
 use crate::util::time::humanize;
 
 pub(crate) use shared::Link;
 use shared::{Life, MAX_NOTES, TOKEN_PREFIX};
 use shared::{Pending, Shared, line_of, strip_envelope, unavailable};
+use stream::{InFlight, Next, Wait, sse};
 
 /// Most requests in flight to one child.
 pub(crate) const MAX_PENDING: usize = 4096;
@@ -371,105 +371,6 @@ impl Drop for Stdio {
         // that replaced this server, say); `stop` is the awaited form.
         let _ = self.stop.send(true);
     }
-}
-
-/// Removes a request from the table when its waiter goes away; one still
-/// unanswered is cancelled at the child.
-struct InFlight {
-    shared: Arc<Shared>,
-    gid: u64,
-    life: Arc<Life>,
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        let removed = self.shared.lock().remove(&self.gid);
-        if removed.is_some() {
-            let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                "params": {"requestId": self.gid, "reason": "the client stopped waiting"}});
-            let _ = self.life.stdin.try_send(line_of(&cancel));
-        }
-    }
-}
-
-/// The messages for one request: notifications, then its response.
-struct Wait {
-    notes: mpsc::Receiver<Value>,
-    done: oneshot::Receiver<Result<Value, UpstreamError>>,
-    /// Dropped with the wait: the request leaves the table.
-    _in_flight: InFlight,
-    finished: bool,
-}
-
-enum Next {
-    Note(Value),
-    End(Result<Value, UpstreamError>),
-}
-
-impl Wait {
-    async fn next(&mut self) -> Next {
-        tokio::select! {
-            // Notifications queued before the response go first.
-            biased;
-            Some(note) = self.notes.recv() => Next::Note(note),
-            done = &mut self.done => {
-                self.finished = true;
-                Next::End(done.unwrap_or_else(|_| Err(unavailable("the server process exited"))))
-            }
-        }
-    }
-}
-
-/// The SSE stream of a request whose notifications came before its
-/// response; `idle` bounds the gap between two messages.
-fn sse(first: Value, wait: Wait, idle: Option<Duration>) -> SseStream {
-    struct State {
-        first: Option<Value>,
-        wait: Wait,
-        idle: Option<Duration>,
-    }
-    let state = State {
-        first: Some(first),
-        wait,
-        idle,
-    };
-    let stream = futures_util::stream::unfold(state, |mut st| async move {
-        if let Some(first) = st.first.take() {
-            return Some((Ok(event(&first)), st));
-        }
-        if st.wait.finished {
-            return None;
-        }
-        let next = match st.idle {
-            Some(idle) => match tokio::time::timeout(idle, st.wait.next()).await {
-                Ok(next) => next,
-                Err(_) => {
-                    st.wait.finished = true;
-                    let e = UpstreamError::new(
-                        UpstreamKind::Timeout,
-                        format!("it sent nothing for {}", humanize(idle)),
-                    );
-                    return Some((Err(e), st));
-                }
-            },
-            None => st.wait.next().await,
-        };
-        match next {
-            Next::Note(note) => Some((Ok(event(&note)), st)),
-            Next::End(Ok(response)) => Some((Ok(event(&response)), st)),
-            Next::End(Err(e)) => Some((Err(e), st)),
-        }
-    });
-    let boxed: Pin<Box<dyn Stream<Item = Result<SseItem, UpstreamError>> + Send>> =
-        Box::pin(stream);
-    boxed
-}
-
-fn event(message: &Value) -> SseItem {
-    SseItem::Event(SseEvent {
-        data: message.to_string(),
-        ..SseEvent::default()
-    })
 }
 
 /// `server/discover` answered from the handshake: the gateway serves the

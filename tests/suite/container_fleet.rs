@@ -20,6 +20,7 @@
 //! happened: `podman kube down`, then the pods, volumes and secret by name.
 
 use crate::support;
+use support::fleet::refusal_code;
 use support::podman::{
     self, ADMIN_TOKEN, AGENT_KEY, MCP_IMAGE, fill, free_port, listening, on_loopback, read, ready,
     run_id, sha256_hex,
@@ -210,12 +211,6 @@ async fn post(url: &str, body: String) -> Value {
     raw.body["result"].clone()
 }
 
-fn code(result: &Value) -> &str {
-    result["_meta"]["portcullis/error"]["code"]
-        .as_str()
-        .unwrap_or("")
-}
-
 /// `psql` in the PostgreSQL pod's container: the rows, one line each, fields split on `|`.
 fn psql(container: &str, port: u16, sql: &str) -> Vec<Vec<String>> {
     let out = Command::new("podman")
@@ -365,7 +360,7 @@ async fn the_fleet_manifests_play_three_replicas_sharing_one_redis_and_one_postg
     assert_eq!(ran["isError"], false, "approved through replica 1: {ran}");
     for (url, id) in [(&urls[2], 3), (&urls[0], 4), (&urls[1], 5)] {
         let replayed = post(url, admin_reset(id, yes.clone())).await;
-        assert_eq!(code(&replayed), "approval_used", "{replayed}");
+        assert_eq!(refusal_code(&replayed), "approval_used", "{replayed}");
     }
     let redis = format!("{redis_pod}-redis");
     let redis_port = ports.redis.to_string();
@@ -409,12 +404,14 @@ async fn the_fleet_manifests_play_three_replicas_sharing_one_redis_and_one_postg
         after_restart = post(&urls[2], admin_reset(6, yes.clone())).await;
         let restarts = podman::ok(&["inspect", "--format", "{{.RestartCount}}", &redis]);
         let back = restarts.parse::<u32>().is_ok_and(|n| n >= 1);
-        if (back && code(&after_restart) != "state_unavailable") || Instant::now() > deadline {
+        if (back && refusal_code(&after_restart) != "state_unavailable")
+            || Instant::now() > deadline
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    if code(&after_restart) != "approval_used" {
+    if refusal_code(&after_restart) != "approval_used" {
         let logs = |c: &str| {
             let out = podman::run(&["logs", "--tail", "30", c]);
             format!(

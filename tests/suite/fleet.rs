@@ -17,11 +17,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::fleet::{Replica, response_of};
+use support::fleet::{Replica, eventually, response_of, send_echo};
 use support::haproxy::Haproxy;
 use support::postgres::PostgresServer;
 use support::redis::RedisServer;
-use support::{ALICE, Mode, Peer, PeerServer, Sdk, modern_call};
+use support::{ALICE, Mode, Peer, PeerServer, Sdk};
 
 /// A replica's configuration: `demo` upstream, alice may call `echo` under
 /// `rate`, buckets in `redis`, the audit in PostgreSQL at `pg` with the
@@ -62,18 +62,7 @@ fn replica_config(
 /// One 2026-07-28 `tools/call` of `echo` with `text`; the JSON-RPC response,
 /// or `None` when no whole answer came back (a replica killed under it).
 async fn echo(http: &reqwest::Client, url: &str, text: &str) -> Option<Value> {
-    let response = http
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("authorization", format!("Bearer {ALICE}"))
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "echo")
-        .body(modern_call(1, "echo", json!({ "text": text })))
-        .send()
-        .await
-        .ok()?;
+    let response = send_echo(http, url, text).await.ok()?;
     if !response.status().is_success() {
         return None;
     }
@@ -89,18 +78,6 @@ fn echoed(response: &Value) -> Option<&str> {
 
 fn refusal(response: &Value) -> Option<&str> {
     response["result"]["_meta"]["portcullis/error"]["code"].as_str()
-}
-
-/// Polls `check` every 100 ms for up to `limit`.
-async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    check()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

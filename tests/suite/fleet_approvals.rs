@@ -15,14 +15,13 @@
 //! takes effect, and it is taken once.
 
 use crate::support;
+use support::fleet::{echoes, redis_fleet, refusal_code};
 use support::tiers::{self, Tier};
 
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use portcullis::state::{
-    Decided, QueueIds, Queued, Settled, SharedState, StateBackend, StateSettings,
-};
+use portcullis::state::{Decided, QueueIds, Queued, Settled};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as Cases, TestRunner};
 use serde_json::{Value, json};
@@ -86,21 +85,6 @@ async fn request(replica: &Observed, method: &str, name: &str, mut params: Value
 async fn call(replica: &Observed, tool: &str, arguments: Value) -> Value {
     let params = json!({"name": tool, "arguments": arguments});
     request(replica, "tools/call", tool, params).await.body["result"].clone()
-}
-
-fn code(result: &Value) -> &str {
-    result["_meta"]["portcullis/error"]["code"]
-        .as_str()
-        .unwrap_or("")
-}
-
-/// The echoes the upstream itself ran.
-fn echoes(upstream: &PeerServer) -> usize {
-    upstream
-        .calls()
-        .iter()
-        .filter(|c| c["tool"] == "echo")
-        .count()
 }
 
 /// The queue as `replica` lists it, once it holds `n` entries (bounded).
@@ -246,7 +230,7 @@ async fn an_operator_approves_through_replica_3_a_call_held_on_replica_1_and_it_
         assert_eq!(ran["isError"], false, "{ran}");
         assert_eq!(echoes(&upstream), 2);
     } else {
-        assert_eq!(code(&ran), "approval_denied", "{ran}");
+        assert_eq!(refusal_code(&ran), "approval_denied", "{ran}");
         assert_eq!(echoes(&upstream), 1);
     }
 
@@ -271,7 +255,7 @@ async fn with_redis_stopped_holding_deciding_and_listing_say_the_store_is_unavai
 
     let refused = call(&fleet[0], "echo", json!({"text": "x"})).await;
     assert_eq!(refused["isError"], true, "{refused}");
-    assert_eq!(code(&refused), "state_unavailable", "{refused}");
+    assert_eq!(refusal_code(&refused), "state_unavailable", "{refused}");
     assert_eq!(refused["_meta"]["portcullis/error"]["store"], "redis");
     let said = refused["content"][0]["text"].as_str().unwrap_or_default();
     assert!(
@@ -355,7 +339,7 @@ async fn a_pin_approved_on_one_replica_is_accepted_by_another() {
     for replica in &fleet {
         request(replica, "tools/list", "", json!({})).await;
         let held = call(replica, "calc", json!({"n": 1})).await;
-        assert_eq!(code(&held), "tool_quarantined", "{held}");
+        assert_eq!(refusal_code(&held), "tool_quarantined", "{held}");
     }
 
     let (status, body) = operator(&fleet[0])
@@ -403,28 +387,13 @@ async fn a_pin_approved_on_one_replica_is_accepted_by_another() {
     assert_eq!(body["store"], "redis");
 }
 
-/// The store of one replica of deployment `prop` in `redis`.
-fn store(redis: &str) -> SharedState {
-    let settings = StateSettings {
-        backend: StateBackend::Redis(redis.to_owned()),
-        namespace: "prop".into(),
-    };
-    SharedState::from_settings(&settings).expect("a store")
-}
-
 #[test]
 fn for_any_interleaving_of_decisions_across_replicas_one_takes_effect_once() {
     if !tiers::ready(&[Tier::Redis]) {
         return;
     }
     let redis = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let replicas: Vec<SharedState> =
-        runtime.block_on(async { (0..3).map(|_| store(&redis.url())).collect() });
+    let (runtime, replicas) = redis_fleet(&redis.url(), "prop", 3);
     let decisions = proptest::collection::vec((0..3usize, any::<bool>()), 1..7);
     let takers = proptest::collection::vec(0..3usize, 1..4);
     let mut runner = TestRunner::new(Cases::with_cases(32));

@@ -15,38 +15,19 @@
 use crate::support;
 use support::tiers::{self, Tier};
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
-use support::fleet::{Replica, response_of};
+use support::fleet::{
+    Replica, elicit_echo, eventually, redis_fleet, redis_store, response_of, send_echo,
+};
 use support::postgres::PostgresServer;
 use support::redis::RedisServer;
-use support::{ALICE, Config, Peer, PeerServer, modern_call};
-
-/// Polls `check` every 100 ms for up to `limit`.
-async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    check()
-}
+use support::{ALICE, Config, Peer, PeerServer};
 
 /// A 2026-07-28 `tools/call` of `echo` by alice with `text`; the answer.
 async fn echo(url: &str, text: &str) -> serde_json::Value {
-    let response = support::http()
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("authorization", format!("Bearer {ALICE}"))
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "echo")
-        .body(modern_call(1, "echo", json!({ "text": text })))
-        .send()
+    let response = send_echo(&support::http(), url, text)
         .await
         .expect("an answer");
     response_of(&response.text().await.expect("a body")).expect("JSON-RPC")
@@ -113,25 +94,8 @@ fn per_client_bounds_hold_when_every_replica_binds_at_once_and_every_key_expires
     if !tiers::ready(&[Tier::Redis]) {
         return;
     }
-    use portcullis::state::{SharedState, StateBackend, StateSettings};
-
     let redis = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let fleet: Vec<SharedState> = runtime.block_on(async {
-        (0..3)
-            .map(|_| {
-                SharedState::from_settings(&StateSettings {
-                    backend: StateBackend::Redis(redis.url()),
-                    namespace: "bounds".into(),
-                })
-                .expect("store")
-            })
-            .collect()
-    });
+    let (runtime, fleet) = redis_fleet(&redis.url(), "bounds", 3);
     const PER_CLIENT: usize = 3;
     // Every client binds 8 tasks and 8 sessions, spread over the replicas, all at once.
     runtime.block_on(futures_util::future::join_all(NAMES.iter().flat_map(
@@ -204,19 +168,13 @@ fn a_replica_whose_clock_lags_cannot_take_a_client_past_its_bound() {
     if !tiers::ready(&[Tier::Redis]) {
         return;
     }
-    use portcullis::state::{SharedState, StateBackend, StateSettings};
-
     let redis = RedisServer::start();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        let store = SharedState::from_settings(&StateSettings {
-            backend: StateBackend::Redis(redis.url()),
-            namespace: "lag".into(),
-        })
-        .expect("store");
+        let store = redis_store(&redis.url(), "lag");
         let base = portcullis::util::time::now_ms();
         // Each binding written through a replica a second further behind.
         for n in 0..8i64 {
@@ -274,15 +232,7 @@ async fn a_redis_password_shows_in_no_answer_log_or_probe() {
             clients()
         )
     };
-    let echo = |id: u64, extra: serde_json::Value| {
-        let mut params = json!({"name": "echo", "arguments": {"text": "x"}, "_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
-        if let (serde_json::Value::Object(p), serde_json::Value::Object(e)) = (&mut params, extra) {
-            p.extend(e);
-        }
-        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
-    };
+    let echo = |id: u64, extra: serde_json::Value| elicit_echo(id, "x", extra);
     let headers = modern_call_headers(ALICE, "echo");
     for (password, reachable) in [(WRONG, false), (RIGHT, true)] {
         let replica = Observed::start(&config(password)).await;
@@ -407,15 +357,7 @@ async fn a_redis_slower_than_the_deadline_never_runs_an_approval_twice() {
     );
     let fleet = [Observed::start(&text).await, Observed::start(&text).await];
     let headers = modern_call_headers(ALICE, "echo");
-    let echo = |id: u64, extra: serde_json::Value| {
-        let mut params = json!({"name": "echo", "arguments": {"text": "slow"}, "_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
-        if let (serde_json::Value::Object(p), serde_json::Value::Object(e)) = (&mut params, extra) {
-            p.extend(e);
-        }
-        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
-    };
+    let echo = |id: u64, extra: serde_json::Value| elicit_echo(id, "slow", extra);
     let asked = raw_post(
         &fleet[0].url("files"),
         &borrow(&headers),

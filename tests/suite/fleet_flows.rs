@@ -17,6 +17,7 @@
 //! each request sent to the replica it names unless a balancer is named.
 
 use crate::support;
+use support::fleet::{refusal_code, replicas_of};
 use support::tiers::{self, Tier};
 
 use std::collections::BTreeMap;
@@ -61,12 +62,7 @@ fn config_with(upstream: &str, redis: &str, namespace: &str, rule: &str) -> Stri
 }
 
 async fn replicas(n: usize, upstream: &str, redis: &str, namespace: &str) -> Vec<Observed> {
-    let text = config(upstream, redis, namespace);
-    let mut out = Vec::new();
-    for _ in 0..n {
-        out.push(Observed::start(&text).await);
-    }
-    out
+    replicas_of(n, &config(upstream, redis, namespace)).await
 }
 
 fn book() -> Value {
@@ -91,14 +87,8 @@ async fn in_conversation(replica: &Observed, conversation: &str, name: &str, arg
     raw.body["result"].clone()
 }
 
-fn code(result: &Value) -> &str {
-    result["_meta"]["portcullis/error"]["code"]
-        .as_str()
-        .unwrap_or("")
-}
-
 fn ran(result: &Value, what: &str) {
-    assert_eq!(code(result), "", "{what}: {result}");
+    assert_eq!(refusal_code(result), "", "{what}: {result}");
     assert_eq!(result["isError"], false, "{what}: {result}");
 }
 
@@ -141,7 +131,7 @@ async fn a_conversation_read_through_two_replicas_is_refused_its_egress_call_thr
         "the untrusted read through replica 2",
     );
     let refused = in_conversation(three, "c1", "book_flight", book()).await;
-    assert_eq!(code(&refused), "flow_denied", "{refused}");
+    assert_eq!(refusal_code(&refused), "flow_denied", "{refused}");
     assert_eq!(refused["isError"], true);
     let text = refused["content"][0]["text"].as_str().unwrap_or_default();
     assert!(text.contains("private (echo on py)"), "{text}");
@@ -158,7 +148,7 @@ async fn a_conversation_read_through_two_replicas_is_refused_its_egress_call_thr
     // Through every replica alike; another conversation of the same client holds nothing.
     for replica in [one, two] {
         let again = in_conversation(replica, "c1", "book_flight", book()).await;
-        assert_eq!(code(&again), "flow_denied", "{again}");
+        assert_eq!(refusal_code(&again), "flow_denied", "{again}");
     }
     ran(
         &in_conversation(three, "c2", "book_flight", book()).await,
@@ -259,12 +249,12 @@ async fn with_redis_stopped_a_sink_and_a_source_are_refused_naming_the_store_nev
     let before = upstream.ran().len();
     // A sink under a flow rule: what the session holds cannot be known.
     let sink = in_conversation(&fleet[1], "c1", "book_flight", book()).await;
-    assert_eq!(code(&sink), "state_unavailable", "{sink}");
+    assert_eq!(refusal_code(&sink), "state_unavailable", "{sink}");
     assert_eq!(sink["_meta"]["portcullis/error"]["store"], "redis");
     assert_eq!(sink["isError"], true);
     // A source: its label could not be kept, so its result is not read.
     let source = in_conversation(&fleet[0], "c1", "leaky_text", json!({})).await;
-    assert_eq!(code(&source), "state_unavailable", "{source}");
+    assert_eq!(refusal_code(&source), "state_unavailable", "{source}");
     assert_eq!(source["_meta"]["portcullis/error"]["store"], "redis");
     let text = source["content"][0]["text"].as_str().unwrap_or_default();
     assert!(text.contains("redis state store is unreachable"), "{text}");
@@ -288,7 +278,7 @@ async fn with_redis_stopped_a_sink_and_a_source_are_refused_naming_the_store_nev
     let mut last = Value::Null;
     for _ in 0..50 {
         last = in_conversation(&fleet[0], "c1", "leaky_text", json!({})).await;
-        if code(&last) != "state_unavailable" {
+        if refusal_code(&last) != "state_unavailable" {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -301,12 +291,12 @@ async fn with_redis_stopped_a_sink_and_a_source_are_refused_naming_the_store_nev
     let mut refused = Value::Null;
     for _ in 0..50 {
         refused = in_conversation(&fleet[1], "c1", "book_flight", book()).await;
-        if code(&refused) != "state_unavailable" {
+        if refusal_code(&refused) != "state_unavailable" {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(code(&refused), "flow_denied", "{refused}");
+    assert_eq!(refusal_code(&refused), "flow_denied", "{refused}");
     assert_eq!(flights(&upstream), 0);
 }
 
@@ -353,7 +343,7 @@ async fn an_egress_call_held_for_an_operator_never_runs_when_redis_stops_before_
     assert_eq!(body["store"], "redis", "{body}");
     let out = held.await.expect("the held call answers");
     let result = &out.body["result"];
-    assert_eq!(code(result), "state_unavailable", "{}", out.text);
+    assert_eq!(refusal_code(result), "state_unavailable", "{}", out.text);
     assert_eq!(result["_meta"]["portcullis/error"]["store"], "redis");
     assert_eq!(flights(&upstream), 0, "the egress call never ran");
 }

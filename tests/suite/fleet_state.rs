@@ -13,6 +13,7 @@
 //! another, for its own client only.
 
 use crate::support;
+use support::fleet::{echoes, elicit_echo, redis_fleet, refusal_code, replicas_of};
 use support::tiers::{self, Tier};
 
 use serde_json::{Value, json};
@@ -42,23 +43,12 @@ fn config(upstream: &str, redis: &str, namespace: &str) -> String {
 
 /// `n` replicas of one deployment.
 async fn replicas(n: usize, upstream: &str, redis: &str, namespace: &str) -> Vec<Observed> {
-    let text = config(upstream, redis, namespace);
-    let mut out = Vec::new();
-    for _ in 0..n {
-        out.push(Observed::start(&text).await);
-    }
-    out
+    replicas_of(n, &config(upstream, redis, namespace)).await
 }
 
 /// A 2026-07-28 `tools/call` of `echo` whose client declares elicitation.
 fn echo(id: u64, text: &str, extra: Value) -> String {
-    let mut params = json!({"name": "echo", "arguments": {"text": text}, "_meta": {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}});
-    if let (Value::Object(p), Value::Object(e)) = (&mut params, extra) {
-        p.extend(e);
-    }
-    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}).to_string()
+    elicit_echo(id, text, extra)
 }
 
 /// The user's yes to the gateway's question, with its state.
@@ -74,21 +64,6 @@ async fn call(replica: &Observed, body: String) -> Value {
         .await
         .body["result"]
         .clone()
-}
-
-fn code(result: &Value) -> &str {
-    result["_meta"]["portcullis/error"]["code"]
-        .as_str()
-        .unwrap_or("")
-}
-
-/// The echoes the upstream itself ran.
-fn echoes(upstream: &PeerServer) -> usize {
-    upstream
-        .calls()
-        .iter()
-        .filter(|c| c["tool"] == "echo")
-        .count()
 }
 
 async fn readyz(replica: &Observed) -> Value {
@@ -124,7 +99,7 @@ async fn an_approval_asked_on_one_replica_runs_once_through_another_and_never_ag
 
     for (replica, id) in [(three, 3), (one, 4), (two, 5)] {
         let replayed = call(replica, echo(id, "hello", yes(&state))).await;
-        assert_eq!(code(&replayed), "approval_used", "{replayed}");
+        assert_eq!(refusal_code(&replayed), "approval_used", "{replayed}");
     }
     assert_eq!(
         echoes(&upstream),
@@ -157,7 +132,7 @@ async fn another_deployment_sharing_the_redis_does_not_accept_the_state() {
     let state = asked["requestState"].as_str().expect("a state").to_owned();
     // Same key, same Redis, another namespace: not one of its states.
     let refused = call(&staging[0], echo(2, "x", yes(&state))).await;
-    assert_eq!(code(&refused), "approval_invalid", "{refused}");
+    assert_eq!(refusal_code(&refused), "approval_invalid", "{refused}");
     let ran = call(&prod[0], echo(3, "x", yes(&state))).await;
     assert_eq!(ran["isError"], false, "{ran}");
     assert_eq!(echoes(&upstream), 1);
@@ -177,7 +152,7 @@ async fn with_redis_stopped_an_approval_is_refused_unused_and_runs_once_it_is_ba
     redis.stop();
     for (replica, id) in [(&fleet[1], 2), (&fleet[0], 3)] {
         let refused = call(replica, echo(id, "x", yes(&state))).await;
-        assert_eq!(code(&refused), "state_unavailable", "{refused}");
+        assert_eq!(refusal_code(&refused), "state_unavailable", "{refused}");
         assert_eq!(refused["_meta"]["portcullis/error"]["store"], "redis");
         assert_eq!(refused["isError"], true);
     }
@@ -198,7 +173,7 @@ async fn with_redis_stopped_an_approval_is_refused_unused_and_runs_once_it_is_ba
     let ran = answered(&fleet[1], &state).await;
     assert_eq!(ran["isError"], false, "the unused approval runs: {ran}");
     let replayed = answered(&fleet[0], &state).await;
-    assert_eq!(code(&replayed), "approval_used", "{replayed}");
+    assert_eq!(refusal_code(&replayed), "approval_used", "{replayed}");
     assert_eq!(echoes(&upstream), 1);
 }
 
@@ -208,7 +183,7 @@ async fn answered(replica: &Observed, state: &str) -> Value {
     let mut last = Value::Null;
     for id in 10..60 {
         last = call(replica, echo(id, "x", yes(state))).await;
-        if code(&last) != "state_unavailable" {
+        if refusal_code(&last) != "state_unavailable" {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -439,27 +414,12 @@ fn a_nonce_is_used_once_under_any_interleaving_of_replicas() {
     if !tiers::ready(&[Tier::Redis]) {
         return;
     }
-    use portcullis::state::{SharedState, StateBackend, StateSettings, Use};
+    use portcullis::state::Use;
     use proptest::prelude::*;
     use proptest::test_runner::{Config, TestRunner};
 
     let redis = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let fleet: Vec<SharedState> = runtime.block_on(async {
-        (0..3)
-            .map(|_| {
-                SharedState::from_settings(&StateSettings {
-                    backend: StateBackend::Redis(redis.url()),
-                    namespace: "prop".into(),
-                })
-                .expect("store")
-            })
-            .collect()
-    });
+    let (runtime, fleet) = redis_fleet(&redis.url(), "prop", 3);
     let case = std::sync::atomic::AtomicU64::new(0);
     let mut runner = TestRunner::new(Config::with_cases(64));
     let ops = proptest::collection::vec((0usize..3, 0usize..4), 1..24);

@@ -6,16 +6,17 @@
 
 use crate::support;
 use support::Config;
+use support::fleet::send_echo;
 use support::tiers::{self, Tier};
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::Value;
+use support::ALICE;
 use support::redis::RedisServer;
 use support::upstreams::InProcess;
-use support::{ALICE, modern_call};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -115,16 +116,7 @@ impl Replica {
 
 /// One 2026-07-28 `tools/call` of `echo`; the parsed JSON-RPC response.
 async fn echo(http: &reqwest::Client, url: &str) -> Value {
-    let response = http
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("authorization", format!("Bearer {ALICE}"))
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "echo")
-        .body(modern_call(1, "echo", json!({"text": "x"})))
-        .send()
+    let response = send_echo(http, url, "x")
         .await
         .expect("the gateway answers");
     let text = response.text().await.unwrap_or_default();
