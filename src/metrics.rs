@@ -130,6 +130,8 @@ pub struct Metrics {
     approvals: Family<ApprovalLabels, Counter>,
     /// The breakers of the servers in force, read from the proxy before each scrape.
     breakers: Arc<std::sync::Mutex<Vec<BreakerReading>>>,
+    /// The rate limiter's store figures, read from the proxy before each scrape.
+    rate_limit_store: Arc<RateLimitStore>,
 }
 
 impl Metrics {
@@ -217,6 +219,8 @@ impl Metrics {
         registry.register_collector(Box::new(SpanExport(traces)));
         let breakers = Arc::<std::sync::Mutex<Vec<BreakerReading>>>::default();
         registry.register_collector(Box::new(Breakers(breakers.clone())));
+        let rate_limit_store = Arc::<RateLimitStore>::default();
+        registry.register_collector(Box::new(RateLimitCollector(rate_limit_store.clone())));
         Self {
             mcp_connections,
             admin_connections,
@@ -232,7 +236,16 @@ impl Metrics {
             reloads,
             approvals,
             breakers,
+            rate_limit_store,
         }
+    }
+
+    /// The rate limiter's counts as they are now (store calls that failed,
+    /// tokens a refused call could not give back): the next scrape shows these.
+    pub fn set_rate_limit_store(&self, backend_errors: u64, refunds_lost: u64) {
+        let s = &self.rate_limit_store;
+        s.backend_errors.store(backend_errors, Ordering::Relaxed);
+        s.refunds_lost.store(refunds_lost, Ordering::Relaxed);
     }
 
     /// The servers' breakers as they are now: the next scrape shows these.
@@ -485,6 +498,42 @@ impl Collector for Breakers {
             counter.encode(family.encode_family(&ServerLabels {
                 server: r.server.clone(),
             })?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The rate limiter's store figures, as last read from the proxy.
+#[derive(Debug, Default)]
+struct RateLimitStore {
+    backend_errors: AtomicU64,
+    refunds_lost: AtomicU64,
+}
+
+#[derive(Debug)]
+struct RateLimitCollector(Arc<RateLimitStore>);
+
+impl Collector for RateLimitCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        for (name, help, value) in [
+            (
+                "rate_limit_backend_errors",
+                "Rate-limit store calls that failed (Redis unreachable or too slow); the call went as on_backend_error says",
+                &self.0.backend_errors,
+            ),
+            (
+                "rate_limit_refunds_lost",
+                "Tokens a call refused after its take could not give back (another take came first, or the store did not answer)",
+                &self.0.refunds_lost,
+            ),
+        ] {
+            let counter = ConstCounter::new(value.load(Ordering::Relaxed));
+            counter.encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                counter.metric_type(),
+            )?)?;
         }
         Ok(())
     }

@@ -33,6 +33,10 @@ pub(crate) async fn metrics(State(state): State<Arc<AdminState>>, headers: Heade
         return refusal;
     }
     state.metrics.set_breakers(state.app.breakers());
+    let limiter = &state.app.limiter;
+    state
+        .metrics
+        .set_rate_limit_store(limiter.backend_errors(), limiter.refunds_lost());
     let mut response = Response::new(state.metrics.encode().into());
     response.headers_mut().insert(
         header::CONTENT_TYPE,

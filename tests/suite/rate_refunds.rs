@@ -89,10 +89,11 @@ async fn a_plain_call_is_one_script_run_and_a_refused_one_is_given_back() {
     if !tiers::ready(&[Tier::Redis]) {
         return;
     }
-    let redis = RedisServer::start();
+    let mut redis = RedisServer::start();
     let upstream = InProcess::demo().await;
     // A hundred tokens, one more every thousand seconds: no refill during the test.
     let config = Config::new()
+        .admin_token(support::ADMIN)
         .server("demo", &upstream.url)
         .clients()
         .allow(&["echo"])
@@ -135,7 +136,42 @@ async fn a_plain_call_is_one_script_run_and_a_refused_one_is_given_back() {
     assert_eq!(script_runs(&redis), (2, 0, 0), "take, then refund");
     assert_eq!(buckets(&redis), before, "the token is back");
     assert_eq!(upstream.ran().len() as u64, N + 1, "not forwarded");
+
+    // What the store could not do is counted in /metrics, never silent.
+    let admin = gateway.admin(support::ADMIN);
+    let metrics = admin.metrics().await;
+    assert_eq!(
+        counter(&metrics, "portcullis_rate_limit_refunds_lost_total"),
+        0,
+        "{metrics}"
+    );
+    assert_eq!(
+        counter(&metrics, "portcullis_rate_limit_backend_errors_total"),
+        0,
+        "{metrics}"
+    );
+    redis.stop();
+    let r = call(&http, &url, 200, json!({"text": "y"})).await;
+    assert_eq!(code(&r), Some("rate_limited"), "Redis away, deny: {r}");
+    let metrics = admin.metrics().await;
+    assert!(
+        counter(&metrics, "portcullis_rate_limit_backend_errors_total") >= 1,
+        "{metrics}"
+    );
+    assert_eq!(upstream.ran().len() as u64, N + 1, "not forwarded");
     gateway.stop().await;
+}
+
+/// The value of the counter `name` in an OpenMetrics text (panics when absent).
+fn counter(metrics: &str, name: &str) -> u64 {
+    let prefix = format!("{name} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+        .trim()
+        .parse()
+        .expect("a count")
 }
 
 fn bucket(key: &str, burst: u32, interval: u64) -> Bucket {
