@@ -434,28 +434,22 @@ impl Collector for AuditQueue {
             None,
             depth.metric_type(),
         )?)?;
-        for (name, help, value) in [
-            (
-                "audit_dropped",
-                "Audit events lost because the queue (PostgreSQL: the spool's buffer) was full",
-                &c.dropped,
-            ),
-            ("audit_written", "Audit events written", &c.written),
-            (
-                "audit_failed",
-                "Audit events lost to a write error",
-                &c.failed,
-            ),
-        ] {
-            let counter = ConstCounter::new(value.load(Ordering::Relaxed));
-            counter.encode(encoder.encode_descriptor(
-                name,
-                help,
-                None,
-                counter.metric_type(),
-            )?)?;
-        }
-        Ok(())
+        encode_counters(
+            &mut encoder,
+            [
+                (
+                    "audit_dropped",
+                    "Audit events lost because the queue (PostgreSQL: the spool's buffer) was full",
+                    &c.dropped,
+                ),
+                ("audit_written", "Audit events written", &c.written),
+                (
+                    "audit_failed",
+                    "Audit events lost to a write error",
+                    &c.failed,
+                ),
+            ],
+        )
     }
 }
 
@@ -503,6 +497,18 @@ impl Collector for Breakers {
     }
 }
 
+/// Encodes each `(name, help, value)` as a counter read now.
+fn encode_counters<const N: usize>(
+    encoder: &mut DescriptorEncoder<'_>,
+    counters: [(&str, &str, &AtomicU64); N],
+) -> Result<(), std::fmt::Error> {
+    for (name, help, value) in counters {
+        let counter = ConstCounter::new(value.load(Ordering::Relaxed));
+        counter.encode(encoder.encode_descriptor(name, help, None, counter.metric_type())?)?;
+    }
+    Ok(())
+}
+
 /// The rate limiter's store figures, as last read from the proxy.
 #[derive(Debug, Default)]
 struct RateLimitStore {
@@ -515,27 +521,21 @@ struct RateLimitCollector(Arc<RateLimitStore>);
 
 impl Collector for RateLimitCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        for (name, help, value) in [
-            (
-                "rate_limit_backend_errors",
-                "Rate-limit store calls that failed (Redis unreachable or too slow); the call went as on_backend_error says",
-                &self.0.backend_errors,
-            ),
-            (
-                "rate_limit_refunds_lost",
-                "Tokens a call refused after its take could not give back (another take came first, or the store did not answer)",
-                &self.0.refunds_lost,
-            ),
-        ] {
-            let counter = ConstCounter::new(value.load(Ordering::Relaxed));
-            counter.encode(encoder.encode_descriptor(
-                name,
-                help,
-                None,
-                counter.metric_type(),
-            )?)?;
-        }
-        Ok(())
+        encode_counters(
+            &mut encoder,
+            [
+                (
+                    "rate_limit_backend_errors",
+                    "Rate-limit store calls that failed (Redis unreachable or too slow); the call went as on_backend_error says",
+                    &self.0.backend_errors,
+                ),
+                (
+                    "rate_limit_refunds_lost",
+                    "Tokens a call refused after its take could not give back (another take came first, or the store did not answer)",
+                    &self.0.refunds_lost,
+                ),
+            ],
+        )
     }
 }
 
@@ -546,32 +546,26 @@ struct SpanExport(Arc<ExportCounters>);
 impl Collector for SpanExport {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let c = &self.0;
-        for (name, help, value) in [
-            (
-                "otel_spans_dropped",
-                "Spans dropped because the export queue was full",
-                &c.dropped,
-            ),
-            (
-                "otel_spans_exported",
-                "Spans the OTLP collector accepted",
-                &c.exported,
-            ),
-            (
-                "otel_spans_failed",
-                "Spans lost to a failed OTLP export",
-                &c.failed,
-            ),
-        ] {
-            let counter = ConstCounter::new(value.load(Ordering::Relaxed));
-            counter.encode(encoder.encode_descriptor(
-                name,
-                help,
-                None,
-                counter.metric_type(),
-            )?)?;
-        }
-        Ok(())
+        encode_counters(
+            &mut encoder,
+            [
+                (
+                    "otel_spans_dropped",
+                    "Spans dropped because the export queue was full",
+                    &c.dropped,
+                ),
+                (
+                    "otel_spans_exported",
+                    "Spans the OTLP collector accepted",
+                    &c.exported,
+                ),
+                (
+                    "otel_spans_failed",
+                    "Spans lost to a failed OTLP export",
+                    &c.failed,
+                ),
+            ],
+        )
     }
 }
 
