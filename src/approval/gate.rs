@@ -20,18 +20,18 @@
 
 use std::time::Duration;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
 
 use super::approvals::{Approvals, Happening, Outcome};
 use super::binding::Binding;
 use super::question::{self, Answer, INPUT_KEY};
 use super::queue::{Entry, Full, Lookup, Status};
-pub use super::round::META_APPROVAL_ID;
-pub use super::round::strip;
+pub(crate) use super::round::strip;
 use super::round::upstream_round;
 use super::settings::{Approver, Pending, Requirement};
 use super::state::{Signer, StateRefusal, Verified};
+use crate::mcp::request::Round;
 use crate::state::Use;
 
 /// One call, as the gate sees it.
@@ -39,8 +39,9 @@ use crate::state::Use;
 pub struct Call<'a> {
     pub binding: Binding,
     pub requirement: &'a Requirement,
-    /// The call's params (`requestState`, `inputResponses`, `_meta`).
-    pub params: &'a Map<String, Value>,
+    /// What the call carries of an input round (`requestState`,
+    /// `inputResponses`, the approval id it names), typed at classification.
+    pub(crate) round: &'a Round,
     /// A 2026-07-28 request.
     pub modern: bool,
     /// The client declared elicitation (2026: in this request's `_meta`;
@@ -181,11 +182,7 @@ impl Approvals {
 
     /// The decision (see the module's invariants).
     pub async fn gate(&self, call: &Call<'_>) -> Gate {
-        if let Some(id) = call
-            .params
-            .get("_meta")
-            .and_then(|m| m.get(META_APPROVAL_ID))
-        {
+        if let Some(id) = &call.round.approval_id {
             // An id names one of this client's approvals, or it is unknown.
             let client = &call.binding.client;
             let owned = match id.as_str() {
@@ -231,8 +228,8 @@ impl Approvals {
     /// `requestState` not the gateway's, answers to other keys) travels
     /// inside the gateway's signed state and is given back once approved.
     async fn modern(&self, call: &Call<'_>) -> Gate {
-        let presented = call.params.get("requestState").and_then(Value::as_str);
-        let mut carried = upstream_round(call.params);
+        let presented = call.round.state_str();
+        let mut carried = upstream_round(call.round).map(|round| round.carried());
         if let Some(state) = presented.filter(|s| Signer::is_ours(s)) {
             let verified = match self.signer.verify(state, &call.binding, call.now_ms) {
                 Ok(v) => v,
@@ -242,10 +239,7 @@ impl Approvals {
                 }
             };
             if verified.same_arguments {
-                let answer = call
-                    .params
-                    .get("inputResponses")
-                    .and_then(|r| r.get(INPUT_KEY));
+                let answer = call.round.responses().and_then(|r| r.get(INPUT_KEY));
                 if let Err(refusal) = self.use_state(&verified, call.now_ms).await {
                     self.event(Outcome::Refused, "user", call, None);
                     return Gate::Refuse(refusal);

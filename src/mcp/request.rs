@@ -6,7 +6,9 @@
 //! pipeline reads a client's message only through a [`Request`]: the tool
 //! and its arguments, the resource's URI, the prompt, the completion's
 //! reference, the subscribed URIs, the task id, the list cursor, the
-//! `initialize` version and capabilities, the request a cancellation names, and the few `_meta` facts it uses — never a
+//! `initialize` version and capabilities, the request a cancellation names,
+//! a tool call's input round ([`Round`]: `requestState`, `inputResponses`,
+//! the approval id it names), and the few `_meta` facts it uses — never a
 //! parameter by its key, never the method by its name.
 //!
 //! Invariants: pure. The judged fields are moved out of the parsed params,
@@ -24,6 +26,12 @@ use serde_json::{Map, Value};
 use super::jsonrpc::Message;
 use super::methods::{Called, Class, ListKind, Method};
 
+mod round;
+
+#[cfg(test)]
+pub(crate) use round::META_APPROVAL_ID;
+pub(crate) use round::{NO_ROUND, Round};
+
 /// `_meta` key of the 2026-era client capabilities.
 pub(crate) const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 
@@ -38,6 +46,8 @@ pub(crate) enum Ask {
         name: String,
         /// As sent: an object, or anything else the checks refuse.
         arguments: Option<Value>,
+        /// What it carries of an input round, judged by the approval gate.
+        round: Round,
     },
     /// `prompts/get`, or an operator's method of class prompt.
     Prompt {
@@ -158,6 +168,7 @@ impl Request {
             Class::Tool => Ask::Tool {
                 name: self.take_string("name")?,
                 arguments: self.take("arguments"),
+                round: self.rest.as_mut().map(Round::take).unwrap_or_default(),
             },
             Class::Prompt => Ask::Prompt {
                 name: self.take_string("name")?,
@@ -327,9 +338,10 @@ impl Request {
         }
     }
 
-    /// The params the rules do not judge (`_meta`, the 2026 approval round's
-    /// `requestState` and `inputResponses`, and whatever else the client
-    /// sent), forwarded as they came.
+    /// The params the rules do not judge (`_meta` and whatever else the
+    /// client sent), forwarded as they came; read through the accessors
+    /// above, never by key.
+    #[cfg(test)]
     pub(crate) fn unjudged(&self) -> Option<&Map<String, Value>> {
         self.rest.as_ref()
     }
@@ -361,9 +373,13 @@ impl Request {
             .unwrap_or_default()
     }
 
-    /// `params.requestState`, when a string: the 2026 approval round's state.
-    pub(crate) fn request_state(&self) -> Option<&str> {
-        self.rest.as_ref()?.get("requestState")?.as_str()
+    /// What a tool call carries of an input round ([`NO_ROUND`] for any
+    /// other message).
+    pub(crate) fn round(&self) -> &Round {
+        match &self.ask {
+            Ask::Tool { round, .. } => round,
+            _ => &NO_ROUND,
+        }
     }
 
     // === what the pipeline changes before forwarding ===
@@ -412,10 +428,16 @@ impl Request {
         }
     }
 
+    /// The message as forwarded: a tool call with `round` in place of the
+    /// round it carried (the one the approval decided to forward), and an
+    /// `_meta` left empty not sent; any other message as [`Request::to_value`].
+    pub(crate) fn forwarded_with(&self, round: &Round) -> Value {
+        self.serialise(Some(round))
+    }
+
     /// The message as a JSON value again, each judged field back where it
-    /// came from; `edit` may change the unjudged params first (the approval
-    /// round's own keys are stripped there).
-    pub(crate) fn to_value_with(&self, edit: impl FnOnce(&mut Map<String, Value>)) -> Value {
+    /// came from; `round` (a tool call's) replaces the round it carried.
+    fn serialise(&self, round: Option<&Round>) -> Value {
         let mut v = Map::new();
         v.insert("jsonrpc".into(), "2.0".into());
         if let Some(id) = &self.id {
@@ -433,7 +455,22 @@ impl Request {
             }
         };
         match &self.ask {
-            Ask::Tool { name, arguments } | Ask::Prompt { name, arguments } => {
+            Ask::Tool {
+                name,
+                arguments,
+                round: sent,
+            } => {
+                params.insert("name".into(), name.as_str().into());
+                put(&mut params, "arguments", arguments.as_ref());
+                match round {
+                    Some(forwarded) => {
+                        forwarded.put(&mut params);
+                        round::drop_empty_meta(&mut params);
+                    }
+                    None => sent.put(&mut params),
+                }
+            }
+            Ask::Prompt { name, arguments } => {
                 params.insert("name".into(), name.as_str().into());
                 put(&mut params, "arguments", arguments.as_ref());
             }
@@ -478,7 +515,6 @@ impl Request {
             }
             Ask::Plain | Ask::Response => {}
         }
-        edit(&mut params);
         if had_params || !params.is_empty() {
             v.insert("params".into(), Value::Object(params));
         }
@@ -487,7 +523,7 @@ impl Request {
 
     /// The message as a JSON value again.
     pub(crate) fn to_value(&self) -> Value {
-        self.to_value_with(|_| {})
+        self.serialise(None)
     }
 }
 
@@ -499,4 +535,4 @@ fn into_string(v: Value) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

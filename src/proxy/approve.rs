@@ -69,9 +69,6 @@ pub(super) async fn approve(
     to: Recipient,
 ) -> Result<Response, Rejection> {
     let approvals = forward.state.approvals.clone();
-    let empty = Map::new();
-    // The approval round's own keys (`requestState`, `inputResponses`, `_meta`).
-    let params = message.unjudged().unwrap_or(&empty);
     let tool = message.tool().unwrap_or_default();
     let server = forward.name().to_owned();
     let arguments = call_arguments(message);
@@ -87,7 +84,7 @@ pub(super) async fn approve(
     let call = Call {
         binding: Binding::new(client.name(), &server, tool, &arguments),
         requirement,
-        params,
+        round: message.round(),
         modern,
         can_elicit,
         session: ex.client_session.as_deref(),
@@ -389,7 +386,7 @@ pub(super) fn lapsed(
     rejection: Rejection,
 ) -> Rejection {
     let lapses = matches!(rejection.code(), "unknown_tool" | "argument_not_permitted");
-    let state = message.request_state().filter(|s| Signer::is_ours(s));
+    let state = message.round().state_str().filter(|s| Signer::is_ours(s));
     let (Some(state), true, true) = (state, lapses, ex.era == Era::Modern) else {
         return rejection;
     };
@@ -443,7 +440,7 @@ fn sse_event(message: &Value) -> String {
 /// (its `requestState`, the answer under its reserved key, the approval id),
 /// whether or not a rule asks for approval.
 pub(super) fn stripped(message: &Request, round: Option<&Value>) -> Bytes {
-    let value = message.to_value_with(|params| gate::strip(params, round));
+    let value = message.forwarded_with(&gate::strip(message.round(), round));
     Bytes::from(crate::util::canonical::to_vec(&value))
 }
 

@@ -228,7 +228,7 @@ proptest! {
                 let params = sent.get("params");
                 let field = |k: &str| params.and_then(|p| p.get(k));
                 match request.ask() {
-                    Ask::Tool { name, arguments } | Ask::Prompt { name, arguments } => {
+                    Ask::Tool { name, arguments, .. } | Ask::Prompt { name, arguments } => {
                         prop_assert_eq!(field("name"), Some(&Value::from(name.as_str())));
                         prop_assert_eq!(field("arguments"), arguments.as_ref());
                     }
@@ -254,5 +254,174 @@ proptest! {
                     || why.starts_with("subscriptions/listen"), "{}", why);
             }
         }
+    }
+}
+
+#[test]
+fn a_tool_calls_round_is_moved_out_and_put_back() {
+    let sent = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "t", "arguments": {}, "requestState": "s-1",
+            "inputResponses": {"ask": {"action": "accept"}},
+            "_meta": {META_APPROVAL_ID: "apr_1", "k": 1}}});
+    let request = typed_in(&sent, Era::Modern).expect("typed");
+    let round = request.round();
+    assert_eq!(round.state_str(), Some("s-1"));
+    assert_eq!(
+        round.responses().and_then(|r| r.get("ask")),
+        Some(&json!({"action": "accept"}))
+    );
+    assert_eq!(round.approval_id, Some(json!("apr_1")));
+    // Moved out: the unjudged params hold none of them.
+    let rest = request.unjudged().expect("params");
+    assert!(!rest.contains_key("requestState") && !rest.contains_key("inputResponses"));
+    assert_eq!(rest["_meta"], json!({"k": 1}));
+    assert_eq!(request.to_value(), sent);
+    // Forwarded with no round at all: the approval id's `_meta` key goes,
+    // the client's own `_meta` stays.
+    let forwarded = request.forwarded_with(&Round::default());
+    assert_eq!(
+        forwarded["params"],
+        json!({"name": "t", "arguments": {}, "_meta": {"k": 1}})
+    );
+    // Any other message carries no round.
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list",
+        "params": {"requestState": "s-1"}});
+    let request = typed(&list).expect("typed");
+    assert_eq!(request.round(), &Round::default());
+    assert_eq!(request.unjudged().expect("params")["requestState"], "s-1");
+}
+
+/// A `requestState`: the gateway's form, an upstream's, or any JSON value.
+fn round_state() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        "pcl1\\.[a-z0-9]{1,4}\\.[a-z0-9]{1,4}".prop_map(Value::from),
+        "[a-z0-9-]{0,8}".prop_map(Value::from),
+        value(),
+    ]
+}
+
+/// `inputResponses`: answers by key (the gateway's own key among them, or
+/// not), or any JSON value.
+fn round_responses() -> impl Strategy<Value = Value> {
+    let key = prop_oneof![
+        Just("portcullis_approval".to_owned()),
+        Just("ask".to_owned()),
+        "[a-z]{1,5}",
+    ];
+    let answer = prop_oneof![
+        Just(json!({"action": "accept", "content": {"approve": true}})),
+        Just(json!({"action": "decline"})),
+        value(),
+    ];
+    prop_oneof![
+        3 => proptest::collection::btree_map(key, answer, 0..4)
+            .prop_map(|m| Value::Object(m.into_iter().collect())),
+        1 => value(),
+    ]
+}
+
+/// `_meta`: with an approval id or not, other keys or not, or not an object.
+fn round_meta() -> impl Strategy<Value = Value> {
+    let id = prop_oneof!["apr_[a-z0-9]{1,6}".prop_map(Value::from), value()];
+    prop_oneof![
+        4 => (
+            proptest::option::of(id),
+            proptest::collection::btree_map("[a-z]{1,5}", value(), 0..2)
+        )
+            .prop_map(|(id, others)| {
+                let mut meta: Map<String, Value> = others.into_iter().collect();
+                if let Some(id) = id {
+                    meta.insert(META_APPROVAL_ID.into(), id);
+                }
+                Value::Object(meta)
+            }),
+        1 => value(),
+    ]
+}
+
+/// A `tools/call` (2026 era) carrying generated round fields, each present
+/// or not, next to its name, arguments and other params.
+pub(crate) fn tool_call_with_round() -> impl Strategy<Value = Value> {
+    (
+        proptest::option::of(round_state()),
+        proptest::option::of(round_responses()),
+        proptest::option::of(round_meta()),
+        proptest::option::of(value()),
+        proptest::collection::btree_map("[a-z]{1,5}", value(), 0..2),
+        0u32..1000,
+    )
+        .prop_map(|(state, responses, meta, arguments, others, id)| {
+            let mut params: Map<String, Value> = others.into_iter().collect();
+            params.insert("name".into(), "t".into());
+            for (key, value) in [
+                ("arguments", arguments),
+                ("requestState", state),
+                ("inputResponses", responses),
+                ("_meta", meta),
+            ] {
+                if let Some(value) = value {
+                    params.insert(key.into(), value);
+                }
+            }
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+        })
+}
+
+/// Types a generated tool call as the pipeline does (2026 era).
+pub(crate) fn typed_call(sent: &Value) -> Request {
+    typed_in(sent, Era::Modern).expect("a tool call with a name is typed")
+}
+
+proptest! {
+    /// A tool call's round is moved out as sent and put back where it came
+    /// from: what the approval judges (the typed round) is exactly the
+    /// message's own `requestState`, `inputResponses` and approval id, the
+    /// params left hold none of them, and the message re-serialises to the
+    /// one parsed. Forwarded with its own round, only an `_meta` left empty
+    /// is dropped; a signed state's copy of the round is the round.
+    #[test]
+    fn a_tool_calls_round_re_serialises_to_what_is_judged(sent in tool_call_with_round()) {
+        let request = typed_call(&sent);
+        let params = sent["params"].as_object().expect("params");
+        let round = request.round();
+        prop_assert_eq!(round.state.as_ref(), params.get("requestState"));
+        prop_assert_eq!(round.responses.as_ref(), params.get("inputResponses"));
+        let id = params
+            .get("_meta")
+            .and_then(Value::as_object)
+            .and_then(|m| m.get(META_APPROVAL_ID));
+        prop_assert_eq!(round.approval_id.as_ref(), id);
+        prop_assert_eq!(round.state_str(), params.get("requestState").and_then(Value::as_str));
+        prop_assert_eq!(
+            round.responses(),
+            params.get("inputResponses").and_then(Value::as_object)
+        );
+        let rest = request.unjudged().expect("params");
+        prop_assert!(!rest.contains_key("requestState") && !rest.contains_key("inputResponses"));
+        prop_assert!(
+            !rest
+                .get("_meta")
+                .and_then(Value::as_object)
+                .is_some_and(|m| m.contains_key(META_APPROVAL_ID))
+        );
+        prop_assert_eq!(request.to_value(), sent.clone());
+        prop_assert_eq!(
+            crate::util::canonical::to_vec(&request.to_value()),
+            crate::util::canonical::to_vec(&sent)
+        );
+        let mut expected = sent.clone();
+        let empty_meta = expected["params"]
+            .get("_meta")
+            .and_then(Value::as_object)
+            .is_some_and(|m| m.is_empty());
+        if empty_meta {
+            expected["params"].as_object_mut().expect("params").remove("_meta");
+        }
+        prop_assert_eq!(request.forwarded_with(round), expected);
+        let carried = Round::from_carried(round.carried());
+        prop_assert_eq!(
+            carried,
+            Round { approval_id: None, ..round.clone() }
+        );
     }
 }
