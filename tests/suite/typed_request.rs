@@ -14,7 +14,11 @@
 //! 2. no method name of the table written as a string in a comparison
 //!    (`==`, `!=`, `Some("…")`, a `match` arm, `starts_with`, `contains`);
 //! 3. one way to tell a tool-list change: `methods::tool_list_changed`; the
-//!    `ToolsListChanged` method is otherwise only written, never matched.
+//!    `ToolsListChanged` method is otherwise only written, never matched;
+//! 4. no member classification moves into the typed request read by its
+//!    key: the input round's (`requestState`, `inputResponses`, the approval
+//!    id in `_meta`) nowhere, and none of them (`name`, `arguments`, `_meta`,
+//!    …) in the decisions that judge a client's call ([`DECISIONS`]).
 //!
 //! `cargo test --test suite typed_request::` runs it; a failure names the
 //! file, the line and what it found.
@@ -62,6 +66,35 @@ const PARAMS_ALLOWED: &[(&str, usize, &str)] = &[
         "the gateway's own list request: the next page's cursor written in",
     ),
 ];
+
+/// Members of a tool call's input round, which the typed request holds
+/// (`mcp::request::Round`): read by key nowhere outside the protocol model.
+const ROUND_KEYS: &[&str] = &["\"requestState\"", "\"inputResponses\"", "META_APPROVAL_ID"];
+
+/// Every params member classification moves into the typed request (or
+/// reads through its accessors, as `_meta`).
+const PARAM_KEYS: &[&str] = &[
+    "\"name\"",
+    "\"arguments\"",
+    "\"uri\"",
+    "\"ref\"",
+    "\"notifications\"",
+    "\"resourceSubscriptions\"",
+    "\"taskId\"",
+    "\"cursor\"",
+    "\"requestId\"",
+    "\"protocolVersion\"",
+    "\"capabilities\"",
+    "\"requestState\"",
+    "\"inputResponses\"",
+    "\"_meta\"",
+    "META_APPROVAL_ID",
+];
+
+/// The decisions that judge a client's call from its typed request, where
+/// no params member is read by key at all (what they read of a server's
+/// message or of their own state uses other keys).
+const DECISIONS: &[&str] = &["src/approval", "src/policy", "src/flow"];
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -216,6 +249,50 @@ fn no_client_param_is_read_by_key_after_classification() {
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
+/// The `keys` (each written as in the source: quoted, or a constant's name)
+/// that `line` reads a member by.
+fn key_reads<'k>(line: &str, keys: &[&'k str]) -> Vec<&'k str> {
+    keys.iter()
+        .filter(|key| {
+            [
+                "get(",
+                "get_mut(",
+                "remove(",
+                "contains_key(",
+                "entry(",
+                "[",
+            ]
+            .iter()
+            .any(|call| {
+                let close = if *call == "[" { "]" } else { ")" };
+                line.contains(&format!("{call}{key}{close}"))
+            })
+        })
+        .copied()
+        .collect()
+}
+
+#[test]
+fn no_round_or_call_member_is_read_by_its_key() {
+    let mut found = Vec::new();
+    for (path, text) in sources() {
+        let decision = DECISIONS
+            .iter()
+            .any(|d| path.starts_with(&format!("{d}/")) || path == format!("{d}.rs"));
+        let keys = if decision { PARAM_KEYS } else { ROUND_KEYS };
+        for (n, line) in code_lines(&text) {
+            for key in key_reads(line, keys) {
+                found.push(format!(
+                    "{path}:{n}: a client's params member {key} read by key after classification: \
+                     read the typed request (mcp::request::Request, its Round) instead\n    {}",
+                    line.trim()
+                ));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
 /// Reads of a `"params"` member on `line`.
 fn params_reads(line: &str) -> usize {
     ["get(\"params\")", "get_mut(\"params\")", "[\"params\"]"]
@@ -343,6 +420,30 @@ fn the_checks_see_a_comparison_and_a_read() {
     );
     assert_eq!(params_reads(r#"request["params"]["uri"] = uri.into();"#), 1);
     assert_eq!(params_reads(r#"let params = json!({"params": {}});"#), 0);
+    for bad in [
+        r#"let presented = call.params.get("requestState").and_then(Value::as_str);"#,
+        r#"if let Some(Value::Object(r)) = params.get_mut("inputResponses") {"#,
+        r#"params.remove("requestState");"#,
+        r#"let id = meta.get(META_APPROVAL_ID);"#,
+        r#"assert_eq!(p["inputResponses"], json!({}));"#,
+    ] {
+        assert!(!key_reads(bad, ROUND_KEYS).is_empty(), "not seen: {bad}");
+    }
+    for bad in [
+        r#"if let Some(id) = call.params.get("_meta").and_then(|m| m.get(META_APPROVAL_ID)) {"#,
+        r#"let tool = params.get("name").and_then(Value::as_str);"#,
+        r#"let uri = request["uri"].as_str();"#,
+    ] {
+        assert!(!key_reads(bad, PARAM_KEYS).is_empty(), "not seen: {bad}");
+    }
+    for fine in [
+        r#"json!({"resultType": "input_required", "requestState": state})"#,
+        r#"round.insert("requestState".into(), s);"#,
+        r#"let accepted = result.get("action").and_then(Value::as_str);"#,
+        r#"let answer = call.round.responses().and_then(|r| r.get(INPUT_KEY));"#,
+    ] {
+        assert!(key_reads(fine, PARAM_KEYS).is_empty(), "seen: {fine}");
+    }
 }
 
 /// The scan itself: a test module is left out, the code before and after it kept.
