@@ -4,7 +4,10 @@
 //! upstream's multi-round exchange (a `requestState` not the gateway's, the
 //! answers to the upstream's questions) so that its signed state can carry
 //! it across the gateway's question; the pipeline strips the gateway's own
-//! parameters before forwarding and gives the carried round back.
+//! parameters before forwarding and gives the carried round back. All of
+//! it from the round classification typed (`mcp::request::Round`), never from the
+//! params by key; the request puts the round decided here back into the
+//! forwarded call (`Request::forwarded_with`).
 //!
 //! Invariants: nothing of the gateway's own approval (its `requestState`, its
 //! answer under [`INPUT_KEY`], the approval id in `_meta`) is ever forwarded;
