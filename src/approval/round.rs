@@ -56,9 +56,14 @@ pub(super) fn upstream_round(sent: &Round) -> Option<Round> {
 /// The round a call is forwarded with: the one it carried without what the
 /// gateway added for its own approval (the approval id, its `requestState`,
 /// its answer). A call approved in band (`carried` is `Some`: what its
-/// signed state carried, [`Round::carried`]) then gets back the upstream's
-/// own input round: its state, and its answers over any the retry holds.
+/// signed state carried, [`Round::carried`]) is forwarded with that round
+/// and nothing else of the retry's: its state and its answers only.
 pub(crate) fn strip(sent: &Round, carried: Option<&Value>) -> Round {
+    // An approved call runs with exactly the round its signed state carried:
+    // an answer or a state the retry adds was never judged.
+    if let Some(carried) = carried {
+        return Round::from_carried(carried.clone());
+    }
     let mut round = Round {
         state: sent.state.clone().filter(|s| !ours(s)),
         responses: sent.responses.clone(),
@@ -68,20 +73,6 @@ pub(crate) fn strip(sent: &Round, carried: Option<&Value>) -> Round {
         responses.remove(INPUT_KEY);
         if responses.is_empty() {
             round.responses = None;
-        }
-    }
-    let Some(carried) = carried else {
-        return round;
-    };
-    let carried = Round::from_carried(carried.clone());
-    if carried.state.is_some() {
-        round.state = carried.state;
-    }
-    if let Some(Value::Object(answers)) = carried.responses {
-        match &mut round.responses {
-            Some(Value::Object(into)) => into.extend(answers),
-            Some(_) => {}
-            None => round.responses = Some(Value::Object(answers)),
         }
     }
     round
@@ -117,12 +108,20 @@ mod tests {
         let p = request.forwarded_with(&strip(request.round(), Some(&carried)))["params"].clone();
         assert_eq!(p["requestState"], "upstream-1");
         assert_eq!(p["inputResponses"]["think"], json!({"x": 1}));
+        // An answer the retry adds that the approved round did not carry is
+        // not forwarded: what runs is what the person approved.
+        assert_eq!(p["inputResponses"].get("ask"), None);
         assert!(
             !p["inputResponses"]
                 .as_object()
                 .unwrap()
                 .contains_key(INPUT_KEY)
         );
+        let nothing_carried = json!({});
+        let p = request.forwarded_with(&strip(request.round(), Some(&nothing_carried)))["params"]
+            .clone();
+        assert_eq!(p.get("inputResponses"), None);
+        assert_eq!(p.get("requestState"), None);
         // What a first call carries of the upstream's round.
         let first = typed_call(&call(
             json!({"name": "t", "requestState": "upstream-1", "inputResponses": {"ask": 1, INPUT_KEY: 2}}),
@@ -181,6 +180,8 @@ mod tests {
         let Some(round) = round else {
             return;
         };
+        params.remove("requestState");
+        params.remove("inputResponses");
         if let Some(state) = round.get("requestState") {
             params.insert("requestState".into(), state.clone());
         }
