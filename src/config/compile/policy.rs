@@ -88,7 +88,7 @@ impl Ctx<'_> {
                     self.fail(
                         Some(w.span()),
                         &format!("{key}.when"),
-                        format!("not a valid CEL expression: {e}"),
+                        e,
                     )
                 })?),
             };
