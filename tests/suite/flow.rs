@@ -15,12 +15,12 @@ use support::{ALICE, BOB, Mode, Peer, PeerServer, Sdk, TestGateway, call, gatewa
 use portcullis::Gateway;
 use serde_json::{Value, json};
 
-const ADMIN_TOKEN: &str = "flow-admin-token";
+pub(crate) const ADMIN_TOKEN: &str = "flow-admin-token";
 
 /// The trifecta: `echo` private, `leaky_text` untrusted, `book_flight`
 /// egress, and a rule letting everyone call them that denies the egress call
 /// once a session holds both labels (`flow` absent: no flow rule).
-fn config(upstream: &str, flow: Option<&str>) -> String {
+pub(crate) fn config(upstream: &str, flow: Option<&str>) -> String {
     let token = hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN));
     let flow = flow.map(|f| format!("flow = {f}\n")).unwrap_or_default();
     format!(
@@ -38,17 +38,17 @@ fn config(upstream: &str, flow: Option<&str>) -> String {
     )
 }
 
-const DENY: &str = "{ holds = [\"private\", \"untrusted\"], then = \"deny\" }";
+pub(crate) const DENY: &str = "{ holds = [\"private\", \"untrusted\"], then = \"deny\" }";
 
-fn private() -> Value {
+pub(crate) fn private() -> Value {
     call("echo", json!({"text": "the quarterly numbers"}))
 }
 
-fn untrusted() -> Value {
+pub(crate) fn untrusted() -> Value {
     call("leaky_text", json!({}))
 }
 
-fn egress() -> Value {
+pub(crate) fn egress() -> Value {
     call(
         "book_flight",
         json!({"origin": "CDG", "destination": "JFK", "date": "2026-12-24", "passengers": 1}),
@@ -56,7 +56,7 @@ fn egress() -> Value {
 }
 
 /// Asserts the call ran (no gateway refusal, not an error).
-fn ran(result: &Value, what: &str) {
+pub(crate) fn ran(result: &Value, what: &str) {
     assert_eq!(gateway_code(result), None, "{what}: {result}");
     assert_eq!(result["isError"], false, "{what}: {result}");
 }

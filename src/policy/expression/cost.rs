@@ -27,7 +27,7 @@ use cel::common::ast::{EntryExpr, Expr, IdedExpr};
 /// Why `program` is refused for its cost, in the words of
 /// [`super::Expression::compile`]'s errors; `None` when it is not.
 pub(super) fn refusal(program: &cel::Program, source: &str) -> Option<String> {
-    let mut walk = Walk {
+    let walk = Walk {
         sized: vec!["arguments".to_owned()],
         own: None,
     };
@@ -84,7 +84,8 @@ impl Walk {
                     body.sized.extend(c.iter_var2.clone());
                     body.own = Some(c.iter_var.clone());
                 }
-                body.costly(&c.loop_cond).or_else(|| body.costly(&c.loop_step))
+                body.costly(&c.loop_cond)
+                    .or_else(|| body.costly(&c.loop_step))
             }
             Expr::Ident(name) if self.forbidden(name) => Some((e.id, name)),
             Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => None,

@@ -148,14 +148,23 @@ fn rule() -> impl Strategy<Value = String> {
 
 /// The claims a call may carry: none (a key client), or a team.
 fn claims_of(which: usize) -> Option<Map<String, Value>> {
-    [None, Some(json!({"team": "ops"})), Some(json!({"team": "dev", "sub": "carol"}))][which % 3]
+    [
+        None,
+        Some(json!({"team": "ops"})),
+        Some(json!({"team": "dev", "sub": "carol"})),
+    ][which % 3]
         .clone()
         .map(|c| object_of(c))
 }
 
 /// The annotations a tool may carry in the catalog.
 fn annotations_of(which: usize) -> Option<Value> {
-    [None, Some(json!({"readOnlyHint": true})), Some(json!({"readOnlyHint": false, "destructiveHint": true}))][which % 3].clone()
+    [
+        None,
+        Some(json!({"readOnlyHint": true})),
+        Some(json!({"readOnlyHint": false, "destructiveHint": true})),
+    ][which % 3]
+        .clone()
 }
 
 proptest! {
@@ -433,7 +442,11 @@ fn a_macro_over_the_arguments_reading_another_client_size_is_refused() {
             "arguments",
         ),
         ("arguments.xs.all(x, x.ys.exists(y, y in x.ys))", 41, "x"),
-        ("arguments.xs.map(x, x).all(y, y in arguments.xs)", 36, "arguments"),
+        (
+            "arguments.xs.map(x, x).all(y, y in arguments.xs)",
+            36,
+            "arguments",
+        ),
         (
             "claims.gs.exists(g, arguments.xs.all(x, x in arguments.ys))",
             46,
@@ -467,8 +480,9 @@ fn a_macro_over_the_arguments_reading_another_client_size_is_refused() {
         Expression::compile(allowed).unwrap_or_else(|e| panic!("{allowed}: {e}"));
     }
     // On several lines, the line and column inside the expression.
-    let err = Expression::compile("size(arguments.xs) < 10 &&\n  arguments.xs.all(x, x in arguments.ys)")
-        .expect_err("refused");
+    let err =
+        Expression::compile("size(arguments.xs) < 10 &&\n  arguments.xs.all(x, x in arguments.ys)")
+            .expect_err("refused");
     assert!(
         err.starts_with("refused for its cost: at line 2, column 28: "),
         "{err}"
@@ -494,8 +508,5 @@ when = "arguments.xs.all(x, x in arguments.ys)"
         .to_string();
     assert!(err.contains("t.toml:9:8"), "{err}");
     assert!(err.contains("rules[0].when"), "{err}");
-    assert!(
-        err.contains("refused for its cost: at column 26:"),
-        "{err}"
-    );
+    assert!(err.contains("refused for its cost: at column 26:"), "{err}");
 }
