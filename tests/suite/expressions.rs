@@ -3,8 +3,8 @@
 //! decides each call; a deny rule's condition refuses only the calls it is
 //! true for; a condition that fails denies the call and says why; a condition
 //! over a JWT's claims lets one team call what another may not; a condition
-//! over the tool's annotations (a scripted server in the 2025 era: the SDK
-//! servers annotate none) lets read-only tools run.
+//! over the tool's annotations refuses the Python SDK server's destructive
+//! tool in both eras, and lets a scripted server's read-only tools run.
 
 use crate::support;
 use support::tiers::{self, Tier};
@@ -253,4 +253,54 @@ when = "has(annotations.readOnlyHint) && annotations.readOnlyHint"
     let ran: Vec<String> = upstream.ran().into_iter().map(|(n, _)| n).collect();
     assert_eq!(ran, ["lookup"]);
     gateway.stop().await;
+}
+
+/// The Python SDK server annotates `admin_reset` as destructive: a rule
+/// whose condition reads the annotations keeps it listed and refuses its
+/// call in both eras, while the unannotated `echo` runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_condition_over_an_sdk_servers_annotations_refuses_its_destructive_tool() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let server = PeerServer::start(Peer::Python).await;
+    let rules = r#"
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["admin_reset", "echo"]
+action = "allow"
+when = "!(has(annotations.destructiveHint) && annotations.destructiveHint)"
+"#;
+    let gateway = TestGateway::start(
+        &[("flights", &server.url)],
+        &format!("{}{rules}", clients()),
+    )
+    .await;
+    let url = gateway.url("flights");
+    for mode in [Mode::Legacy, Mode::Modern] {
+        let r = sdk(
+            Sdk::Python,
+            mode,
+            &url,
+            ALICE,
+            json!([
+                list(),
+                call("echo", json!({"text": "hi"})),
+                call("admin_reset", json!({})),
+            ]),
+        )
+        .await;
+        assert_eq!(names(&r[0]), ["admin_reset", "echo"], "{mode:?}");
+        assert_eq!(support::gateway_code(&r[1]), None, "{mode:?}: {r:?}");
+        assert_eq!(
+            support::gateway_code(&r[2]),
+            Some("call_not_permitted"),
+            "{mode:?}: {r:?}"
+        );
+        assert!(text(&r[2]).contains("annotations.destructiveHint"), "{r:?}");
+    }
+    assert_eq!(server.ran(), ["echo", "echo"]);
+    gateway.stop().await;
+    server.stop().await;
 }
