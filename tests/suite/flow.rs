@@ -232,6 +232,53 @@ async fn labels_survive_a_reload_and_removing_the_flow_rule_releases_them() {
     gw.stop().await;
 }
 
+/// The operator moves the `private` label from `echo` to another tool and
+/// reloads: what `echo`'s calls set no longer holds the conversation's
+/// egress call back,
+/// and putting the label back holds it again (the gateway kept the mark).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_takes_a_source_label_off_a_tool_releases_what_it_set() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    support::init();
+    let upstream = PeerServer::start(Peer::Python).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("portcullis.toml");
+    let labelled = config(&upstream.url, Some(DENY));
+    std::fs::write(&path, &labelled).expect("write");
+    let gw = TestGateway::from_handle(Gateway::start_file(&path).await.expect("gateway starts"));
+    let url = gw.url("py");
+    let book =
+        json!({"origin": "CDG", "destination": "JFK", "date": "2026-12-24", "passengers": 1});
+    let read = json!({"text": "secret plans"});
+    assert_eq!(in_conversation(&url, "c1", "echo", read).await, None);
+    assert_eq!(
+        in_conversation(&url, "c1", "leaky_text", json!({})).await,
+        None
+    );
+    let refused = in_conversation(&url, "c1", "book_flight", book.clone()).await;
+    assert_eq!(refused.as_deref(), Some("flow_denied"));
+
+    // `private` now marks another tool (a flow rule naming a label no tool
+    // sets could never act, and is refused).
+    let unlabelled = labelled.replace("\"echo\" = {", "\"progress\" = {");
+    assert_ne!(unlabelled, labelled);
+    std::fs::write(&path, &unlabelled).expect("write");
+    gw.admin(ADMIN_TOKEN).reloaded().await;
+    let after = in_conversation(&url, "c1", "book_flight", book.clone()).await;
+    assert_eq!(
+        after, None,
+        "echo is no longer private: nothing holds the call"
+    );
+
+    std::fs::write(&path, &labelled).expect("write");
+    gw.admin(ADMIN_TOKEN).reloaded().await;
+    let again = in_conversation(&url, "c1", "book_flight", book).await;
+    assert_eq!(again.as_deref(), Some("flow_denied"), "the label is back");
+    gw.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flow_rule_asks_for_approval_only_once_the_session_holds_its_labels() {
     if !tiers::ready(&[Tier::Python]) {
