@@ -197,6 +197,31 @@ async fn labels_survive_a_reload_and_removing_the_flow_rule_releases_them() {
         denied.contains(&"flow: holds untrusted (leaky_text on py)".to_owned()),
         "{denied:?}"
     );
+    // The dashboard's trace page of the refused call (`/api/events/ID`) shows the same lines.
+    let refused_event = recorded
+        .iter()
+        .find(|e| e["decision"] == "flow_denied")
+        .expect("the refused call's event");
+    let id = refused_event["id"].as_u64().expect("an id");
+    let (status, trace) = gw
+        .admin(ADMIN_TOKEN)
+        .get(&format!("/api/events/{id}"))
+        .await;
+    assert_eq!(status, 200, "{trace}");
+    let shown: Vec<&str> = trace["violations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        shown.contains(&"flow: holds private (echo on py)"),
+        "{trace}"
+    );
+    assert!(
+        shown.contains(&"flow: holds untrusted (leaky_text on py)"),
+        "{trace}"
+    );
     let forwarded = lines(&recorded, "forwarded");
     assert!(
         forwarded.contains(&"flow: sets private".to_owned()),
