@@ -510,3 +510,33 @@ when = "arguments.xs.all(x, x in arguments.ys)"
     assert!(err.contains("rules[0].when"), "{err}");
     assert!(err.contains("refused for its cost: at column 26:"), "{err}");
 }
+
+/// Arguments as deep as a request may carry (the JSON reader stops at 128
+/// levels) reach a condition without exhausting the stack: converting,
+/// comparing and walking them answer.
+#[test]
+fn deeply_nested_arguments_are_evaluated_without_overflow() {
+    let alice = ClientId::named("alice");
+    let mut deep = json!("bottom");
+    for i in 0..126 {
+        deep = match i % 2 {
+            0 => json!([deep]),
+            _ => json!({ "a": deep }),
+        };
+    }
+    let args = json!({ "a": deep });
+    for (source, expected) in [
+        ("has(arguments.a)", Outcome::True),
+        ("arguments == arguments", Outcome::True),
+        ("arguments.a.size() == 1", Outcome::True),
+        ("arguments.a.exists(x, x.size() == 1)", Outcome::True),
+        ("string(arguments.a) == ''", Outcome::False),
+    ] {
+        let e = Expression::compile(source).expect("compiles");
+        let got = e.evaluate(&alice, "flights", "book", Some(&facts(&args)));
+        match expected {
+            Outcome::False => assert!(got != Outcome::True, "{source}: {got:?}"),
+            _ => assert_eq!(got, expected, "{source}"),
+        }
+    }
+}
