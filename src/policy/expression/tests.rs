@@ -154,7 +154,7 @@ fn claims_of(which: usize) -> Option<Map<String, Value>> {
         Some(json!({"team": "dev", "sub": "carol"})),
     ][which % 3]
         .clone()
-        .map(|c| object_of(c))
+        .map(object_of)
 }
 
 /// The annotations a tool may carry in the catalog.
