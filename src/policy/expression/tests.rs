@@ -540,3 +540,51 @@ fn deeply_nested_arguments_are_evaluated_without_overflow() {
         }
     }
 }
+
+/// A missing claim or argument never opens a door: a deny rule whose
+/// condition cannot be evaluated denies the call as an allow rule's does,
+/// though another allow rule matches.
+#[test]
+fn a_condition_over_a_missing_field_denies_whatever_its_rule_says() {
+    let p = policy(
+        r#"
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["*"]
+action = "allow"
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["book*"]
+action = "deny"
+when = "claims.team == 'dev' || arguments.env == 'prod'"
+"#,
+    );
+    let alice = ClientId::named("alice");
+    let dev = object_of(json!({"team": "dev"}));
+    let ops = object_of(json!({"team": "ops"}));
+    for (claims, arguments, allowed) in [
+        (None, json!({"env": "test"}), None),
+        (Some(&ops), json!({}), None),
+        (Some(&ops), json!({"env": "test"}), Some(true)),
+        (Some(&dev), json!({}), Some(false)),
+        (Some(&ops), json!({"env": "prod"}), Some(false)),
+    ] {
+        let facts = Facts {
+            claims,
+            method: "tools/call",
+            arguments: &arguments,
+            annotations: None,
+        };
+        let decided = p.decide_call(&alice, "flights", "book_flight", &facts);
+        match allowed {
+            None => assert!(decided.is_err(), "{claims:?} {arguments}: {decided:?}"),
+            Some(a) => assert_eq!(
+                decided.map(|d| d.allowed).ok(),
+                Some(a),
+                "{claims:?} {arguments}"
+            ),
+        }
+    }
+}
