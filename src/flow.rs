@@ -113,6 +113,21 @@ impl Recording {
     }
 }
 
+/// The marks of `held` that still count under `settings`: those whose tool
+/// the configuration still labels with the mark's label (a reload that
+/// takes a source label off a tool releases what its calls set; the marks
+/// are kept, so putting the label back holds them again). A label whose
+/// remembered marks all lost their label stays held when it has
+/// `per_label` marks, the store's bound: a call it did not remember may
+/// have set it through a tool that is still labelled.
+pub fn current(held: &[Mark], settings: &FlowSettings, per_label: usize) -> Vec<Mark> {
+    let labelled = |m: &Mark| settings.labels(&m.server, &m.tool).source == Some(m.label);
+    let of = |label: Label| held.iter().filter(move |m| m.label == label);
+    let stays =
+        |m: &Mark| labelled(m) || (!of(m.label).any(labelled) && of(m.label).count() >= per_label);
+    held.iter().filter(|m| stays(m)).cloned().collect()
+}
+
 /// The marks of `held` that make `rule` act: one per label it names (the
 /// earliest call that set it), or `None` when a label is missing.
 pub fn triggered<'m>(rule: &FlowRule, held: &'m [Mark]) -> Option<Vec<&'m Mark>> {

@@ -5,9 +5,10 @@
 //! runtime's call check uses, so the answer is what the gateway would do
 //! with the call (before the tool's own `inputSchema`, its pin and the
 //! secrets in its arguments, which need the live server). A tool call's
-//! rules' `when` conditions are evaluated with the request's `arguments` and
-//! optional `claims` (the tool's annotations are not known here: an empty map),
-//! and each outcome is printed.
+//! rules' `when` conditions are evaluated with the request's `arguments`,
+//! optional `claims` and optional `annotations` (the tool's, as the live
+//! server would have them pinned; absent, an empty map), and each outcome is
+//! printed.
 //!
 //! Invariant: the request names a client, a server and one of `tool`,
 //! `resource` or `prompt`; anything else is refused with the reason, never
@@ -35,6 +36,9 @@ struct Request {
     /// The JWT claims the client would present (for rules' `when` over `claims`).
     #[serde(default)]
     claims: Option<serde_json::Map<String, Value>>,
+    /// The tool's annotations (for rules' `when` over `annotations`).
+    #[serde(default)]
+    annotations: Option<Value>,
 }
 
 /// The explanation of `request` (the text of `REQUEST.json`) under `config`:
@@ -71,7 +75,7 @@ pub fn explain(config: &Config, request: &str, as_json: bool) -> Result<String, 
                 claims: request.claims.as_ref(),
                 method: "tools/call",
                 arguments: &arguments,
-                annotations: None,
+                annotations: request.annotations.as_ref(),
             };
             config
                 .policy
@@ -257,7 +261,13 @@ fn text(client: &str, server: &str, kind: &str, name: &str, r: &Value) -> String
 
 /// Text of the configuration or the request as shown on a terminal: every
 /// character that is not plainly visible escaped, so no name can move the
-/// cursor or add a line.
+/// cursor or add a line. Quotes are plainly visible and stay as written
+/// (CEL's reasons quote the operator they could not apply).
 fn visible(text: &str) -> String {
-    text.escape_debug().to_string()
+    text.chars()
+        .map(|c| match c {
+            '\'' | '"' => c.to_string(),
+            c => c.escape_debug().to_string(),
+        })
+        .collect()
 }

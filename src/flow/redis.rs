@@ -179,6 +179,10 @@ impl RedisFlows {
 }
 
 impl FlowStore for RedisFlows {
+    fn marks_per_label(&self) -> usize {
+        self.limits.marks_per_label
+    }
+
     fn held<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<Vec<Mark>, Unavailable>> {
         async move { self.observe(self.read(key).await) }.boxed()
     }

@@ -33,6 +33,8 @@ pub trait FlowStore: Debug + Send + Sync {
         keys: &'a [SessionKey],
         mark: &'a Mark,
     ) -> BoxFuture<'a, Result<(), Unavailable>>;
+    /// Calls remembered per label within one session (see [`FlowLimits`]).
+    fn marks_per_label(&self) -> usize;
     /// Whether every replica of the deployment shares it: its marks are
     /// then stored before a source call is forwarded (see `Recording`).
     fn shared(&self) -> bool {
@@ -145,6 +147,10 @@ impl Default for MemoryFlows {
 }
 
 impl FlowStore for MemoryFlows {
+    fn marks_per_label(&self) -> usize {
+        self.limits.marks_per_label
+    }
+
     fn held<'a>(&'a self, key: &'a SessionKey) -> BoxFuture<'a, Result<Vec<Mark>, Unavailable>> {
         let held = MemoryFlows::held(self, key);
         async move { Ok(held) }.boxed()

@@ -150,3 +150,48 @@ fn the_configuration_names_known_labels_and_rules_that_can_act() {
         "rules[0].flow.then",
     );
 }
+
+/// A mark counts while the configuration still labels its tool so: a reload
+/// that takes the label off a tool releases what that tool's calls set,
+/// and one that puts it back holds it again (the mark was kept). A label
+/// whose remembered calls are all unlabelled now is still held when the
+/// session reached the per-label bound: a call it did not remember may
+/// have set it through a tool that is still labelled.
+#[test]
+fn a_mark_counts_while_its_tool_still_carries_the_label() {
+    let settings = |labelled: &[&str]| FlowSettings {
+        labels: [(
+            "s".to_owned(),
+            labelled
+                .iter()
+                .map(|t| {
+                    let labels = ToolLabels {
+                        source: Some(Label::Private),
+                        sink: None,
+                    };
+                    ((*t).to_owned(), labels)
+                })
+                .collect(),
+        )]
+        .into(),
+    };
+    let held = vec![mark(Label::Private, "read"), mark(Label::Private, "again")];
+    let kept = |labelled: &[&str], held: &[Mark], bound: usize| -> Vec<String> {
+        current(held, &settings(labelled), bound)
+            .into_iter()
+            .map(|m| m.tool)
+            .collect()
+    };
+    assert_eq!(kept(&["read", "again"], &held, 3), ["read", "again"]);
+    assert_eq!(kept(&["again"], &held, 3), ["again"]);
+    assert!(kept(&[], &held, 3).is_empty(), "the label is released");
+    assert!(kept(&["other"], &held, 3).is_empty());
+    // At the bound, an unremembered call may hold it: kept, all of them.
+    assert_eq!(kept(&["other"], &held, 2), ["read", "again"]);
+    // Another server's tool of the same name is another tool.
+    let elsewhere = vec![Mark {
+        server: "t".into(),
+        ..mark(Label::Private, "read")
+    }];
+    assert!(kept(&["read"], &elsewhere, 3).is_empty());
+}

@@ -3,12 +3,14 @@
 //!
 //! Place in the path: inside the policy decision ([`super::Policy::decide_call`]
 //! for calls, [`super::Policy::decide`] for lists). Invariants: an expression
-//! that does not compile refuses the configuration; one that fails at run
+//! that does not compile, or whose cost grows with the product of two sizes
+//! a client chooses (see [`cost`]), refuses the configuration; one that fails at run
 //! time, or yields anything but a bool, denies the call (fail closed); a list,
 //! which has no call-time facts (arguments, claims, annotations, the time),
 //! never evaluates an expression that reads them: it treats the rule as
 //! undecided, so the tool stays listed and the call decides.
 
+mod cost;
 mod scope;
 
 use crate::auth::ClientId;
@@ -52,7 +54,9 @@ pub enum Outcome {
 // === impl Expression ===
 
 impl Expression {
-    /// Compiles `source`; the error is CEL's, with its line and column inside the expression.
+    /// Compiles `source`; the error says it is not valid CEL (CEL's words) or
+    /// why its cost is refused (see [`cost`]), with its line and column
+    /// inside the expression.
     pub fn compile(source: &str) -> Result<Self, String> {
         let program = cel::Program::compile(source).map_err(|errors| {
             let multiline = source.contains('\n');
@@ -64,8 +68,11 @@ impl Expression {
                     false => format!("at column {}: {}", e.pos.1, e.msg),
                 })
                 .collect();
-            each.join("; ")
+            format!("not a valid CEL expression: {}", each.join("; "))
         })?;
+        if let Some(why) = cost::refusal(&program, source) {
+            return Err(format!("refused for its cost: {why}"));
+        }
         let refs = program.references();
         let call_time = CALL_TIME.iter().any(|n| refs.has_variable(n));
         Ok(Self {

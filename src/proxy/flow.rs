@@ -83,6 +83,8 @@ pub(super) async fn check<'p>(
         .held(key)
         .await
         .map_err(|e| unavailable(tool, &e, Unreadable::Held))?;
+    // Only what the configuration still labels counts (a reload may have taken a label off).
+    let held = crate::flow::current(&held, flow, store.marks_per_label());
     let mut approvals = Vec::new();
     for of in flows {
         let Some(marks) = triggered(of.flow, &held) else {

@@ -58,6 +58,7 @@ from mcp.types import (
     SetLevelRequestParams,
     TextContent,
     TextResourceContents,
+    ToolAnnotations,
 )
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -164,7 +165,11 @@ def build(record: str | None) -> MCPServer:
         ran("explode", {})
         raise RuntimeError("cannot connect: db password=hunter2 at /srv/app/secret.py")
 
-    @mcp.tool(description="Reset all data (write operation).", structured_output=False)
+    @mcp.tool(
+        description="Reset all data (write operation).",
+        structured_output=False,
+        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True),
+    )
     def admin_reset() -> str:
         ran("admin_reset", {})
         return "reset done"

@@ -465,3 +465,68 @@ fn check_explains_one_call() {
         assert!(text(&out.stderr).contains(says), "{}", text(&out.stderr));
     }
 }
+
+/// `check --explain` evaluates a condition over the tool's annotations with
+/// those the request gives (none: an empty map), and prints a failing
+/// condition's reason as CEL wrote it.
+#[test]
+fn check_explains_conditions_over_annotations_and_a_failure() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = dir.path().join("portcullis.toml");
+    let rules = r#"
+[servers.flights]
+url = "http://127.0.0.1:3001/mcp"
+[clients.alice]
+api_key_sha256 = "5e7f90955ab6db92018dc161092b571c1d6dc39e7ce4abe7a77ade44acbbba62"
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["*"]
+action = "allow"
+when = "has(annotations.readOnlyHint) && annotations.readOnlyHint"
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["book_*"]
+action = "deny"
+when = "arguments.passengers > 2"
+"#;
+    fs::write(&config, rules).expect("write");
+    let request = dir.path().join("request.json");
+    let read_only = r#""annotations": {"readOnlyHint": true}"#;
+    for (body, says) in [
+        (
+            format!(r#"{{"client": "alice", "server": "flights", "tool": "lookup", {read_only}}}"#),
+            ["rules[0] condition is true", "verdict: runs"],
+        ),
+        (
+            r#"{"client": "alice", "server": "flights", "tool": "lookup"}"#.to_owned(),
+            ["rules[0] condition is false", "verdict: refused"],
+        ),
+        (
+            format!(
+                r#"{{"client": "alice", "server": "flights", "tool": "book_flight", {read_only}, "arguments": {{"passengers": "6"}}}}"#
+            ),
+            [
+                "rules[1] condition is failed: found no matching overload for '_>_' applied to '(string, int)'",
+                "verdict: refused",
+            ],
+        ),
+    ] {
+        fs::write(&request, &body).expect("write");
+        let out = portcullis(&[
+            "check",
+            "--config",
+            config.to_str().expect("utf-8"),
+            "--explain",
+            request.to_str().expect("utf-8"),
+        ])
+        .output()
+        .expect("runs");
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let printed = text(&out.stdout);
+        for line in says {
+            assert!(printed.contains(line), "{body}: {printed}");
+        }
+    }
+}

@@ -3,8 +3,8 @@
 //! decides each call; a deny rule's condition refuses only the calls it is
 //! true for; a condition that fails denies the call and says why; a condition
 //! over a JWT's claims lets one team call what another may not; a condition
-//! over the tool's annotations (a scripted server in the 2025 era: the SDK
-//! servers annotate none) lets read-only tools run.
+//! over the tool's annotations refuses the Python SDK server's destructive
+//! tool in both eras, and lets a scripted server's read-only tools run.
 
 use crate::support;
 use support::tiers::{self, Tier};
@@ -253,4 +253,123 @@ when = "has(annotations.readOnlyHint) && annotations.readOnlyHint"
     let ran: Vec<String> = upstream.ran().into_iter().map(|(n, _)| n).collect();
     assert_eq!(ran, ["lookup"]);
     gateway.stop().await;
+}
+
+/// The Python SDK server annotates `admin_reset` as destructive: a rule
+/// whose condition reads the annotations keeps it listed and refuses its
+/// call in both eras, while the unannotated `echo` runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_condition_over_an_sdk_servers_annotations_refuses_its_destructive_tool() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let server = PeerServer::start(Peer::Python).await;
+    let rules = r#"
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["admin_reset", "echo"]
+action = "allow"
+when = "!(has(annotations.destructiveHint) && annotations.destructiveHint)"
+"#;
+    let gateway = TestGateway::start(
+        &[("flights", &server.url)],
+        &format!("{}{rules}", clients()),
+    )
+    .await;
+    let url = gateway.url("flights");
+    for mode in [Mode::Legacy, Mode::Modern] {
+        let r = sdk(
+            Sdk::Python,
+            mode,
+            &url,
+            ALICE,
+            json!([
+                list(),
+                call("echo", json!({"text": "hi"})),
+                call("admin_reset", json!({})),
+            ]),
+        )
+        .await;
+        assert_eq!(names(&r[0]), ["admin_reset", "echo"], "{mode:?}");
+        assert_eq!(support::gateway_code(&r[1]), None, "{mode:?}: {r:?}");
+        assert_eq!(
+            support::gateway_code(&r[2]),
+            Some("call_not_permitted"),
+            "{mode:?}: {r:?}"
+        );
+        assert!(text(&r[2]).contains("annotations.destructiveHint"), "{r:?}");
+    }
+    assert_eq!(server.ran(), ["echo", "echo"]);
+    gateway.stop().await;
+    server.stop().await;
+}
+
+/// Through the merged view a condition reads the tool and server as the
+/// rules name them (`book_flight` on `flights`), not the prefixed name the
+/// client used; a name that differs by case or by a look-alike letter is
+/// no tool of the server's and never reaches it, whatever the rules say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_condition_reads_unprefixed_names_and_lookalike_names_reach_nothing() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let server = PeerServer::start(Peer::Python).await;
+    let rules = r#"
+[[rules]]
+clients = ["*"]
+servers = ["*"]
+tools = ["*"]
+action = "allow"
+
+[[rules]]
+clients = ["*"]
+servers = ["*"]
+tools = ["*"]
+action = "deny"
+when = "server == 'flights' && tool == 'book_flight' && arguments.passengers > 2"
+"#;
+    let upstreams = [
+        ("flights", server.url.as_str()),
+        ("other", server.url.as_str()),
+    ];
+    let gateway = TestGateway::start(&upstreams, &format!("{}{rules}", clients())).await;
+    let merged = gateway.merged_url();
+    for mode in [Mode::Legacy, Mode::Modern] {
+        let r = sdk(
+            Sdk::Python,
+            mode,
+            &merged,
+            ALICE,
+            json!([
+                call("flights__book_flight", booking(5)),
+                call("flights__book_flight", booking(1)),
+                call("other__book_flight", booking(5)),
+                call("flights__Book_flight", booking(1)),
+                call("flights__book_fl\u{0456}ght", booking(1)),
+                call("FLIGHTS__book_flight", booking(1)),
+            ]),
+        )
+        .await;
+        assert_eq!(
+            support::gateway_code(&r[0]),
+            Some("call_not_permitted"),
+            "{mode:?}: {r:?}"
+        );
+        assert_eq!(r[0]["meta"]["portcullis/error"]["rule"], "rules[1]");
+        assert_eq!(support::gateway_code(&r[1]), None, "{mode:?}: {r:?}");
+        assert_eq!(support::gateway_code(&r[2]), None, "{mode:?}: {r:?}");
+        for lookalike in &r[3..] {
+            assert!(
+                support::gateway_code(lookalike).is_some(),
+                "{mode:?}: refused by the gateway: {r:?}"
+            );
+        }
+    }
+    assert_eq!(
+        server.ran(),
+        ["book_flight", "book_flight", "book_flight", "book_flight"]
+    );
+    gateway.stop().await;
+    server.stop().await;
 }

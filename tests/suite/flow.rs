@@ -15,12 +15,12 @@ use support::{ALICE, BOB, Mode, Peer, PeerServer, Sdk, TestGateway, call, gatewa
 use portcullis::Gateway;
 use serde_json::{Value, json};
 
-const ADMIN_TOKEN: &str = "flow-admin-token";
+pub(crate) const ADMIN_TOKEN: &str = "flow-admin-token";
 
 /// The trifecta: `echo` private, `leaky_text` untrusted, `book_flight`
 /// egress, and a rule letting everyone call them that denies the egress call
 /// once a session holds both labels (`flow` absent: no flow rule).
-fn config(upstream: &str, flow: Option<&str>) -> String {
+pub(crate) fn config(upstream: &str, flow: Option<&str>) -> String {
     let token = hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN));
     let flow = flow.map(|f| format!("flow = {f}\n")).unwrap_or_default();
     format!(
@@ -38,17 +38,17 @@ fn config(upstream: &str, flow: Option<&str>) -> String {
     )
 }
 
-const DENY: &str = "{ holds = [\"private\", \"untrusted\"], then = \"deny\" }";
+pub(crate) const DENY: &str = "{ holds = [\"private\", \"untrusted\"], then = \"deny\" }";
 
-fn private() -> Value {
+pub(crate) fn private() -> Value {
     call("echo", json!({"text": "the quarterly numbers"}))
 }
 
-fn untrusted() -> Value {
+pub(crate) fn untrusted() -> Value {
     call("leaky_text", json!({}))
 }
 
-fn egress() -> Value {
+pub(crate) fn egress() -> Value {
     call(
         "book_flight",
         json!({"origin": "CDG", "destination": "JFK", "date": "2026-12-24", "passengers": 1}),
@@ -56,7 +56,7 @@ fn egress() -> Value {
 }
 
 /// Asserts the call ran (no gateway refusal, not an error).
-fn ran(result: &Value, what: &str) {
+pub(crate) fn ran(result: &Value, what: &str) {
     assert_eq!(gateway_code(result), None, "{what}: {result}");
     assert_eq!(result["isError"], false, "{what}: {result}");
 }
@@ -197,6 +197,31 @@ async fn labels_survive_a_reload_and_removing_the_flow_rule_releases_them() {
         denied.contains(&"flow: holds untrusted (leaky_text on py)".to_owned()),
         "{denied:?}"
     );
+    // The dashboard's trace page of the refused call (`/api/events/ID`) shows the same lines.
+    let refused_event = recorded
+        .iter()
+        .find(|e| e["decision"] == "flow_denied")
+        .expect("the refused call's event");
+    let id = refused_event["id"].as_u64().expect("an id");
+    let (status, trace) = gw
+        .admin(ADMIN_TOKEN)
+        .get(&format!("/api/events/{id}"))
+        .await;
+    assert_eq!(status, 200, "{trace}");
+    let shown: Vec<&str> = trace["violations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        shown.contains(&"flow: holds private (echo on py)"),
+        "{trace}"
+    );
+    assert!(
+        shown.contains(&"flow: holds untrusted (leaky_text on py)"),
+        "{trace}"
+    );
     let forwarded = lines(&recorded, "forwarded");
     assert!(
         forwarded.contains(&"flow: sets private".to_owned()),
@@ -229,6 +254,53 @@ async fn labels_survive_a_reload_and_removing_the_flow_rule_releases_them() {
     gw.admin(ADMIN_TOKEN).reloaded().await;
     let refused = in_conversation(&url, "c1", "book_flight", book).await;
     assert_eq!(refused.as_deref(), Some("flow_denied"));
+    gw.stop().await;
+}
+
+/// The operator moves the `private` label from `echo` to another tool and
+/// reloads: what `echo`'s calls set no longer holds the conversation's
+/// egress call back,
+/// and putting the label back holds it again (the gateway kept the mark).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_takes_a_source_label_off_a_tool_releases_what_it_set() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    support::init();
+    let upstream = PeerServer::start(Peer::Python).await;
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("portcullis.toml");
+    let labelled = config(&upstream.url, Some(DENY));
+    std::fs::write(&path, &labelled).expect("write");
+    let gw = TestGateway::from_handle(Gateway::start_file(&path).await.expect("gateway starts"));
+    let url = gw.url("py");
+    let book =
+        json!({"origin": "CDG", "destination": "JFK", "date": "2026-12-24", "passengers": 1});
+    let read = json!({"text": "secret plans"});
+    assert_eq!(in_conversation(&url, "c1", "echo", read).await, None);
+    assert_eq!(
+        in_conversation(&url, "c1", "leaky_text", json!({})).await,
+        None
+    );
+    let refused = in_conversation(&url, "c1", "book_flight", book.clone()).await;
+    assert_eq!(refused.as_deref(), Some("flow_denied"));
+
+    // `private` now marks another tool (a flow rule naming a label no tool
+    // sets could never act, and is refused).
+    let unlabelled = labelled.replace("\"echo\" = {", "\"progress\" = {");
+    assert_ne!(unlabelled, labelled);
+    std::fs::write(&path, &unlabelled).expect("write");
+    gw.admin(ADMIN_TOKEN).reloaded().await;
+    let after = in_conversation(&url, "c1", "book_flight", book.clone()).await;
+    assert_eq!(
+        after, None,
+        "echo is no longer private: nothing holds the call"
+    );
+
+    std::fs::write(&path, &labelled).expect("write");
+    gw.admin(ADMIN_TOKEN).reloaded().await;
+    let again = in_conversation(&url, "c1", "book_flight", book).await;
+    assert_eq!(again.as_deref(), Some("flow_denied"), "the label is back");
     gw.stop().await;
 }
 

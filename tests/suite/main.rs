@@ -56,6 +56,7 @@ mod fleet_attacks;
 mod fleet_flows;
 mod fleet_state;
 mod flow;
+mod flow_attacks;
 mod fuzz;
 mod held_calls;
 mod held_calls_reload;

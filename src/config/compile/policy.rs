@@ -84,13 +84,10 @@ impl Ctx<'_> {
                 Some(w) if tools.is_empty() || !resources.is_empty() || !prompts.is_empty() => {
                     return Err(self.fail(Some(w.span()), &format!("{key}.when"), "`when` decides tool calls; it needs `tools` and no `resources` or `prompts` (put those in a rule of their own)"));
                 }
-                Some(w) => Some(Expression::compile(w.get_ref()).map_err(|e| {
-                    self.fail(
-                        Some(w.span()),
-                        &format!("{key}.when"),
-                        format!("not a valid CEL expression: {e}"),
-                    )
-                })?),
+                Some(w) => Some(
+                    Expression::compile(w.get_ref())
+                        .map_err(|e| self.fail(Some(w.span()), &format!("{key}.when"), e))?,
+                ),
             };
             let allow_with_tools = action == Action::Allow && !tools.is_empty();
             let flow = self.flow_rule(raw, &key, allow_with_tools, flow_sources)?;

@@ -105,15 +105,22 @@ when = "arguments.n <"
     assert!(err.contains("`when` decides tool calls"), "{err}");
 }
 
-/// Conditions a generated rule may carry: (expression, reads call-time facts).
-const WHENS: &[(&str, bool)] = &[
-    ("arguments.n <= 2", true),
-    ("has(arguments.n) && arguments.n > 3", true),
-    ("arguments.n == 1 || client == 'bob'", true),
-    ("client == 'alice'", false),
-    ("tool.startsWith('book')", false),
-    ("server == 'crm'", false),
-    ("client + 1 == 2", false),
+/// Conditions a generated rule may carry: over the arguments, the claims,
+/// the annotations, the method and the time (call-time facts), and over who
+/// calls what where (known to a list too), one failing at every use.
+const WHENS: &[&str] = &[
+    "arguments.n <= 2",
+    "has(arguments.n) && arguments.n > 3",
+    "arguments.n == 1 || client == 'bob'",
+    "has(claims.team) && claims.team == 'ops'",
+    "claims.team == 'ops'",
+    "has(annotations.readOnlyHint) && annotations.readOnlyHint",
+    "now > timestamp('2020-01-01T00:00:00Z')",
+    "method == 'tools/call' && tool != 'echo'",
+    "client == 'alice'",
+    "tool.startsWith('book')",
+    "server == 'crm'",
+    "client + 1 == 2",
 ];
 const CLIENTS: &[&str] = &["*", "alice", "bob"];
 const TOOLS: &[&str] = &["*", "book*", "echo"];
@@ -130,7 +137,7 @@ fn rule() -> impl Strategy<Value = String> {
         .prop_map(|(client, server, tool, deny, when)| {
             let when = WHENS
                 .get(when)
-                .map(|(w, _)| format!("when = {w:?}\n"))
+                .map(|w| format!("when = {w:?}\n"))
                 .unwrap_or_default();
             format!(
                 "[[rules]]\nclients = [{client:?}]\nservers = [{server:?}]\ntools = [{tool:?}]\naction = \"{}\"\n{when}",
@@ -139,10 +146,34 @@ fn rule() -> impl Strategy<Value = String> {
         })
 }
 
+/// The claims a call may carry: none (a key client), or a team.
+fn claims_of(which: usize) -> Option<Map<String, Value>> {
+    [
+        None,
+        Some(json!({"team": "ops"})),
+        Some(json!({"team": "dev", "sub": "carol"})),
+    ][which % 3]
+        .clone()
+        .map(object_of)
+}
+
+/// The annotations a tool may carry in the catalog.
+fn annotations_of(which: usize) -> Option<Value> {
+    [
+        None,
+        Some(json!({"readOnlyHint": true})),
+        Some(json!({"readOnlyHint": false, "destructiveHint": true})),
+    ][which % 3]
+        .clone()
+}
+
 proptest! {
-    /// For generated rules and calls: a tool a client may call is listed to
-    /// it, and a listed tool is callable with every arguments unless a rule
-    /// that matches it has a condition reading call-time facts.
+    /// For generated rules and calls (arguments, claims, annotations): a
+    /// tool a client may call is listed to it; a listed tool is callable
+    /// with every arguments, claims and annotations unless a rule that
+    /// matches it has a condition reading call-time facts; and a call's
+    /// decision changes with its arguments only where a matching rule's
+    /// condition reads them.
     #[test]
     fn the_list_and_the_calls_agree_except_where_a_condition_reads_the_call(
         rules in proptest::collection::vec(rule(), 0..8),
@@ -152,18 +183,37 @@ proptest! {
             for server in ["flights", "crm"] {
                 for tool in ["book_flight", "echo"] {
                     let listed = p.decide(&client, server, Subject::Tool(tool)).allowed;
-                    let reads = p.rules.iter().any(|r| {
-                        r.matches(&client, server, Subject::Tool(tool))
-                            && r.when.as_ref().is_some_and(Expression::reads_call)
+                    let matching = || p.rules.iter().filter(|r| r.matches(&client, server, Subject::Tool(tool)));
+                    let reads = matching().any(|r| r.when.as_ref().is_some_and(Expression::reads_call));
+                    let reads_arguments = matching().any(|r| {
+                        r.when.as_ref().is_some_and(|w| w.program.references().has_variable("arguments"))
                     });
-                    for n in 0..6 {
-                        let arguments = json!({"n": n});
-                        let called = p
-                            .decide_call(&client, server, tool, &facts(&arguments))
-                            .is_ok_and(|d| d.allowed);
-                        prop_assert!(!called || listed, "{} may call {tool} on {server} (n = {n}) but it is not listed", client.name());
-                        if !reads {
-                            prop_assert_eq!(called, listed, "{} {} {} n = {}", client.name(), server, tool, n);
+                    for (claims, annotations) in (0..3).flat_map(|c| (0..3).map(move |a| (c, a))) {
+                        let (claims, annotations) = (claims_of(claims), annotations_of(annotations));
+                        let mut decided = Vec::new();
+                        for n in 0..6 {
+                            let arguments = json!({"n": n});
+                            let facts = Facts {
+                                claims: claims.as_ref(),
+                                method: "tools/call",
+                                arguments: &arguments,
+                                annotations: annotations.as_ref(),
+                            };
+                            let called = p
+                                .decide_call(&client, server, tool, &facts)
+                                .is_ok_and(|d| d.allowed);
+                            prop_assert!(!called || listed, "{} may call {tool} on {server} (n = {n}, {claims:?}, {annotations:?}) but it is not listed", client.name());
+                            if !reads {
+                                prop_assert_eq!(called, listed, "{} {} {} n = {}", client.name(), server, tool, n);
+                            }
+                            decided.push(called);
+                        }
+                        if !reads_arguments {
+                            prop_assert!(
+                                decided.iter().all(|d| *d == decided[0]),
+                                "{} {} {}: the arguments changed a decision no condition reads them for: {:?}",
+                                client.name(), server, tool, decided
+                            );
                         }
                     }
                 }
@@ -375,5 +425,166 @@ fn ordering_across_types_fails_and_equality_compares() {
             expected,
             "{sent}"
         );
+    }
+}
+
+/// A macro over the arguments whose body reads another value the client
+/// sizes costs the product of two client sizes: refused when it compiles,
+/// at the read that costs it; what costs the client's input times something
+/// the client does not choose compiles.
+#[test]
+fn a_macro_over_the_arguments_reading_another_client_size_is_refused() {
+    let refused = [
+        ("arguments.xs.all(x, x in arguments.ys)", 26, "arguments"),
+        (
+            "arguments.xs.exists(x, arguments.ys.exists(y, y == x))",
+            24,
+            "arguments",
+        ),
+        ("arguments.xs.all(x, x.ys.exists(y, y in x.ys))", 41, "x"),
+        (
+            "arguments.xs.map(x, x).all(y, y in arguments.xs)",
+            36,
+            "arguments",
+        ),
+        (
+            "claims.gs.exists(g, arguments.xs.all(x, x in arguments.ys))",
+            46,
+            "arguments",
+        ),
+        (
+            "arguments.xs.filter(x, arguments.s.contains(x)).size() > 0",
+            24,
+            "arguments",
+        ),
+        ("arguments.m.all(k, arguments.m[k] > 0)", 20, "arguments"),
+    ];
+    for (source, column, name) in refused {
+        let err = Expression::compile(source).expect_err(source);
+        assert!(
+            err.starts_with(&format!("refused for its cost: at column {column}: ")),
+            "{source}: {err}"
+        );
+        assert!(err.contains(&format!("reads `{name}`")), "{source}: {err}");
+    }
+    for allowed in [
+        "arguments.xs.all(x, x <= 10)",
+        "arguments.xs.all(x, x.ys.exists(y, y == 1))",
+        "claims.groups.exists(g, g == arguments.team)",
+        "arguments.xs.all(x, x in claims.allowed)",
+        "arguments.team in claims.teams",
+        "arguments.xs.map(x, x * 2).all(y, y < 100)",
+        "size(arguments.xs) < 10 && arguments.xs.all(x, x in ['a', 'b'])",
+        "[1, 2].all(i, [3, 4].exists(j, i < j))",
+    ] {
+        Expression::compile(allowed).unwrap_or_else(|e| panic!("{allowed}: {e}"));
+    }
+    // On several lines, the line and column inside the expression.
+    let err =
+        Expression::compile("size(arguments.xs) < 10 &&\n  arguments.xs.all(x, x in arguments.ys)")
+            .expect_err("refused");
+    assert!(
+        err.starts_with("refused for its cost: at line 2, column 28: "),
+        "{err}"
+    );
+}
+
+/// The configuration names the file, the rule's `when` (its line and
+/// column in the file) and the read inside the expression.
+#[test]
+fn a_costly_expression_is_refused_at_load_with_its_place() {
+    let text = r#"
+[servers.flights]
+url = "http://127.0.0.1:1/mcp"
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["*"]
+action = "allow"
+when = "arguments.xs.all(x, x in arguments.ys)"
+"#;
+    let err = config::load_str(text, "t.toml", &|_| None)
+        .expect_err("refused")
+        .to_string();
+    assert!(err.contains("t.toml:9:8"), "{err}");
+    assert!(err.contains("rules[0].when"), "{err}");
+    assert!(err.contains("refused for its cost: at column 26:"), "{err}");
+}
+
+/// Arguments as deep as a request may carry (the JSON reader stops at 128
+/// levels) reach a condition without exhausting the stack: converting,
+/// comparing and walking them answer.
+#[test]
+fn deeply_nested_arguments_are_evaluated_without_overflow() {
+    let alice = ClientId::named("alice");
+    let mut deep = json!("bottom");
+    for i in 0..126 {
+        deep = match i % 2 {
+            0 => json!([deep]),
+            _ => json!({ "a": deep }),
+        };
+    }
+    let args = json!({ "a": deep });
+    for (source, expected) in [
+        ("has(arguments.a)", Outcome::True),
+        ("arguments == arguments", Outcome::True),
+        ("arguments.a.size() == 1", Outcome::True),
+        ("arguments.a.exists(x, x.size() == 1)", Outcome::True),
+        ("string(arguments.a) == ''", Outcome::False),
+    ] {
+        let e = Expression::compile(source).expect("compiles");
+        let got = e.evaluate(&alice, "flights", "book", Some(&facts(&args)));
+        match expected {
+            Outcome::False => assert!(got != Outcome::True, "{source}: {got:?}"),
+            _ => assert_eq!(got, expected, "{source}"),
+        }
+    }
+}
+
+/// A missing claim or argument never opens a door: a deny rule whose
+/// condition cannot be evaluated denies the call as an allow rule's does,
+/// though another allow rule matches.
+#[test]
+fn a_condition_over_a_missing_field_denies_whatever_its_rule_says() {
+    let p = policy(
+        r#"
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["*"]
+action = "allow"
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["book*"]
+action = "deny"
+when = "claims.team == 'dev' || arguments.env == 'prod'"
+"#,
+    );
+    let alice = ClientId::named("alice");
+    let dev = object_of(json!({"team": "dev"}));
+    let ops = object_of(json!({"team": "ops"}));
+    for (claims, arguments, allowed) in [
+        (None, json!({"env": "test"}), None),
+        (Some(&ops), json!({}), None),
+        (Some(&ops), json!({"env": "test"}), Some(true)),
+        (Some(&dev), json!({}), Some(false)),
+        (Some(&ops), json!({"env": "prod"}), Some(false)),
+    ] {
+        let facts = Facts {
+            claims,
+            method: "tools/call",
+            arguments: &arguments,
+            annotations: None,
+        };
+        let decided = p.decide_call(&alice, "flights", "book_flight", &facts);
+        match allowed {
+            None => assert!(decided.is_err(), "{claims:?} {arguments}: {decided:?}"),
+            Some(a) => assert_eq!(
+                decided.map(|d| d.allowed).ok(),
+                Some(a),
+                "{claims:?} {arguments}"
+            ),
+        }
     }
 }
