@@ -1,9 +1,12 @@
 //! Access rules: who may use which tool, resource or prompt on which server.
 //!
-//! Place in the path: right after authentication. The same [`Policy::decide`]
-//! serves the lists (`tools/list`, `resources/list`, `prompts/list` show only
-//! what the client may use) and the calls (`tools/call`, `resources/read`,
-//! `prompts/get`), so a list can never promise what a call refuses.
+//! Place in the path: right after authentication. The same rules, walked the
+//! same way, serve the lists (`tools/list`, `resources/list`, `prompts/list`
+//! show only what the client may use: [`Policy::decide_listed`]) and the
+//! calls (`tools/call`, `resources/read`, `prompts/get`), so a list can never
+//! promise what a call refuses, nor hide what a call allows, except where a
+//! rule's condition reads the call's arguments (the tool stays listed and the
+//! call decides).
 //!
 //! Invariants: deny by default — a call is allowed only when an `allow` rule
 //! matches and no `deny` rule does; a deny rule always wins; `"*"` in `clients`
@@ -22,7 +25,7 @@ use serde_json::Value;
 
 use crate::auth::ClientId;
 use crate::validate::Violation;
-pub use expression::{Facts, Outcome};
+pub use expression::{Facts, ListFacts, Outcome};
 use glob::Glob;
 use rule::client_matches;
 pub(crate) use rule::{Action, Rule};
@@ -83,20 +86,44 @@ impl Policy {
         Self { rules, index }
     }
 
-    /// Decides whether `client` may use `subject` on `server`, as a list sees
-    /// it: a rule whose `when` reads call-time facts is left to the call (an
-    /// allow rule counts as matching, a deny rule as not), so the tool stays
-    /// listed; an expression that fails hides the tool (fail closed), as the
-    /// call it would be is denied.
+    /// Decides whether `client` may use `subject` on `server` knowing nothing
+    /// of the use (`portcullis check` without a request): a rule whose `when`
+    /// reads a call-time fact is left to the call (an allow rule counts as
+    /// matching, a deny rule as not); an expression that fails denies.
     pub fn decide(&self, client: &ClientId, server: &str, subject: Subject<'_>) -> Decision {
-        match self.decide_with(client, server, subject, None, &mut |_, _| ()) {
-            Ok(d) => d,
-            Err(failed) => Decision {
-                allowed: false,
-                rule: Some(failed.rule),
-                allow_rules: Vec::new(),
-            },
-        }
+        let scope = expression::Scope::new(client, server, subject.name(), None);
+        hidden_on_failure(self.decide_in(&scope, subject, &mut |_, _| ()))
+    }
+
+    /// Decides whether a list shows `subject` on `server` to `client`, with
+    /// what the list knows of the calls it promises (`facts`: the client's
+    /// claims, the tool's annotations; `method` reads `tools/call`, `now` the
+    /// time of the list). Every `when` that does not read the arguments is
+    /// evaluated as the call would evaluate it; one that reads them is left to
+    /// the call (an allow rule counts as matching, a deny rule as not), so the
+    /// tool stays listed whenever some call could be allowed. An expression
+    /// that fails hides the tool (fail closed), as the call it promises would
+    /// be denied. Flow rules are not part of this decision: the labels a
+    /// session holds change after the list, and the call checks them.
+    pub fn decide_listed(
+        &self,
+        client: &ClientId,
+        server: &str,
+        subject: Subject<'_>,
+        facts: &ListFacts<'_>,
+    ) -> Decision {
+        let scope = expression::Scope::listed(client, server, subject.name(), facts);
+        hidden_on_failure(self.decide_in(&scope, subject, &mut |_, _| ()))
+    }
+
+    /// Whether a list's decision may change for the same client from one list
+    /// to the next: some rule's `when` is evaluated at list time and reads the
+    /// token's claims or the time. A list rendered once per client and
+    /// configuration cannot then be served again.
+    pub fn lists_vary(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.when.as_ref().is_some_and(|w| w.varies_per_list()))
     }
 
     /// Decides a tool call with its call-time `facts`: every `when` on a
@@ -127,6 +154,19 @@ impl Policy {
         facts: Option<&Facts<'_>>,
         seen: &mut dyn FnMut(usize, &Outcome),
     ) -> Result<Decision, ExpressionFailed> {
+        let scope = expression::Scope::new(client, server, subject.name(), facts);
+        self.decide_in(&scope, subject, seen)
+    }
+
+    /// The decision in `scope` (who uses `subject` where, and what is known
+    /// of the use): one scope and one CEL context for every condition.
+    fn decide_in(
+        &self,
+        scope: &expression::Scope<'_>,
+        subject: Subject<'_>,
+        seen: &mut dyn FnMut(usize, &Outcome),
+    ) -> Result<Decision, ExpressionFailed> {
+        let (client, server) = (scope.client(), scope.server());
         let mut deny = None;
         let mut allow_rules = Vec::new();
         let (kind, name) = match subject {
@@ -143,20 +183,18 @@ impl Policy {
                     .filter(|i| self.rules[*i].matches(client, server, subject))),
             "the rule index and a scan of every rule disagree"
         );
-        // One scope and one CEL context for every condition of this decision.
-        let scope = expression::Scope::new(client, server, name, facts);
         let mut context = None;
         for i in matching {
             let rule = &self.rules[i];
             if let Some(when) = &rule.when {
-                let outcome = when.evaluate_in(&scope, &mut context);
+                let outcome = when.evaluate_in(scope, &mut context);
                 seen(rule.index, &outcome);
                 let applies = match (&outcome, rule.action) {
                     (Outcome::True, _) => true,
                     (Outcome::False, _) => false,
                     // A failure denies the call; in a list (where only an
-                    // expression that reads no call-time fact is evaluated,
-                    // so the call fails alike) it hides the tool.
+                    // expression that does not read the arguments is
+                    // evaluated, so the call fails alike) it hides the tool.
                     (Outcome::Failed(why), _) => {
                         return Err(ExpressionFailed {
                             rule: rule.index,
@@ -164,7 +202,8 @@ impl Policy {
                             reason: why.clone(),
                         });
                     }
-                    // A list: an undecided rule keeps the tool listed.
+                    // Left to the call: an allow rule keeps the tool listed,
+                    // a deny rule does not hide it.
                     (Outcome::Deferred, action) => action == Action::Allow,
                 };
                 if !applies {
@@ -255,6 +294,15 @@ impl Policy {
         };
         globs.iter().map(|g| g.as_str().to_owned()).collect()
     }
+}
+
+/// A decision that hides what a failing expression would deny.
+fn hidden_on_failure(decided: Result<Decision, ExpressionFailed>) -> Decision {
+    decided.unwrap_or_else(|failed| Decision {
+        allowed: false,
+        rule: Some(failed.rule),
+        allow_rules: Vec::new(),
+    })
 }
 
 /// Longest name (in characters) worth an edit-distance suggestion; longer

@@ -2,20 +2,24 @@
 //! compiled when the configuration loads and evaluated per use.
 //!
 //! Place in the path: inside the policy decision ([`super::Policy::decide_call`]
-//! for calls, [`super::Policy::decide`] for lists). Invariants: an expression
-//! that does not compile, or whose cost grows with the product of two sizes
-//! a client chooses (see [`cost`]), refuses the configuration; one that fails at run
-//! time, or yields anything but a bool, denies the call (fail closed); a list,
-//! which has no call-time facts (arguments, claims, annotations, the time),
-//! never evaluates an expression that reads them: it treats the rule as
-//! undecided, so the tool stays listed and the call decides.
+//! for calls, [`super::Policy::decide_listed`] for tool lists,
+//! [`super::Policy::decide`] where nothing of the use is known). Invariants:
+//! an expression that does not compile, or whose cost grows with the product
+//! of two sizes a client chooses (see [`cost`]), refuses the configuration;
+//! one that fails at run time, or yields anything but a bool, denies the call
+//! (fail closed). A list knows everything a call knows but its arguments, so
+//! an expression that does not read `arguments` is evaluated there as the
+//! call would evaluate it (the list and the call agree); one that reads
+//! `arguments` is left to the call ([`Outcome::Deferred`]), and so is every
+//! expression that reads a call-time fact where nothing of the use is known.
+//! Whether an expression reads a name is known when it compiles.
 
 mod cost;
 mod scope;
 
 use crate::auth::ClientId;
-pub use scope::Facts;
-pub(crate) use scope::Scope;
+pub use scope::{Facts, ListFacts};
+pub(crate) use scope::{Known, Scope};
 
 /// The names an expression may read that a list does not know.
 const CALL_TIME: [&str; 5] = ["arguments", "claims", "annotations", "method", "now"];
@@ -38,6 +42,12 @@ pub struct Expression {
     program: cel::Program,
     /// Whether it reads a call-time fact (see [`CALL_TIME`]).
     call_time: bool,
+    /// Whether it reads the call's arguments, the one fact a list lacks.
+    reads_arguments: bool,
+    /// Whether a list evaluates it and its value there can change from one
+    /// list to the next of the same client (it reads the claims of the token
+    /// presented, or the time).
+    varies: bool,
 }
 
 /// What one expression said about one use.
@@ -47,7 +57,8 @@ pub enum Outcome {
     False,
     /// It raised an error or yielded a non-bool: the reason, in CEL's words.
     Failed(String),
-    /// It reads call-time facts and none were given (a list): left to the call.
+    /// It reads a fact the decision does not have (the arguments, in a
+    /// list): left to the call.
     Deferred,
 }
 
@@ -75,10 +86,14 @@ impl Expression {
         }
         let refs = program.references();
         let call_time = CALL_TIME.iter().any(|n| refs.has_variable(n));
+        let reads_arguments = refs.has_variable("arguments");
+        let varies = !reads_arguments && (refs.has_variable("claims") || refs.has_variable("now"));
         Ok(Self {
             source: source.to_owned(),
             program,
             call_time,
+            reads_arguments,
+            varies,
         })
     }
 
@@ -87,13 +102,24 @@ impl Expression {
         &self.source
     }
 
-    /// Whether it reads a fact only a call has (arguments, claims, annotations, method, now).
+    /// Whether it reads a call-time fact (arguments, claims, annotations, method, now).
     pub fn reads_call(&self) -> bool {
         self.call_time
     }
 
+    /// Whether it reads the call's arguments: a list leaves it to the call.
+    pub fn reads_arguments(&self) -> bool {
+        self.reads_arguments
+    }
+
+    /// Whether a list evaluates it and may find another value for the same
+    /// client next time (it reads claims or the time).
+    pub fn varies_per_list(&self) -> bool {
+        self.varies
+    }
+
     /// Evaluates it for `client` using `tool` on `server`; without `facts`
-    /// (a list) an expression that reads call-time facts is [`Outcome::Deferred`].
+    /// an expression that reads call-time facts is [`Outcome::Deferred`].
     pub fn evaluate(
         &self,
         client: &ClientId,
@@ -114,7 +140,12 @@ impl Expression {
         scope: &'s Scope<'_>,
         context: &mut Option<cel::Context<'s, 's>>,
     ) -> Outcome {
-        if scope.facts.is_none() && self.call_time {
+        let deferred = match scope.known {
+            Known::Nothing => self.call_time,
+            Known::Listed(_) => self.reads_arguments,
+            Known::Call(_) => false,
+        };
+        if deferred {
             return Outcome::Deferred;
         }
         let context = context.get_or_insert_with(|| scope.context());

@@ -74,6 +74,15 @@ pub enum RateKey {
     All,
 }
 
+impl<'a> Subject<'a> {
+    /// The tool's or prompt's name, or the resource's URI.
+    pub fn name(self) -> &'a str {
+        match self {
+            Subject::Tool(name) | Subject::Resource(name) | Subject::Prompt(name) => name,
+        }
+    }
+}
+
 // === impl Rule ===
 
 impl Rule {

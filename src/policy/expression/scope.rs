@@ -13,8 +13,11 @@
 //! (JSON numbers as `int` where they fit, else `uint`, else `double`; objects
 //! as maps with string keys; a missing `claims` or a non-object `annotations`
 //! as an empty map); a call-time variable (arguments, claims, annotations, method, now) is
-//! absent when the scope has no facts (a list), so reading it is an error, as
-//! before; `now` is one instant per decision.
+//! absent when the scope knows nothing of the use (a bare decision, as
+//! `portcullis check` makes without a request), so reading it is an error; a
+//! list's scope ([`ListFacts`]) has everything but the arguments, with
+//! `method` read as `tools/call`, the call the listed tool would get; `now`
+//! is one instant per decision.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -28,6 +31,7 @@ use cel::context::VariableResolver;
 use serde_json::{Map, Value};
 
 use crate::auth::ClientId;
+use crate::mcp::methods::Method;
 
 /// What a call knows beyond who calls what where.
 #[derive(Debug, Clone, Copy)]
@@ -40,6 +44,29 @@ pub struct Facts<'a> {
     pub arguments: &'a Value,
     /// The tool's annotations, as pinned in the catalog; `None` reads as an empty map.
     pub annotations: Option<&'a Value>,
+}
+
+/// What a tool list knows of the calls it promises: everything a call has
+/// but its arguments.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ListFacts<'a> {
+    /// The verified JWT's claims of the client listing; `None` for key and
+    /// anonymous clients (an empty map).
+    pub claims: Option<&'a Map<String, Value>>,
+    /// The listed tool's annotations, as the catalog holds them (the ones a
+    /// call reads); `None` reads as an empty map.
+    pub annotations: Option<&'a Value>,
+}
+
+/// What a scope knows beyond who uses what where.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Known<'a> {
+    /// Nothing: a decision without a use (a bare `portcullis check`).
+    Nothing,
+    /// A tool list: everything but the arguments.
+    Listed(&'a ListFacts<'a>),
+    /// A call: everything.
+    Call(&'a Facts<'a>),
 }
 
 /// The standard environment (functions, macros), made once: making it per
@@ -57,7 +84,7 @@ pub(crate) struct Scope<'a> {
     client: &'a ClientId,
     server: &'a str,
     tool: &'a str,
-    pub(super) facts: Option<&'a Facts<'a>>,
+    pub(super) known: Known<'a>,
     arguments: OnceLock<Box<dyn Val + 'a>>,
     claims: OnceLock<Box<dyn Val + 'a>>,
     annotations: OnceLock<Box<dyn Val + 'a>>,
@@ -66,23 +93,51 @@ pub(crate) struct Scope<'a> {
 
 impl<'a> Scope<'a> {
     /// The scope of `client` using `tool` on `server`; `facts` for a call,
-    /// `None` for a list.
+    /// `None` for a decision that knows nothing of the use.
     pub(crate) fn new(
         client: &'a ClientId,
         server: &'a str,
         tool: &'a str,
         facts: Option<&'a Facts<'a>>,
     ) -> Self {
+        let known = match facts {
+            Some(facts) => Known::Call(facts),
+            None => Known::Nothing,
+        };
+        Self::knowing(client, server, tool, known)
+    }
+
+    /// The scope of a list showing `tool` on `server` to `client`.
+    pub(crate) fn listed(
+        client: &'a ClientId,
+        server: &'a str,
+        tool: &'a str,
+        facts: &'a ListFacts<'a>,
+    ) -> Self {
+        Self::knowing(client, server, tool, Known::Listed(facts))
+    }
+
+    fn knowing(client: &'a ClientId, server: &'a str, tool: &'a str, known: Known<'a>) -> Self {
         Self {
             client,
             server,
             tool,
-            facts,
+            known,
             arguments: OnceLock::new(),
             claims: OnceLock::new(),
             annotations: OnceLock::new(),
             now: OnceLock::new(),
         }
+    }
+
+    /// Who uses the subject.
+    pub(crate) fn client(&self) -> &'a ClientId {
+        self.client
+    }
+
+    /// Where.
+    pub(crate) fn server(&self) -> &'a str {
+        self.server
     }
 
     /// A CEL context reading its variables from this scope.
@@ -102,15 +157,23 @@ impl VariableResolver for Scope<'_> {
             "tool" => return text(self.tool),
             _ => {}
         }
-        let facts = self.facts?;
+        let (method, arguments, claims, annotations) = match self.known {
+            Known::Nothing => return None,
+            Known::Call(f) => (f.method, Some(f.arguments), f.claims, f.annotations),
+            // A list promises the call the tool would get.
+            Known::Listed(f) => (Method::ToolsCall.name(), None, f.claims, f.annotations),
+        };
         let value: &'b (dyn Val + 'b) = match variable {
-            "method" => return text(facts.method),
-            "arguments" => &**self.arguments.get_or_init(|| to_val(facts.arguments)),
-            "claims" => &**self.claims.get_or_init(|| match facts.claims {
+            "method" => return text(method),
+            "arguments" => {
+                let arguments = arguments?;
+                &**self.arguments.get_or_init(|| to_val(arguments))
+            }
+            "claims" => &**self.claims.get_or_init(|| match claims {
                 Some(claims) => object(claims),
                 None => empty(),
             }),
-            "annotations" => &**self.annotations.get_or_init(|| match facts.annotations {
+            "annotations" => &**self.annotations.get_or_init(|| match annotations {
                 Some(Value::Object(annotations)) => object(annotations),
                 _ => empty(),
             }),

@@ -3,9 +3,11 @@ use serde_json::{Map, Value, json};
 
 use super::*;
 use crate::config;
-use crate::policy::{Policy, Subject};
+use crate::policy::Policy;
 
-fn policy(rules: &str) -> Policy {
+mod agree;
+
+pub(super) fn policy(rules: &str) -> Policy {
     let text = format!(
         r#"
 [servers.flights]
@@ -103,123 +105,6 @@ when = "arguments.n <"
     .expect_err("refused")
     .to_string();
     assert!(err.contains("`when` decides tool calls"), "{err}");
-}
-
-/// Conditions a generated rule may carry: over the arguments, the claims,
-/// the annotations, the method and the time (call-time facts), and over who
-/// calls what where (known to a list too), one failing at every use.
-const WHENS: &[&str] = &[
-    "arguments.n <= 2",
-    "has(arguments.n) && arguments.n > 3",
-    "arguments.n == 1 || client == 'bob'",
-    "has(claims.team) && claims.team == 'ops'",
-    "claims.team == 'ops'",
-    "has(annotations.readOnlyHint) && annotations.readOnlyHint",
-    "now > timestamp('2020-01-01T00:00:00Z')",
-    "method == 'tools/call' && tool != 'echo'",
-    "client == 'alice'",
-    "tool.startsWith('book')",
-    "server == 'crm'",
-    "client + 1 == 2",
-];
-const CLIENTS: &[&str] = &["*", "alice", "bob"];
-const TOOLS: &[&str] = &["*", "book*", "echo"];
-const SERVERS: &[&str] = &["*", "flights", "crm"];
-
-fn rule() -> impl Strategy<Value = String> {
-    (
-        proptest::sample::select(CLIENTS),
-        proptest::sample::select(SERVERS),
-        proptest::sample::select(TOOLS),
-        any::<bool>(),
-        0..=WHENS.len(),
-    )
-        .prop_map(|(client, server, tool, deny, when)| {
-            let when = WHENS
-                .get(when)
-                .map(|w| format!("when = {w:?}\n"))
-                .unwrap_or_default();
-            format!(
-                "[[rules]]\nclients = [{client:?}]\nservers = [{server:?}]\ntools = [{tool:?}]\naction = \"{}\"\n{when}",
-                if deny { "deny" } else { "allow" }
-            )
-        })
-}
-
-/// The claims a call may carry: none (a key client), or a team.
-fn claims_of(which: usize) -> Option<Map<String, Value>> {
-    [
-        None,
-        Some(json!({"team": "ops"})),
-        Some(json!({"team": "dev", "sub": "carol"})),
-    ][which % 3]
-        .clone()
-        .map(object_of)
-}
-
-/// The annotations a tool may carry in the catalog.
-fn annotations_of(which: usize) -> Option<Value> {
-    [
-        None,
-        Some(json!({"readOnlyHint": true})),
-        Some(json!({"readOnlyHint": false, "destructiveHint": true})),
-    ][which % 3]
-        .clone()
-}
-
-proptest! {
-    /// For generated rules and calls (arguments, claims, annotations): a
-    /// tool a client may call is listed to it; a listed tool is callable
-    /// with every arguments, claims and annotations unless a rule that
-    /// matches it has a condition reading call-time facts; and a call's
-    /// decision changes with its arguments only where a matching rule's
-    /// condition reads them.
-    #[test]
-    fn the_list_and_the_calls_agree_except_where_a_condition_reads_the_call(
-        rules in proptest::collection::vec(rule(), 0..8),
-    ) {
-        let p = policy(&rules.concat());
-        for client in ["alice", "bob"].map(ClientId::named) {
-            for server in ["flights", "crm"] {
-                for tool in ["book_flight", "echo"] {
-                    let listed = p.decide(&client, server, Subject::Tool(tool)).allowed;
-                    let matching = || p.rules.iter().filter(|r| r.matches(&client, server, Subject::Tool(tool)));
-                    let reads = matching().any(|r| r.when.as_ref().is_some_and(Expression::reads_call));
-                    let reads_arguments = matching().any(|r| {
-                        r.when.as_ref().is_some_and(|w| w.program.references().has_variable("arguments"))
-                    });
-                    for (claims, annotations) in (0..3).flat_map(|c| (0..3).map(move |a| (c, a))) {
-                        let (claims, annotations) = (claims_of(claims), annotations_of(annotations));
-                        let mut decided = Vec::new();
-                        for n in 0..6 {
-                            let arguments = json!({"n": n});
-                            let facts = Facts {
-                                claims: claims.as_ref(),
-                                method: "tools/call",
-                                arguments: &arguments,
-                                annotations: annotations.as_ref(),
-                            };
-                            let called = p
-                                .decide_call(&client, server, tool, &facts)
-                                .is_ok_and(|d| d.allowed);
-                            prop_assert!(!called || listed, "{} may call {tool} on {server} (n = {n}, {claims:?}, {annotations:?}) but it is not listed", client.name());
-                            if !reads {
-                                prop_assert_eq!(called, listed, "{} {} {} n = {}", client.name(), server, tool, n);
-                            }
-                            decided.push(called);
-                        }
-                        if !reads_arguments {
-                            prop_assert!(
-                                decided.iter().all(|d| *d == decided[0]),
-                                "{} {} {}: the arguments changed a decision no condition reads them for: {:?}",
-                                client.name(), server, tool, decided
-                            );
-                        }
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// The evaluation as it was before the scope: a fresh standard context per
@@ -331,7 +216,7 @@ fn json_value() -> impl Strategy<Value = Value> {
     })
 }
 
-fn object_of(value: Value) -> Map<String, Value> {
+pub(super) fn object_of(value: Value) -> Map<String, Value> {
     match value {
         Value::Object(m) => m,
         other => Map::from_iter([("n".to_owned(), other)]),
