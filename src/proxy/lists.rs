@@ -25,7 +25,7 @@ use crate::error::Rejection;
 use crate::mcp::methods::ListKind;
 use crate::mcp::request::{Ask, Request};
 use crate::mcp::version::Era;
-use crate::policy::Subject;
+use crate::policy::{ListFacts, Subject};
 use crate::sanitize::exempt::{Answer, Pos};
 use crate::sanitize::{Report, Sanitizer, Skip};
 
@@ -148,15 +148,24 @@ pub(super) async fn list_items(
     };
     let observe = ex.mode == Mode::Observe;
     let mut hidden = 0usize;
-    let mut permitted = |item: &Value| {
+    let claims = ex.token.as_ref().map(|t| t.claims());
+    // A tool's conditions read its annotations as the call will: from the catalog.
+    let mut permitted = |item: &Value, annotations: Option<&Value>| {
+        let facts = ListFacts {
+            claims,
+            annotations,
+        };
         let allowed = match kind {
             ListKind::Resources => resource::listed(item).is_some_and(|uri| {
                 let subject = Subject::Resource(&uri);
-                config.policy.decide(client, name, subject).allowed
+                config
+                    .policy
+                    .decide_listed(client, name, subject, &facts)
+                    .allowed
             }),
             _ => kind
                 .subject(item)
-                .is_some_and(|s| config.policy.decide(client, name, s).allowed),
+                .is_some_and(|s| config.policy.decide_listed(client, name, s, &facts).allowed),
         };
         hidden += usize::from(!allowed);
         // Observe mode lists everything and records what would be hidden.
@@ -175,20 +184,37 @@ pub(super) async fn list_items(
                 })
                 .collect()
         });
+        let annotations = |item: &Value| {
+            let tool = item.get("name").and_then(Value::as_str)?;
+            set.tools.get(tool)?.definition.get("annotations")
+        };
+        let render = |permitted: &mut dyn FnMut(&Value, Option<&Value>) -> bool| {
+            let visible: Vec<&Value> = listed
+                .iter()
+                .filter(|i| permitted(i, annotations(i)))
+                .collect();
+            serde_json::to_string(&visible).unwrap_or_else(|_| "[]".into())
+        };
         if observe {
-            listed.iter().filter(|i| permitted(i)).cloned().collect()
+            listed
+                .iter()
+                .filter(|i| permitted(i, annotations(i)))
+                .cloned()
+                .collect()
+        } else if config.policy.lists_vary() {
+            // A condition reads the token's claims or the time: decided anew.
+            rendered = Some(render(&mut permitted).into());
+            Vec::new()
         } else {
             // What this client sees of this list under this policy, rendered once.
-            rendered = Some(set.rendered(forward.live.generation, client, || {
-                let visible: Vec<&Value> = listed.iter().filter(|i| permitted(i)).collect();
-                serde_json::to_string(&visible).unwrap_or_else(|_| "[]".into())
-            }));
+            rendered =
+                Some(set.rendered(forward.live.generation, client, || render(&mut permitted)));
             Vec::new()
         }
     } else {
         items
             .into_iter()
-            .filter(|i| permitted(i))
+            .filter(|i| permitted(i, None))
             .filter_map(|mut item| {
                 keep_item(&sanitizer, name, kind, &mut item, &mut report).then_some(item)
             })

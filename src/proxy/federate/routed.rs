@@ -20,7 +20,7 @@ use crate::error::Rejection;
 use crate::mcp::methods::ListKind;
 use crate::mcp::request::{Ask, Reference, Request};
 use crate::mcp::version::Era;
-use crate::policy::Subject;
+use crate::policy::{ListFacts, Subject};
 use crate::proxy::dispatch::{Incoming, serve};
 use crate::proxy::exchange::{Exchange, enter};
 use crate::proxy::lists::Listed;
@@ -188,9 +188,16 @@ async fn unknown_merged_tool(
             tools
                 .names()
                 .filter(|t| {
+                    let facts = ListFacts {
+                        claims: ex.token.as_ref().map(|t| t.claims()),
+                        annotations: tools
+                            .tools
+                            .get(*t)
+                            .and_then(|e| e.definition.get("annotations")),
+                    };
                     config
                         .policy
-                        .decide(view.client, part.name(), Subject::Tool(t))
+                        .decide_listed(view.client, part.name(), Subject::Tool(t), &facts)
                         .allowed
                 })
                 .map(|t| format!("{}{SEPARATOR}{t}", part.name())),
