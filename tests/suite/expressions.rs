@@ -4,7 +4,9 @@
 //! true for; a condition that fails denies the call and says why; a condition
 //! over a JWT's claims lets one team call what another may not; a condition
 //! over the tool's annotations refuses the Python SDK server's destructive
-//! tool in both eras, and lets a scripted server's read-only tools run.
+//! tool in both eras, and lets a scripted server's read-only tools run. A
+//! condition that does not read the arguments is decided in the list as in
+//! the call: each token sees exactly the tools its calls may use.
 
 use crate::support;
 use support::tiers::{self, Tier};
@@ -188,16 +190,115 @@ when = "has(claims.team) && claims.team == 'ops'"
             mode,
             &url,
             &token("dev"),
-            json!([call("book_flight", booking(3))]),
+            json!([list(), call("book_flight", booking(3))]),
         )
         .await;
+        // Same subject, another team: the list is decided for this token.
+        assert!(names(&dev[0]).is_empty(), "{mode:?}: {dev:?}");
         assert_eq!(
-            support::gateway_code(&dev[0]),
+            support::gateway_code(&dev[1]),
             Some("call_not_permitted"),
             "{dev:?}"
         );
     }
     assert_eq!(server.ran(), ["book_flight", "book_flight"]);
+    gateway.stop().await;
+    server.stop().await;
+}
+
+/// Conditions over the token's claims and the tool's annotations are decided
+/// in the list as in the call, through the Python SDK server and client in
+/// both eras: the ops team sees and may call the booking and the
+/// destructive reset; the dev team (same subject) sees neither and its calls
+/// are refused; a token without a team sees only what no failing condition
+/// guards (a condition that fails hides the tool, and denies its call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_shows_each_token_what_its_calls_get() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let server = PeerServer::start(Peer::Python).await;
+    let key = Signer::ed25519("ed-1");
+    let mut file = tempfile::NamedTempFile::new().expect("temp file");
+    file.write_all(jwks(&[&key]).as_bytes()).expect("write");
+    let rest = format!(
+        "[auth.jwt]\nissuer = \"{ISS}\"\naudience = \"{AUD}\"\njwks_file = \"{}\"\n{}",
+        file.path().display(),
+        r#"
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["echo", "admin_reset"]
+action = "allow"
+
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["book_flight"]
+action = "allow"
+when = "claims.team == 'ops'"
+
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["admin_reset"]
+action = "deny"
+when = "annotations.destructiveHint == true && claims.team != 'ops'"
+"#
+    );
+    let gateway = TestGateway::start(&[("flights", &server.url)], &rest).await;
+    let url = gateway.url("flights");
+    let token = |team: Option<&str>| {
+        let mut c = claims(ISS, AUD, "carol", "");
+        if let Some(team) = team {
+            c["team"] = team.into();
+        }
+        key.token(&c)
+    };
+    let calls = || {
+        json!([
+            list(),
+            call("book_flight", booking(1)),
+            call("admin_reset", json!({})),
+            call("echo", json!({"text": "hi"})),
+        ])
+    };
+    for mode in [Mode::Legacy, Mode::Modern] {
+        let ops = sdk(Sdk::Python, mode, &url, &token(Some("ops")), calls()).await;
+        assert_eq!(
+            names(&ops[0]),
+            ["admin_reset", "book_flight", "echo"],
+            "{mode:?}"
+        );
+        for (i, answer) in ops.iter().enumerate().skip(1) {
+            assert_eq!(support::gateway_code(answer), None, "{mode:?} {i}: {ops:?}");
+        }
+        let dev = sdk(Sdk::Python, mode, &url, &token(Some("dev")), calls()).await;
+        assert_eq!(names(&dev[0]), ["echo"], "{mode:?}: {dev:?}");
+        for refused in &dev[1..3] {
+            assert_eq!(
+                support::gateway_code(refused),
+                Some("call_not_permitted"),
+                "{mode:?}: {dev:?}"
+            );
+        }
+        assert_eq!(support::gateway_code(&dev[3]), None, "{mode:?}: {dev:?}");
+        // No team claim: both conditions that read it fail, in the list and in the call.
+        let none = sdk(Sdk::Python, mode, &url, &token(None), calls()).await;
+        assert_eq!(names(&none[0]), ["echo"], "{mode:?}: {none:?}");
+        for refused in &none[1..3] {
+            assert_eq!(
+                support::gateway_code(refused),
+                Some("rule_expression_failed"),
+                "{mode:?}: {none:?}"
+            );
+        }
+        assert_eq!(support::gateway_code(&none[3]), None, "{mode:?}: {none:?}");
+    }
+    assert_eq!(
+        server.ran(),
+        ["book_flight", "admin_reset", "echo", "echo", "echo"].repeat(2)
+    );
     gateway.stop().await;
     server.stop().await;
 }
@@ -240,7 +341,8 @@ when = "has(annotations.readOnlyHint) && annotations.readOnlyHint"
             ]),
         )
         .await;
-        assert_eq!(names(&r[0]), ["lookup", "plain", "wipe"], "{mode:?}");
+        // Decided in the list as in the call: only the read-only tool is shown.
+        assert_eq!(names(&r[0]), ["lookup"], "{mode:?}");
         assert_eq!(support::gateway_code(&r[1]), None, "{mode:?}: {r:?}");
         for refused in &r[2..] {
             assert_eq!(
@@ -256,8 +358,8 @@ when = "has(annotations.readOnlyHint) && annotations.readOnlyHint"
 }
 
 /// The Python SDK server annotates `admin_reset` as destructive: a rule
-/// whose condition reads the annotations keeps it listed and refuses its
-/// call in both eras, while the unannotated `echo` runs.
+/// whose condition reads the annotations hides it from the list and refuses
+/// its call in both eras, while the unannotated `echo` is listed and runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_condition_over_an_sdk_servers_annotations_refuses_its_destructive_tool() {
     if !tiers::ready(&[Tier::Python]) {
@@ -291,7 +393,7 @@ when = "!(has(annotations.destructiveHint) && annotations.destructiveHint)"
             ]),
         )
         .await;
-        assert_eq!(names(&r[0]), ["admin_reset", "echo"], "{mode:?}");
+        assert_eq!(names(&r[0]), ["echo"], "{mode:?}");
         assert_eq!(support::gateway_code(&r[1]), None, "{mode:?}: {r:?}");
         assert_eq!(
             support::gateway_code(&r[2]),
