@@ -275,6 +275,7 @@ pub(super) async fn check_call(
             tools,
             name,
             &ex.prefix,
+            ex.token.as_ref().map(|t| t.claims()),
         ));
     };
     if let Some(hold) = entry.pin.held().or(entry.pin.flagged()) {

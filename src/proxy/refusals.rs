@@ -13,7 +13,7 @@ use crate::auth::ClientId;
 use crate::config::Config;
 use crate::error::{Rejection, ToolRefusal};
 use crate::pins::{self, Cause, Hold, Key as PinKey, scan};
-use crate::policy::{ExpressionFailed, Subject, closest};
+use crate::policy::{ExpressionFailed, ListFacts, Subject, closest};
 use crate::validate::Violation;
 
 /// Most names listed in an `unknown_tool` answer.
@@ -26,13 +26,22 @@ pub(super) fn unknown_tool(
     tools: &ToolSet,
     name: &str,
     prefix: &str,
+    claims: Option<&Map<String, Value>>,
 ) -> Rejection {
+    // The tools its list shows it, decided as the list decides them.
     let permitted: Vec<String> = tools
         .names()
         .filter(|t| {
+            let facts = ListFacts {
+                claims,
+                annotations: tools
+                    .tools
+                    .get(*t)
+                    .and_then(|e| e.definition.get("annotations")),
+            };
             config
                 .policy
-                .decide(client, server, Subject::Tool(t))
+                .decide_listed(client, server, Subject::Tool(t), &facts)
                 .allowed
         })
         .map(|t| format!("{prefix}{t}"))

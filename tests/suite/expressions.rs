@@ -261,7 +261,19 @@ when = "annotations.destructiveHint == true && claims.team != 'ops'"
             call("book_flight", booking(1)),
             call("admin_reset", json!({})),
             call("echo", json!({"text": "hi"})),
+            call("book_flight_now", json!({})),
         ])
+    };
+    // An unknown tool's answer names the tools the client may call: its list.
+    let permitted = |r: &[Value]| -> Vec<String> {
+        let mut v: Vec<String> = r[4]["meta"]["portcullis/error"]["permitted"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.as_str().map(str::to_owned))
+            .collect();
+        v.sort();
+        v
     };
     for mode in [Mode::Legacy, Mode::Modern] {
         let ops = sdk(Sdk::Python, mode, &url, &token(Some("ops")), calls()).await;
@@ -270,9 +282,10 @@ when = "annotations.destructiveHint == true && claims.team != 'ops'"
             ["admin_reset", "book_flight", "echo"],
             "{mode:?}"
         );
-        for (i, answer) in ops.iter().enumerate().skip(1) {
+        for (i, answer) in ops.iter().enumerate().take(4).skip(1) {
             assert_eq!(support::gateway_code(answer), None, "{mode:?} {i}: {ops:?}");
         }
+        assert_eq!(permitted(&ops), names(&ops[0]), "{mode:?}: {ops:?}");
         let dev = sdk(Sdk::Python, mode, &url, &token(Some("dev")), calls()).await;
         assert_eq!(names(&dev[0]), ["echo"], "{mode:?}: {dev:?}");
         for refused in &dev[1..3] {
@@ -283,6 +296,7 @@ when = "annotations.destructiveHint == true && claims.team != 'ops'"
             );
         }
         assert_eq!(support::gateway_code(&dev[3]), None, "{mode:?}: {dev:?}");
+        assert_eq!(permitted(&dev), ["echo"], "{mode:?}: {dev:?}");
         // No team claim: both conditions that read it fail, in the list and in the call.
         let none = sdk(Sdk::Python, mode, &url, &token(None), calls()).await;
         assert_eq!(names(&none[0]), ["echo"], "{mode:?}: {none:?}");
@@ -294,6 +308,7 @@ when = "annotations.destructiveHint == true && claims.team != 'ops'"
             );
         }
         assert_eq!(support::gateway_code(&none[3]), None, "{mode:?}: {none:?}");
+        assert_eq!(permitted(&none), ["echo"], "{mode:?}: {none:?}");
     }
     assert_eq!(
         server.ran(),
