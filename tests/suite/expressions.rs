@@ -218,11 +218,13 @@ async fn a_list_shows_each_token_what_its_calls_get() {
         return;
     }
     let server = PeerServer::start(Peer::Python).await;
+    // The gateway's base URL: tokens for every server and the merged view.
+    let aud = AUD.trim_end_matches("/flights");
     let key = Signer::ed25519("ed-1");
     let mut file = tempfile::NamedTempFile::new().expect("temp file");
     file.write_all(jwks(&[&key]).as_bytes()).expect("write");
     let rest = format!(
-        "[auth.jwt]\nissuer = \"{ISS}\"\naudience = \"{AUD}\"\njwks_file = \"{}\"\n{}",
+        "[auth.jwt]\nissuer = \"{ISS}\"\naudience = \"{aud}\"\njwks_file = \"{}\"\n{}",
         file.path().display(),
         r#"
 [[rules]]
@@ -246,10 +248,15 @@ action = "deny"
 when = "annotations.destructiveHint == true && claims.team != 'ops'"
 "#
     );
-    let gateway = TestGateway::start(&[("flights", &server.url)], &rest).await;
+    // A second member, on which no rule allows anything, makes /mcp the merged view.
+    let upstreams = [
+        ("flights", server.url.as_str()),
+        ("other", server.url.as_str()),
+    ];
+    let gateway = TestGateway::start(&upstreams, &rest).await;
     let url = gateway.url("flights");
     let token = |team: Option<&str>| {
-        let mut c = claims(ISS, AUD, "carol", "");
+        let mut c = claims(ISS, aud, "carol", "");
         if let Some(team) = team {
             c["team"] = team.into();
         }
@@ -297,6 +304,34 @@ when = "annotations.destructiveHint == true && claims.team != 'ops'"
         }
         assert_eq!(support::gateway_code(&dev[3]), None, "{mode:?}: {dev:?}");
         assert_eq!(permitted(&dev), ["echo"], "{mode:?}: {dev:?}");
+        // The merged view lists alike, and its answer to a name that is no member's
+        // (unprefixed) names what its list shows.
+        let merged = json!([
+            list(),
+            call("flights__admin_reset", json!({})),
+            call("flights__echo", json!({"text": "hi"})),
+            call("flights__book_flight", booking(1)),
+            call("book_flight", json!({})),
+        ]);
+        let dev = sdk(
+            Sdk::Python,
+            mode,
+            &gateway.merged_url(),
+            &token(Some("dev")),
+            merged,
+        )
+        .await;
+        assert_eq!(names(&dev[0]), ["flights__echo"], "{mode:?}: {dev:?}");
+        assert!(
+            support::gateway_code(&dev[1]).is_some(),
+            "{mode:?}: {dev:?}"
+        );
+        assert_eq!(support::gateway_code(&dev[2]), None, "{mode:?}: {dev:?}");
+        assert!(
+            support::gateway_code(&dev[3]).is_some(),
+            "{mode:?}: {dev:?}"
+        );
+        assert_eq!(permitted(&dev), ["flights__echo"], "{mode:?}: {dev:?}");
         // No team claim: both conditions that read it fail, in the list and in the call.
         let none = sdk(Sdk::Python, mode, &url, &token(None), calls()).await;
         assert_eq!(names(&none[0]), ["echo"], "{mode:?}: {none:?}");
@@ -312,7 +347,7 @@ when = "annotations.destructiveHint == true && claims.team != 'ops'"
     }
     assert_eq!(
         server.ran(),
-        ["book_flight", "admin_reset", "echo", "echo", "echo"].repeat(2)
+        ["book_flight", "admin_reset", "echo", "echo", "echo", "echo"].repeat(2)
     );
     gateway.stop().await;
     server.stop().await;
