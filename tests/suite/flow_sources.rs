@@ -1,0 +1,221 @@
+//! Where flow labels come from besides the tools an operator names: a
+//! server's tool annotations where the operator trusts them
+//! (`labels_from_annotations`), resources (`resource_labels`) and prompts
+//! (`prompt_labels`). The trifecta is made of a `private` resource read,
+//! then a tool whose trusted `openWorldHint` makes it `untrusted`, then a
+//! tool the same hint makes an `egress` sink; without the trust the same
+//! annotations set nothing; an operator's entry wins over the annotations.
+//!
+//! Through the official Python SDK client in both eras against the Python
+//! test server (`leaky_text` and `book_flight` are annotated
+//! `openWorldHint: true`; `file:///secret/…` reads "SECRET KEY MATERIAL";
+//! with `--fixtures`, the prompt `test_simple_prompt` and the resource
+//! `test://static-text`).
+
+use crate::flow::{ADMIN_TOKEN, egress, ran, untrusted};
+use crate::support;
+use support::tiers::{self, Tier};
+use support::{ALICE, BOB, Mode, Peer, PeerServer, Sdk, TestGateway, gateway_code, sdk};
+
+use serde_json::{Value, json};
+
+const DENY: &str = "{ holds = [\"private\", \"untrusted\"], then = \"deny\" }";
+
+/// The py server with `server` (extra keys and tables of `[servers.py]`), a
+/// rule letting everyone call the three tools, read every resource and get
+/// every prompt, whose flow is the trifecta's deny.
+fn config(upstream: &str, server: &str) -> String {
+    let token = hex::encode(portcullis::auth::hash_key(ADMIN_TOKEN));
+    format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token_sha256 = \"{token}\"\n\
+         [servers.py]\nurl = \"{upstream}\"\ntimeout = \"20s\"\n{server}\n\
+         {}\n\
+         [[rules]]\nclients = [\"*\"]\nservers = [\"py\"]\ntools = [\"echo\", \"leaky_text\", \"book_flight\"]\n\
+         resources = [\"*\"]\nprompts = [\"*\"]\naction = \"allow\"\nflow = {DENY}\n\
+         [pins]\ndatabase = \":memory:\"\n[audit]\ndatabase = \":memory:\"\n",
+        support::clients()
+    )
+}
+
+const SECRET: &str =
+    "[servers.py.resource_labels]\n\"file:///secret/*\" = { source = \"private\" }\n";
+
+fn read(uri: &str) -> Value {
+    json!({"op": "read", "uri": uri})
+}
+
+/// Asserts the read reached the client.
+fn read_ok(result: &Value, what: &str) {
+    assert!(result["error"].is_null(), "{what}: {result}");
+    assert!(result["texts"].is_array(), "{what}: {result}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_resource_and_trusted_annotations_make_the_trifecta_in_both_eras() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let upstream = PeerServer::start(Peer::Python).await;
+    let server = format!("labels_from_annotations = true\n{SECRET}");
+    let gw = TestGateway::start_raw(&config(&upstream.url, &server)).await;
+    let url = gw.url("py");
+
+    for (mode, client) in [(Mode::Legacy, ALICE), (Mode::Modern, BOB)] {
+        let steps = json!([read("file:///secret/key"), untrusted(), egress()]);
+        let out = sdk(Sdk::Python, mode, &url, client, steps).await;
+        read_ok(&out[0], "the private read");
+        // `leaky_text` is a sink too (not read-only), but the session held only `private`.
+        ran(&out[1], "the untrusted call");
+        assert_eq!(
+            gateway_code(&out[2]),
+            Some("flow_denied"),
+            "{mode:?}: {}",
+            out[2]
+        );
+        let text = out[2]["text"].as_str().unwrap_or_default();
+        assert!(
+            text.contains("private (resource file:///secret/key on py)"),
+            "{text}"
+        );
+        assert!(text.contains("untrusted (leaky_text on py)"), "{text}");
+        let detail = &out[2]["meta"]["portcullis/error"];
+        assert_eq!(
+            detail["holds"][0]["resource"], "file:///secret/key",
+            "{detail}"
+        );
+        assert_eq!(detail["holds"][1]["tool"], "leaky_text", "{detail}");
+    }
+    assert!(
+        !upstream.ran().iter().any(|t| t == "book_flight"),
+        "no refused call reached the server"
+    );
+
+    // A resource no pattern labels sets nothing; neither does a session that
+    // read only one of the two.
+    let cases = [
+        json!([read("file:///public/readme"), untrusted(), egress()]),
+        json!([read("file:///secret/key"), egress()]),
+        json!([untrusted(), egress()]),
+    ];
+    for steps in cases {
+        let out = sdk(Sdk::Python, Mode::Legacy, &url, ALICE, steps.clone()).await;
+        let last = out.last().cloned().unwrap_or_default();
+        ran(&last, &format!("the egress call after {steps}"));
+    }
+    gw.stop().await;
+}
+
+/// What each configuration makes of the same session (private resource,
+/// `leaky_text`, `book_flight`): refused only where both labels are set and
+/// `book_flight` is a sink.
+struct Case {
+    name: &'static str,
+    server: &'static str,
+    refused: bool,
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "annotations not trusted: they set nothing, book_flight is no sink",
+        // `echo` carries the labels the rule needs to load; it is never called.
+        server: "[servers.py.labels]\n\"echo\" = { source = \"untrusted\" }\n\"book_flight\" = { sink = \"egress\" }\n",
+        refused: false,
+    },
+    Case {
+        name: "trusted, but the operator's entry for leaky_text keeps it unlabelled",
+        server: "labels_from_annotations = true\n[servers.py.labels]\n\"leaky_text\" = {}\n",
+        refused: false,
+    },
+    Case {
+        name: "trusted, but the operator's entry for book_flight gives it no sink",
+        server: "labels_from_annotations = true\n[servers.py.labels]\n\"book_flight\" = { source = \"untrusted\" }\n",
+        refused: false,
+    },
+    Case {
+        name: "not trusted, the operator labels leaky_text: its entry alone counts",
+        server: "[servers.py.labels]\n\"leaky_text\" = { source = \"untrusted\" }\n\"book_flight\" = { sink = \"egress\" }\n",
+        refused: true,
+    },
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn annotations_count_only_when_trusted_and_an_operators_entry_wins() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let upstream = PeerServer::start(Peer::Python).await;
+    let mut failed = Vec::new();
+    for case in CASES {
+        let server = format!("{}{SECRET}", case.server);
+        let gw = TestGateway::start_raw(&config(&upstream.url, &server)).await;
+        let steps = json!([read("file:///secret/key"), untrusted(), egress()]);
+        let out = sdk(Sdk::Python, Mode::Legacy, &gw.url("py"), ALICE, steps).await;
+        let code = gateway_code(&out[2]);
+        let refused = code == Some("flow_denied");
+        if refused != case.refused || (!refused && out[2]["isError"] != false) {
+            failed.push(format!("{}: {}", case.name, out[2]));
+        }
+        gw.stop().await;
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_labelled_prompt_and_resource_hold_an_egress_call_and_are_audited() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let upstream = PeerServer::start(Peer::PythonFixtures).await;
+    let server = "[servers.py.labels]\n\"book_flight\" = { sink = \"egress\" }\n\
+                  [servers.py.resource_labels]\n\"test://static-text\" = { source = \"private\" }\n\
+                  [servers.py.prompt_labels]\n\"test_simple_*\" = { source = \"untrusted\" }\n";
+    let gw = TestGateway::start_raw(&config(&upstream.url, server)).await;
+    let url = gw.url("py");
+    let prompt = json!({"op": "prompt", "name": "test_simple_prompt", "args": {}});
+    let steps = json!([prompt, egress(), read("test://static-text"), egress()]);
+    let out = sdk(Sdk::Python, Mode::Modern, &url, ALICE, steps).await;
+    assert!(out[0]["texts"].is_array(), "the prompt: {}", out[0]);
+    ran(&out[1], "egress after the prompt alone");
+    read_ok(&out[2], "the private read");
+    assert_eq!(gateway_code(&out[3]), Some("flow_denied"), "{}", out[3]);
+    let text = out[3]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("untrusted (prompt test_simple_prompt on py)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("private (resource test://static-text on py)"),
+        "{text}"
+    );
+    let detail = &out[3]["meta"]["portcullis/error"];
+    // In the order the rule names the labels.
+    assert_eq!(
+        detail["holds"][0]["resource"], "test://static-text",
+        "{detail}"
+    );
+    assert_eq!(
+        detail["holds"][1]["prompt"], "test_simple_prompt",
+        "{detail}"
+    );
+
+    // The audit events of the read and the get say which label each set.
+    let sets = |events: &[Value], method: &str| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e["method"] == method)
+            .flat_map(|e| e["violations"].as_array().cloned().unwrap_or_default())
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect()
+    };
+    let mut events = Vec::new();
+    for _ in 0..200 {
+        events = gw.admin(ADMIN_TOKEN).events().await;
+        if !sets(&events, "resources/read").is_empty() && !sets(&events, "prompts/get").is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(sets(&events, "resources/read"), ["flow: sets private"]);
+    assert_eq!(sets(&events, "prompts/get"), ["flow: sets untrusted"]);
+    gw.stop().await;
+}
