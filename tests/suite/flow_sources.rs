@@ -6,6 +6,10 @@
 //! tool the same hint makes an `egress` sink; without the trust the same
 //! annotations set nothing; an operator's entry wins over the annotations.
 //!
+//! With the fleet's store, such labels cross replicas through a real
+//! `redis-server`, and a labelled read is refused (not forwarded) while
+//! Redis is away.
+//!
 //! Through the official Python SDK client in both eras against the Python
 //! test server (`leaky_text` and `book_flight` are annotated
 //! `openWorldHint: true`; `file:///secret/…` reads "SECRET KEY MATERIAL";
@@ -14,6 +18,9 @@
 
 use crate::flow::{ADMIN_TOKEN, egress, ran, untrusted};
 use crate::support;
+use support::fleet::{refusal_code, replicas_of};
+use support::process::Observed;
+use support::redis::RedisServer;
 use support::tiers::{self, Tier};
 use support::{ALICE, BOB, Mode, Peer, PeerServer, Sdk, TestGateway, gateway_code, sdk};
 
@@ -218,4 +225,112 @@ async fn a_labelled_prompt_and_resource_hold_an_egress_call_and_are_audited() {
     assert_eq!(sets(&events, "resources/read"), ["flow: sets private"]);
     assert_eq!(sets(&events, "prompts/get"), ["flow: sets untrusted"]);
     gw.stop().await;
+}
+
+/// A raw 2026 request of `method` as alice in conversation `c1`, to
+/// `replica`: a `tools/call` of `name` with `args`, or a `resources/read`
+/// of the URI `name`.
+async fn in_c1(replica: &Observed, method: &str, name: &str, args: Value) -> support::Raw {
+    let mut meta = support::modern_meta();
+    meta["io.portcullis/conversation"] = "c1".into();
+    let params = match method {
+        "tools/call" => json!({"name": name, "arguments": args, "_meta": meta}),
+        _ => json!({"uri": name, "_meta": meta}),
+    };
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let auth = format!("Bearer {ALICE}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", method),
+        ("mcp-name", name),
+    ];
+    support::raw_post(&replica.url("py"), &headers, body.to_string()).await
+}
+
+/// With the fleet's store: a resource's label and an annotation's are
+/// stored in Redis and read by another replica (the refusal names both);
+/// with Redis stopped, a labelled read is refused naming the store and not
+/// forwarded, while an unlabelled one is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_label_and_an_annotation_label_cross_replicas_through_redis() {
+    if !tiers::ready(&[Tier::Python, Tier::Redis]) {
+        return;
+    }
+    let mut redis = RedisServer::start();
+    let upstream = PeerServer::start(Peer::Python).await;
+    let server = format!(
+        "labels_from_annotations = true\n{SECRET}\
+         [state]\nbackend = \"redis\"\nredis_url = \"{}\"\nnamespace = \"sources\"\n\
+         [approvals]\nkey = \"flow-sources-key-of-at-least-32-bytes!\"\n",
+        redis.url()
+    );
+    let fleet = replicas_of(2, &config(&upstream.url, &server)).await;
+    let read = in_c1(
+        &fleet[0],
+        "resources/read",
+        "file:///secret/key",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(read.status, 200, "{}", read.text);
+    assert!(read.body["result"]["contents"].is_array(), "{}", read.text);
+    let fetched = in_c1(&fleet[1], "tools/call", "leaky_text", json!({})).await;
+    assert_eq!(
+        refusal_code(&fetched.body["result"]),
+        "",
+        "{}",
+        fetched.text
+    );
+    let book =
+        json!({"origin": "CDG", "destination": "JFK", "date": "2026-12-24", "passengers": 1});
+    let refused = in_c1(&fleet[0], "tools/call", "book_flight", book).await;
+    let result = &refused.body["result"];
+    assert_eq!(refusal_code(result), "flow_denied", "{}", refused.text);
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("private (resource file:///secret/key on py)"),
+        "{text}"
+    );
+    assert!(text.contains("untrusted (leaky_text on py)"), "{text}");
+
+    redis.stop();
+    let reads = |u: &PeerServer| u.ran().iter().filter(|t| *t == "read").count();
+    let before = reads(&upstream);
+    let refused = in_c1(
+        &fleet[1],
+        "resources/read",
+        "file:///secret/other",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(refused.status, 503, "{}", refused.text);
+    assert_eq!(
+        refused.body["error"]["data"]["code"], "state_unavailable",
+        "{}",
+        refused.text
+    );
+    assert_eq!(
+        refused.body["error"]["data"]["store"], "redis",
+        "{}",
+        refused.text
+    );
+    assert_eq!(
+        reads(&upstream),
+        before,
+        "the labelled read was not forwarded"
+    );
+    let public = in_c1(
+        &fleet[1],
+        "resources/read",
+        "file:///public/readme",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(
+        public.status, 200,
+        "an unlabelled read goes on: {}",
+        public.text
+    );
+    assert_eq!(reads(&upstream), before + 1);
 }
