@@ -334,3 +334,43 @@ async fn a_resource_label_and_an_annotation_label_cross_replicas_through_redis()
     );
     assert_eq!(reads(&upstream), before + 1);
 }
+
+/// Through the merged `/mcp` view, a prompt and a resource (routed on its
+/// URI) set the labels of the server that served them, and the egress tool
+/// is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_the_merged_view_a_prompt_and_a_resource_set_their_servers_labels() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let upstream = PeerServer::start(Peer::PythonFixtures).await;
+    let server = "[servers.py.labels]\n\"book_flight\" = { sink = \"egress\" }\n\
+                  [servers.py.resource_labels]\n\"test://static-text\" = { source = \"private\" }\n\
+                  [servers.py.prompt_labels]\n\"test_simple_prompt\" = { source = \"untrusted\" }\n";
+    let gw = TestGateway::start_raw(&config(&upstream.url, server)).await;
+    // One server: the merged view shows its names unprefixed.
+    let prompt = json!({"op": "prompt", "name": "test_simple_prompt", "args": {}});
+    let book = egress()["args"].clone();
+    let steps = json!([
+        {"op": "prompts"},
+        prompt,
+        read("test://static-text"),
+        support::call("book_flight", book)
+    ]);
+    let out = sdk(Sdk::Python, Mode::Legacy, &gw.merged_url(), ALICE, steps).await;
+    assert!(
+        out[1]["texts"].is_array(),
+        "the prompt: {} (listed: {})",
+        out[1],
+        out[0]
+    );
+    read_ok(&out[2], "the private read");
+    assert_eq!(gateway_code(&out[3]), Some("flow_denied"), "{}", out[3]);
+    let text = out[3]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("(prompt test_simple_prompt on py)"), "{text}");
+    assert!(
+        text.contains("(resource test://static-text on py)"),
+        "{text}"
+    );
+    gw.stop().await;
+}
