@@ -374,3 +374,41 @@ async fn through_the_merged_view_a_prompt_and_a_resource_set_their_servers_label
     );
     gw.stop().await;
 }
+
+/// `then = "approval"` over labels from a resource and from annotations:
+/// the user is asked only for the annotated sink's call once the session
+/// holds both (this client declines whatever it is asked), never before;
+/// an open-world tool that is not read-only is both a source and a sink.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_by_its_annotations_is_put_to_the_user_once_the_session_holds_both_labels() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let upstream = PeerServer::start(Peer::Python).await;
+    let server = format!("labels_from_annotations = true\n{SECRET}");
+    let asks = "flow = { holds = [\"private\", \"untrusted\"], then = \"approval\" }\napproval = { by = \"user\" }";
+    let text = config(&upstream.url, &server).replace(&format!("flow = {DENY}"), asks);
+    let gw = TestGateway::start_raw(&text).await;
+    // Each of the two annotated tools is a sink and sets `untrusted` too.
+    let steps = json!([untrusted(), egress(), read("file:///secret/key"), egress()]);
+    let out = sdk(Sdk::Python, Mode::Legacy, &gw.url("py"), ALICE, steps).await;
+    ran(&out[0], "the untrusted call of a session holding nothing");
+    ran(
+        &out[1],
+        "the egress call of a session holding only untrusted",
+    );
+    read_ok(&out[2], "the private read");
+    assert_eq!(
+        gateway_code(&out[3]),
+        Some("approval_declined"),
+        "{}",
+        out[3]
+    );
+    let booked = upstream
+        .ran()
+        .iter()
+        .filter(|t| *t == "book_flight")
+        .count();
+    assert_eq!(booked, 1, "only the call before the trifecta ran");
+    gw.stop().await;
+}
