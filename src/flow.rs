@@ -1,8 +1,10 @@
 //! Flow rules: what a session has read decides what it may send out.
 //!
-//! Operators label tools per server (`[servers.NAME.labels]`): a *source*
-//! (`private`, `untrusted`) marks what a successful call brings into the
-//! conversation, a *sink* (`egress`) marks a tool that can carry data out. A
+//! Operators label tools per server (`[servers.NAME.labels]`, or by their
+//! annotations with `labels_from_annotations`), and resources and prompts
+//! (`resource_labels`, `prompt_labels`): a *source* (`private`, `untrusted`)
+//! marks what a successful request brings into the conversation, a *sink*
+//! (`egress`, tools only) marks a tool that can carry data out. A
 //! session keeps every source label its successful calls set, sticky, and an
 //! allow rule's `flow = { holds, then }` denies (or puts to a person) a call
 //! to a sink once the session holds all the labels it names: the "lethal
@@ -31,7 +33,10 @@ use std::sync::Arc;
 
 use futures_util::FutureExt;
 
-pub use model::{FlowRule, FlowSettings, Label, Mark, SessionKey, Sink, Then, ToolLabels};
+pub use model::{
+    FlowRule, FlowSettings, Label, Labelled, Mark, SessionKey, Sink, Then, ToolLabels, Via,
+    from_annotations,
+};
 #[cfg(feature = "redis-ratelimit")]
 pub use redis::RedisFlows;
 pub use store::{FlowLimits, FlowStore, MemoryFlows};
@@ -53,15 +58,16 @@ pub fn open(state: &StateSettings, limits: FlowLimits) -> Result<Arc<dyn FlowSto
     }
 }
 
-/// What a call will set once its result comes back successful: its mark, in
-/// its own session and in its client's client-wide scope (so that a request
+/// What a request will set once the server's content reaches the client:
+/// its marks (one per label; a resource may match patterns of two), in its
+/// own session and in its client's client-wide scope (so that a request
 /// naming no session or conversation sees every label the client's sessions
 /// hold).
 #[derive(Debug, Clone)]
 pub struct Recording {
     pub store: Arc<dyn FlowStore>,
     pub key: SessionKey,
-    pub mark: Mark,
+    pub marks: Vec<Mark>,
 }
 
 impl Recording {
@@ -87,15 +93,20 @@ impl Recording {
         if !self.store.shared() {
             return Ok(false);
         }
-        self.store.record(&self.keys(), &self.mark).await?;
+        let keys = self.keys();
+        for mark in &self.marks {
+            self.store.record(&keys, mark).await?;
+        }
         Ok(true)
     }
 
     /// The server's content reached the client: this process's own store
     /// records the mark now (a shared one did before the call was forwarded).
-    /// The audit's line once the store took the mark: `flow: sets LABEL`.
-    pub fn audit_line(&self) -> String {
-        format!("flow: sets {}", self.mark.label)
+    /// The audit's lines once the store took the marks: `flow: sets LABEL`.
+    pub fn audit_lines(&self) -> Vec<String> {
+        (self.marks.iter())
+            .map(|m| format!("flow: sets {}", m.label))
+            .collect()
     }
 
     /// True when it recorded the mark now.
@@ -103,25 +114,28 @@ impl Recording {
         if self.store.shared() {
             return false;
         }
-        // An in-process store answers at once: there is nothing to wait for.
-        let recorded = self.store.record(&self.keys(), &self.mark).now_or_never();
-        debug_assert!(
-            recorded.is_some(),
-            "an in-process flow store answers at once"
-        );
+        let keys = self.keys();
+        for mark in &self.marks {
+            // An in-process store answers at once: there is nothing to wait for.
+            let recorded = self.store.record(&keys, mark).now_or_never();
+            debug_assert!(
+                recorded.is_some(),
+                "an in-process flow store answers at once"
+            );
+        }
         true
     }
 }
 
-/// The marks of `held` that still count under `settings`: those whose tool
-/// the configuration still labels with the mark's label (a reload that
-/// takes a source label off a tool releases what its calls set; the marks
+/// The marks of `held` that still count under `settings`: those whose tool,
+/// resource or prompt the configuration still labels with the mark's label
+/// (a reload that takes a source label off a tool releases what its calls set; the marks
 /// are kept, so putting the label back holds them again). A label whose
 /// remembered marks all lost their label stays held when it has
 /// `per_label` marks, the store's bound: a call it did not remember may
 /// have set it through a tool that is still labelled.
 pub fn current(held: &[Mark], settings: &FlowSettings, per_label: usize) -> Vec<Mark> {
-    let labelled = |m: &Mark| settings.labels(&m.server, &m.tool).source == Some(m.label);
+    let labelled = |m: &Mark| settings.still_labels(m);
     let of = |label: Label| held.iter().filter(move |m| m.label == label);
     let stays =
         |m: &Mark| labelled(m) || (!of(m.label).any(labelled) && of(m.label).count() >= per_label);

@@ -146,6 +146,17 @@ pub(crate) struct RawServer {
     #[serde(default)]
     #[schemars(with = "BTreeMap<String, RawLabels>")]
     pub labels: BTreeMap<Spanned<String>, Spanned<RawLabels>>,
+    /// Labels tools by their pinned annotations (`openWorldHint`, `readOnlyHint`).
+    #[schemars(with = "Option<bool>")]
+    pub labels_from_annotations: Option<Spanned<bool>>,
+    /// `[servers.NAME.resource_labels]`: canonical URI pattern → its source label.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, RawLabels>")]
+    pub resource_labels: BTreeMap<Spanned<String>, Spanned<RawLabels>>,
+    /// `[servers.NAME.prompt_labels]`: prompt name pattern → its source label.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, RawLabels>")]
+    pub prompt_labels: BTreeMap<Spanned<String>, Spanned<RawLabels>>,
 }
 
 /// `[servers.NAME.breaker]`: the circuit breaker of one server.
@@ -189,7 +200,8 @@ pub(crate) struct RawRetry {
     pub trust_annotations: Option<bool>,
 }
 
-/// `"TOOL" = { source, sink }` in `[servers.NAME.labels]`.
+/// `"TOOL" = { source, sink }` in `[servers.NAME.labels]`; `{ source }` in
+/// `resource_labels` and `prompt_labels` (a sink there is refused: sinks are tools).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawLabels {

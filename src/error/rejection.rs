@@ -122,7 +122,8 @@ pub(crate) enum Rejection {
     UnknownTask,
     /// The shared state store (`redis`) did not answer, so whether the
     /// request is the client's to make cannot be known (a task created
-    /// through another replica): HTTP 503, -31021; nothing was forwarded.
+    /// through another replica), or the flow label a resource read or a
+    /// prompt get sets cannot be kept: HTTP 503, -31021; nothing was forwarded.
     StateUnavailable(&'static str),
     /// A request other than `tools/call` (or a notification, or a response to
     /// the server) carrying what looks like a credential, with `sanitize.arguments

@@ -162,9 +162,10 @@ impl Rejection {
                 id,
                 codes::STATE_UNAVAILABLE,
                 &format!(
-                    "the gateway's shared state store ({store}) did not answer, so whether this task is yours \
-                     cannot be checked; nothing was sent to the server. Retry shortly; if it keeps failing, tell \
-                     the gateway's operator that the {store} state store is unreachable"
+                    "the gateway's shared state store ({store}) did not answer, so what this request needs of it \
+                     (whether the task or session is yours, or keeping the flow label a read sets) cannot be done; \
+                     nothing was sent to the server. Retry shortly; if it keeps failing, tell the gateway's operator \
+                     that the {store} state store is unreachable"
                 ),
                 Some(serde_json::json!({"code": "state_unavailable", "store": store})),
             ),

@@ -6,8 +6,9 @@
 //! ([`crate::state::redis::connect`]).
 //!
 //! Keys (all `portcullis:<namespace>:…`, [`crate::state::key`]): a session is
-//! `flow:<client>.<scope>`, a list of marks `label:server:tool` (names
-//! hex-encoded); `flows-of:<client>` and `flows:all` are the client's and the
+//! `flow:<client>.<scope>`, a list of marks `label:server:name` (names
+//! hex-encoded; a fourth part `a`, `r` or `p` when the label came from a
+//! tool's annotations, a resource or a prompt); `flows-of:<client>` and `flows:all` are the client's and the
 //! deployment's sessions scored by last use, `flows:clients` how many each
 //! client holds. The client part is the hex of its kind and name, so a named
 //! client and a token's unlisted client of the same name never share a
@@ -26,7 +27,7 @@ use futures_util::future::{BoxFuture, FutureExt};
 use redis::aio::ConnectionManager;
 use redis::{RedisError, Script};
 
-use super::model::{Label, Mark, SessionKey};
+use super::model::{Label, Mark, SessionKey, Via};
 use super::store::{FlowLimits, FlowStore};
 use crate::auth::ClientId;
 use crate::state::redis::{connect, in_time};
@@ -212,19 +213,34 @@ fn client_id(client: &ClientId) -> String {
     hex::encode(format!("{kind}:{}", client.name()))
 }
 
-/// `label:server:tool`, the names hex-encoded (so `:` stays a separator).
+/// `label:server:name[:via]`, the names hex-encoded (so `:` stays a
+/// separator); a mark of a tool the operator labelled has no fourth part,
+/// as before there were other kinds.
 fn encode(mark: &Mark) -> String {
+    let via = match mark.via {
+        Via::Tool => "",
+        Via::Annotations => ":a",
+        Via::Resource => ":r",
+        Via::Prompt => ":p",
+    };
     format!(
-        "{}:{}:{}",
+        "{}:{}:{}{via}",
         mark.label,
         hex::encode(mark.server.as_bytes()),
-        hex::encode(mark.tool.as_bytes())
+        hex::encode(mark.name.as_bytes())
     )
 }
 
 fn decode(text: &str) -> Option<Mark> {
     let mut parts = text.split(':');
-    let (label, server, tool) = (parts.next()?, parts.next()?, parts.next()?);
+    let (label, server, name) = (parts.next()?, parts.next()?, parts.next()?);
+    let via = match parts.next() {
+        None => Via::Tool,
+        Some("a") => Via::Annotations,
+        Some("r") => Via::Resource,
+        Some("p") => Via::Prompt,
+        Some(_) => return None,
+    };
     if parts.next().is_some() {
         return None;
     }
@@ -233,7 +249,8 @@ fn decode(text: &str) -> Option<Mark> {
     Some(Mark {
         label,
         server: text(server)?,
-        tool: text(tool)?,
+        name: text(name)?,
+        via,
     })
 }
 
@@ -256,9 +273,10 @@ mod tests {
     proptest! {
         /// A mark read back is the mark written, whatever its names hold.
         #[test]
-        fn a_mark_reads_back_as_written(server in "\\PC{0,16}", tool in "\\PC{0,16}", private in any::<bool>()) {
+        fn a_mark_reads_back_as_written(server in "\\PC{0,16}", name in "\\PC{0,16}", private in any::<bool>(), via in 0..4usize) {
             let label = if private { Label::Private } else { Label::Untrusted };
-            let mark = Mark { label, server, tool };
+            let via = [Via::Tool, Via::Annotations, Via::Resource, Via::Prompt][via];
+            let mark = Mark { label, server, name, via };
             prop_assert_eq!(decode(&encode(&mark)), Some(mark));
         }
     }

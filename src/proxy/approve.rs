@@ -314,7 +314,8 @@ impl Held {
         }
         let flows = (&*self.state.flows, &config.policy, &config.flow);
         let (server_name, tool) = (self.server.as_str(), self.tool.as_str());
-        let held = flow::check(flows, trail, &self.flow, server_name, tool, &decision)
+        let of = (server_name, tool, self.annotations.as_ref());
+        let held = flow::check(flows, trail, &self.flow, of, &decision)
             .await
             .map_err(|r| match r.code() {
                 // The store's own refusal: the call may run once it answers.

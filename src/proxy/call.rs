@@ -187,15 +187,14 @@ pub(super) async fn call_tool(
     to.call = facts;
     let session = flow::key(ex, client, server_name, message);
     let (store, labels) = (&forward.state.flows, &forward.live.config.flow);
-    to.flow = flow::recording(store, labels, session, server_name, &name);
+    let annotations = (tools.tools.get(&name)).and_then(|e| e.definition.get("annotations"));
+    to.flow = flow::recording(store, labels, session, (server_name, &name, annotations));
     match checked {
         Some(Checked {
             approval: Some(requirement),
             decision,
         }) => {
-            // Kept with a held call: the rules' `when` read them again when it is decided again.
-            let annotations =
-                (tools.tools.get(&name)).and_then(|e| e.definition.get("annotations"));
+            // Kept with a held call: the rules' `when` and the flow labels read them again when it is decided again.
             let checked = (&requirement, &decision, annotations);
             approve::approve(ex, forward, client, headers, message, checked, to).await
         }
@@ -337,7 +336,8 @@ pub(super) async fn check_call(
     ex.trail.stage("flow");
     let session = flow::key(ex, client, server_name, message);
     let flows = (&*state.flows, &config.policy, &config.flow);
-    let held = flow::check(flows, &ex.trail, &session, server_name, name, &decision).await?;
+    let of = (server_name, name, facts.annotations);
+    let held = flow::check(flows, &ex.trail, &session, of, &decision).await?;
     // A call put to a person holds no token while it waits: its rate is
     // only looked at here and taken when it runs. Any other call takes its
     // token now (one decision of the backend), given back if a later check

@@ -12,6 +12,7 @@ use super::approve::answered;
 use super::call::{call_tool, outgoing_refusal, scan_outgoing, task};
 use super::exchange::session;
 use super::exchange::{Exchange, observe_or_enforce, recipient};
+use super::flow;
 use super::forward::{Forward, upstream, watch_instructions};
 use super::lists::list;
 use super::resource;
@@ -176,9 +177,15 @@ pub(super) async fn serve(
             )
             .await?;
             let (headers, body) = resource::forwarded(&request, headers, body, &canonical);
-            forward
-                .relay(&headers, body, recipient(live, ex, server, None))
-                .await
+            let mut to = recipient(live, ex, server, None);
+            if method == Some(Rpc::ResourcesRead) {
+                // What it reads reaches the client: a labelled resource sets its label.
+                let session = flow::key(ex, client, forward.name(), &request);
+                let (store, labels) = (&state.flows, &config.flow);
+                let uri = canonical.identity();
+                to.flow = flow::reading(store, labels, session, forward.name(), uri);
+            }
+            forward.relay(&headers, body, to).await
         }
         (_, Class::Prompt) => {
             let Ask::Prompt { name, .. } = request.ask() else {
@@ -189,9 +196,12 @@ pub(super) async fn serve(
                 format!("Unknown prompt: {name}")
             })
             .await?;
-            forward
-                .relay(headers, body, recipient(live, ex, server, None))
-                .await
+            // Its messages reach the client: a labelled prompt sets its label.
+            let mut to = recipient(live, ex, server, None);
+            let session = flow::key(ex, client, forward.name(), &request);
+            let (store, labels) = (&state.flows, &config.flow);
+            to.flow = flow::prompting(store, labels, session, forward.name(), name);
+            forward.relay(headers, body, to).await
         }
         (_, Class::Completion) => {
             ex.trail.stage("authorize");

@@ -1,6 +1,7 @@
-//! The flow step of a tool call: whose session it belongs to, what that
+//! The flow step of a request: whose session it belongs to, what that
 //! session holds, whether a flow rule stops a call to a sink, and what a
-//! successful call to a source will set.
+//! successful call to a source tool, a read of a labelled resource or a get
+//! of a labelled prompt will set.
 //!
 //! Place: in the call check after the access decision and the rules'
 //! `arguments`, before the rate limit (a call a flow rule denies takes no
@@ -12,13 +13,13 @@
 
 use std::sync::Arc;
 
-use serde_json::{Map, json};
+use serde_json::{Map, Value, json};
 
 use super::exchange::Exchange;
 use crate::approval::Requirement;
 use crate::auth::ClientId;
 use crate::error::{Rejection, ToolRefusal};
-use crate::flow::{FlowStore, Mark, Recording, SessionKey, Then, triggered};
+use crate::flow::{FlowStore, Label, Mark, Recording, SessionKey, Then, Via, triggered};
 use crate::mcp::request::Request;
 use crate::mcp::version::Era;
 use crate::policy::{Decision, Policy};
@@ -59,20 +60,20 @@ fn cut(text: &str) -> &str {
     &text[..end]
 }
 
-/// What a call to `tool` on `server` meets of the flow rules: refused
-/// (`flow_denied`) when a deny flow rule's labels are all held, the
-/// strictest approval of the approval flow rules whose labels are held, or
-/// nothing; refused (`state_unavailable`) when the store cannot say what
-/// the session holds. Only a tool labelled as a sink is ever stopped.
+/// What a call to `tool` on `server` (with the pinned `annotations` the
+/// call is decided on) meets of the flow rules: refused (`flow_denied`) when
+/// a deny flow rule's labels are all held, the strictest approval of the
+/// approval flow rules whose labels are held, or nothing; refused
+/// (`state_unavailable`) when the store cannot say what the session holds.
+/// Only a tool labelled as a sink is ever stopped.
 pub(super) async fn check<'p>(
     (store, policy, flow): (&dyn FlowStore, &'p Policy, &crate::flow::FlowSettings),
     trail: &Trail,
     key: &SessionKey,
-    server: &str,
-    tool: &str,
+    (server, tool, annotations): (&str, &str, Option<&Value>),
     decision: &'p Decision,
 ) -> Result<Option<&'p Requirement>, Rejection> {
-    if flow.labels(server, tool).sink.is_none() {
+    if flow.tool(server, tool, annotations).0.sink.is_none() {
         return Ok(None);
     }
     let mut flows = policy.flows(decision).peekable();
@@ -103,46 +104,99 @@ pub(super) async fn check<'p>(
     Ok(policy.strictest_approval(approvals))
 }
 
-/// What a call to `tool` on `server` will set in `key`'s session when it
-/// succeeds (a tool labelled as a source).
+/// What a call to `tool` on `server` (with the pinned `annotations` it is
+/// decided on) will set in `key`'s session when it succeeds (a tool labelled
+/// as a source, by the operator or by its trusted annotations).
 pub(super) fn recording(
     store: &Arc<dyn FlowStore>,
     flow: &crate::flow::FlowSettings,
     key: SessionKey,
-    server: &str,
-    tool: &str,
+    (server, tool, annotations): (&str, &str, Option<&Value>),
 ) -> Option<Recording> {
-    let label = flow.labels(server, tool).source?;
+    let (labels, via) = flow.tool(server, tool, annotations);
+    let label = labels.source?;
+    marked(store, key, server, tool, via, vec![label])
+}
+
+/// What a `resources/read` of `uri` (its canonical identity) on `server`
+/// will set in `key`'s session once its content reaches the client.
+pub(super) fn reading(
+    store: &Arc<dyn FlowStore>,
+    flow: &crate::flow::FlowSettings,
+    key: SessionKey,
+    server: &str,
+    uri: &str,
+) -> Option<Recording> {
+    let labels = flow.resource(server, uri);
+    marked(store, key, server, uri, Via::Resource, labels)
+}
+
+/// What a `prompts/get` of `name` on `server` will set in `key`'s session
+/// once its messages reach the client.
+pub(super) fn prompting(
+    store: &Arc<dyn FlowStore>,
+    flow: &crate::flow::FlowSettings,
+    key: SessionKey,
+    server: &str,
+    name: &str,
+) -> Option<Recording> {
+    let labels = flow.prompt(server, name);
+    marked(store, key, server, name, Via::Prompt, labels)
+}
+
+fn marked(
+    store: &Arc<dyn FlowStore>,
+    key: SessionKey,
+    server: &str,
+    name: &str,
+    via: Via,
+    labels: Vec<Label>,
+) -> Option<Recording> {
+    if labels.is_empty() {
+        return None;
+    }
+    let marks = (labels.into_iter())
+        .map(|label| Mark {
+            label,
+            server: server.to_owned(),
+            name: name.to_owned(),
+            via,
+        })
+        .collect();
     Some(Recording {
         store: store.clone(),
         key,
-        mark: Mark {
-            label,
-            server: server.to_owned(),
-            tool: tool.to_owned(),
-        },
+        marks,
     })
 }
 
-/// Just before a call is forwarded: the fleet's store keeps a source call's
-/// mark now (see [`Recording::before_forward`]); a call whose mark cannot be
-/// kept is refused and not forwarded.
+/// Just before a request is forwarded: the fleet's store keeps a source's
+/// marks now (see [`Recording::before_forward`]); a request whose marks
+/// cannot be kept is refused and not forwarded.
 pub(super) async fn before_forward(
     flow: Option<&Recording>,
-    tool: Option<&str>,
     trail: &Trail,
 ) -> Result<(), Rejection> {
-    let (Some(flow), Some(tool)) = (flow, tool) else {
+    let Some(flow) = flow else {
         return Ok(());
     };
     let recorded = flow.before_forward().await;
     if recorded.as_ref().is_ok_and(|now| *now) {
-        let line = flow.audit_line();
-        trail.note(|e| e.violations.push(line));
+        let lines = flow.audit_lines();
+        trail.note(|e| e.violations.extend(lines));
     }
-    recorded
-        .map(|_| ())
-        .map_err(|e| unavailable(tool, &e, Unreadable::Record))
+    let Err(e) = recorded else {
+        return Ok(());
+    };
+    match flow.marks.first() {
+        Some(Mark {
+            via: Via::Tool | Via::Annotations,
+            name,
+            ..
+        }) => Err(unavailable(name, &e, Unreadable::Record)),
+        // A resource or a prompt is answered with a JSON-RPC error.
+        _ => Err(Rejection::StateUnavailable(e.store)),
+    }
 }
 
 /// What the flow store could not do.
@@ -200,7 +254,7 @@ fn denied(tool: &str, rule: usize, marks: &[&Mark]) -> Rejection {
         "holds".into(),
         marks
             .iter()
-            .map(|m| json!({"label": m.label.as_str(), "server": m.server, "tool": m.tool}))
+            .map(|m| json!({"label": m.label.as_str(), "server": m.server, m.kind(): m.name}))
             .collect(),
     );
     Rejection::Tool(ToolRefusal {

@@ -324,7 +324,7 @@ impl Forward<'_> {
         body: Bytes,
         to: Recipient,
     ) -> Result<Response, Rejection> {
-        super::flow::before_forward(to.flow.as_ref(), to.tool.as_deref(), &to.trail).await?;
+        super::flow::before_forward(to.flow.as_ref(), &to.trail).await?;
         let retry = &self.server.upstream.settings.retry;
         let hints = &to.call.hints;
         let repeatable = (to.tool.as_deref())

@@ -2,9 +2,9 @@
 
 Serves Streamable HTTP at /mcp on 127.0.0.1 (both the 2025 handshake era and 2026-07-28), prints
 `LISTENING <port>` once ready. Tools: echo, book_flight (advertises a strict schema but checks
-nothing), progress, explode (raises with a secret in the message), admin_reset, and for the
+nothing; annotated `openWorldHint`), progress, explode (raises with a secret in the message), admin_reset, and for the
 sanitizer: leaky_ask (sampling and elicitation whose texts carry the same, as server requests in
-the 2025 era and as an `input_required` result in 2026-07-28), leaky_text (terminal escapes, OSC 8, tag characters, bidi, zero-width, canary secrets
+the 2025 era and as an `input_required` result in 2026-07-28), leaky_text (annotated `openWorldHint`; terminal escapes, OSC 8, tag characters, bidi, zero-width, canary secrets
 in text and in an embedded resource), leaky_structured (the same in structuredContent), hang
 (sleeps `seconds`; a cancelled `hang` or `progress` records itself again as `hang:cancelled`, `progress:cancelled`), huge (returns `bytes` bytes of text). Resources: the templates
 `users://{user_id}/profile`, `res://{+path}` and `file:///{+path}` (the last two resolve `..`
@@ -138,7 +138,8 @@ def build(record: str | None) -> MCPServer:
         ran("echo", {"text": text})
         return text
 
-    @mcp.tool(description="Book a flight.", structured_output=False)
+    # It reaches an airline's systems, which is what `openWorldHint` says.
+    @mcp.tool(description="Book a flight.", structured_output=False, annotations=ToolAnnotations(openWorldHint=True))
     def book_flight(**args: Any) -> str:
         ran("book_flight", args)
         return "booked " + json.dumps(args, separators=(",", ":"))
@@ -195,7 +196,12 @@ def build(record: str | None) -> MCPServer:
         ran("read", {"uri": f"file:///{resolved}"})
         return "SECRET KEY MATERIAL" if resolved.startswith("secret/") else f"public {resolved}"
 
-    @mcp.tool(description="Return log text full of hidden channels and canary secrets.", structured_output=False)
+    # Text anyone could have written, as a web page's: `openWorldHint`.
+    @mcp.tool(
+        description="Return log text full of hidden channels and canary secrets.",
+        structured_output=False,
+        annotations=ToolAnnotations(openWorldHint=True),
+    )
     def leaky_text() -> list[TextContent | EmbeddedResource]:
         ran("leaky_text", {})
         return [

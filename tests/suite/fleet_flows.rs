@@ -24,7 +24,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use portcullis::auth::ClientId;
-use portcullis::flow::{FlowLimits, FlowStore, Label, Mark, MemoryFlows, RedisFlows, SessionKey};
+use portcullis::flow::{
+    FlowLimits, FlowStore, Label, Mark, MemoryFlows, RedisFlows, SessionKey, Via,
+};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use support::haproxy::Haproxy;
@@ -367,7 +369,8 @@ fn mark((private, tool): (bool, u8)) -> Mark {
             Label::Untrusted
         },
         server: "py".into(),
-        tool: format!("tool-{tool}"),
+        name: format!("tool-{tool}"),
+        via: Via::Tool,
     }
 }
 

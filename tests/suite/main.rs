@@ -57,6 +57,7 @@ mod fleet_flows;
 mod fleet_state;
 mod flow;
 mod flow_attacks;
+mod flow_sources;
 mod fuzz;
 mod held_calls;
 mod held_calls_reload;

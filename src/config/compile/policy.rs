@@ -150,38 +150,41 @@ impl Ctx<'_> {
     }
 
     pub(super) fn globs(&self, list: Option<&[Spanned<String>]>, key: &str) -> Result<Vec<Glob>> {
-        let mut out = Vec::new();
-        for (j, item) in list.unwrap_or_default().iter().enumerate() {
-            let glob = Glob::new(item.get_ref()).map_err(|e| {
-                self.fail(
-                    Some(item.span()),
-                    &format!("{key}[{j}]"),
-                    format!("not a valid pattern: {e}"),
-                )
-            })?;
-            out.push(glob);
-        }
-        Ok(out)
+        let items = list.unwrap_or_default().iter().enumerate();
+        items
+            .map(|(j, item)| self.glob(item, &format!("{key}[{j}]")))
+            .collect()
+    }
+
+    /// One pattern, at `key`.
+    pub(super) fn glob(&self, item: &Spanned<String>, key: &str) -> Result<Glob> {
+        Glob::new(item.get_ref())
+            .map_err(|e| self.fail(Some(item.span()), key, format!("not a valid pattern: {e}")))
     }
 
     /// Resource patterns are matched against canonical URIs only
     /// ([`crate::policy::uri`]): a pattern spelled otherwise could never match
     /// what it seems to name, so it is refused with the spelling to write.
     fn resource_globs(&self, list: Option<&[Spanned<String>]>, key: &str) -> Result<Vec<Glob>> {
-        for (j, item) in list.unwrap_or_default().iter().enumerate() {
-            let written = item.get_ref();
-            let reason = match crate::policy::uri::pattern(written) {
-                Ok(canonical) if canonical == *written => continue,
-                Ok(canonical) => format!(
-                    "resource URIs are matched in their canonical form (lowercase scheme and host, \
-                     unreserved characters unencoded, other escapes in uppercase hex, no empty segments); \
-                     write {canonical:?}"
-                ),
-                Err(why) => format!("this resource pattern can never match a canonical URI: {why}"),
-            };
-            return Err(self.fail(Some(item.span()), &format!("{key}[{j}]"), reason));
-        }
-        self.globs(list, key)
+        let items = list.unwrap_or_default().iter().enumerate();
+        items
+            .map(|(j, item)| self.resource_glob(item, &format!("{key}[{j}]")))
+            .collect()
+    }
+
+    /// One resource pattern, at `key` (see [`Self::resource_globs`]).
+    pub(super) fn resource_glob(&self, item: &Spanned<String>, key: &str) -> Result<Glob> {
+        let written = item.get_ref();
+        let reason = match crate::policy::uri::pattern(written) {
+            Ok(canonical) if canonical == *written => return self.glob(item, key),
+            Ok(canonical) => format!(
+                "resource URIs are matched in their canonical form (lowercase scheme and host, \
+                 unreserved characters unencoded, other escapes in uppercase hex, no empty segments); \
+                 write {canonical:?}"
+            ),
+            Err(why) => format!("this resource pattern can never match a canonical URI: {why}"),
+        };
+        Err(self.fail(Some(item.span()), key, reason))
     }
 
     pub(super) fn rate(

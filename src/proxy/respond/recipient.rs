@@ -62,8 +62,9 @@ pub(crate) struct Recipient {
     pub trail: Arc<Trail>,
     /// Whose tasks this reply may show, and whether it may create one.
     pub tasks: Option<TaskScope>,
-    /// The flow label set in the caller's session once the server's content
-    /// reaches the client (a result, or a failure quoting its words).
+    /// The flow labels set in the caller's session once the server's content
+    /// reaches the client (a result, or a failure quoting its words): of a
+    /// source tool, a labelled resource read or a labelled prompt get.
     pub flow: Option<crate::flow::Recording>,
 }
 
@@ -312,6 +313,11 @@ impl Recipient {
             Ok(_) => check_message(&sanitizer, &mut message, raw_len, &mut report),
         };
         self.log(&report);
+        if outcome.is_ok() && self.answers(&message) {
+            // The answer to a labelled resource read or prompt get (its
+            // content, or an error in the server's words) reaches the client.
+            self.read_by_client();
+        }
         match outcome {
             Ok(()) if report.is_empty() && !nested => Verdict::Unchanged,
             Ok(()) => Verdict::Changed(message),
@@ -522,14 +528,14 @@ impl Recipient {
         Rejection::Upstream(f)
     }
 
-    /// The server's content reached the client: a source tool's label is set
-    /// in the caller's session.
+    /// The server's content reached the client: a source's labels are set in
+    /// the caller's session.
     fn read_by_client(&self) {
         if let Some(flow) = &self.flow
             && flow.after_result()
         {
-            let line = flow.audit_line();
-            self.trail.note(|e| e.violations.push(line));
+            let lines = flow.audit_lines();
+            self.trail.note(|e| e.violations.extend(lines));
         }
     }
 }
