@@ -37,7 +37,7 @@ use crate::mcp::methods::Method as Rpc;
 use crate::mcp::request::Request;
 use crate::mcp::version::Era;
 use crate::pins::{self};
-use crate::policy::{Decision, Facts, Outcome, Subject};
+use crate::policy::{Decision, Facts, ListFacts, Outcome, Subject};
 use crate::sanitize::{Sanitizer, Skip};
 use crate::validate::Violation;
 
@@ -261,11 +261,20 @@ pub(super) async fn check_call(
     let listed = tools.tools.contains_key(name);
     ex.trail.note(|e| e.tool_listed = listed);
     ex.trail.stage("authorize");
+    // Decided first as the client's list decides it: a tool its list hides
+    // (by a rule, or by a condition over its claims or the tool's
+    // annotations) is unknown to its call, so no answer says it exists.
+    let claims = ex.token.as_ref().map(|t| t.claims());
+    let known = tools.tools.get(name);
+    let shown = ListFacts {
+        claims,
+        annotations: known.and_then(|e| e.definition.get("annotations")),
+    };
     let decision = config
         .policy
-        .decide(client, server_name, Subject::Tool(name));
+        .decide_listed(client, server_name, Subject::Tool(name), &shown);
     ex.trail.trace().rule(decision.rule);
-    let entry = tools.tools.get(name).filter(|_| decision.allowed);
+    let entry = known.filter(|_| decision.allowed);
     let Some(entry) = entry else {
         return Err(unknown_tool(
             config,
@@ -274,7 +283,7 @@ pub(super) async fn check_call(
             tools,
             name,
             &ex.prefix,
-            ex.token.as_ref().map(|t| t.claims()),
+            claims,
         ));
     };
     if let Some(hold) = entry.pin.held().or(entry.pin.flagged()) {
@@ -305,7 +314,7 @@ pub(super) async fn check_call(
     ex.trail.note(|e| e.arguments = recorded);
     // The rules' `when` expressions, now that the call's facts are known.
     let facts = Facts {
-        claims: ex.token.as_ref().map(|t| t.claims()),
+        claims,
         method: Rpc::ToolsCall.name(),
         arguments: &arguments,
         annotations: entry.definition.get("annotations"),

@@ -193,11 +193,12 @@ when = "has(claims.team) && claims.team == 'ops'"
             json!([list(), call("book_flight", booking(3))]),
         )
         .await;
-        // Same subject, another team: the list is decided for this token.
+        // Same subject, another team: the list is decided for this token,
+        // and the tool it hides is unknown to its call.
         assert!(names(&dev[0]).is_empty(), "{mode:?}: {dev:?}");
         assert_eq!(
             support::gateway_code(&dev[1]),
-            Some("call_not_permitted"),
+            Some("unknown_tool"),
             "{dev:?}"
         );
     }
@@ -210,8 +211,9 @@ when = "has(claims.team) && claims.team == 'ops'"
 /// in the list as in the call, through the Python SDK server and client in
 /// both eras: the ops team sees and may call the booking and the
 /// destructive reset; the dev team (same subject) sees neither and its calls
-/// are refused; a token without a team sees only what no failing condition
-/// guards (a condition that fails hides the tool, and denies its call).
+/// find no such tool; a token without a team sees only what no failing
+/// condition guards (a condition that fails hides the tool, and its call
+/// finds no such tool).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_shows_each_token_what_its_calls_get() {
     if !tiers::ready(&[Tier::Python]) {
@@ -295,10 +297,12 @@ when = "annotations.destructiveHint == true && claims.team != 'ops'"
         assert_eq!(permitted(&ops), names(&ops[0]), "{mode:?}: {ops:?}");
         let dev = sdk(Sdk::Python, mode, &url, &token(Some("dev")), calls()).await;
         assert_eq!(names(&dev[0]), ["echo"], "{mode:?}: {dev:?}");
+        // A tool its list hides looks to its calls like no tool at all: no
+        // answer tells the client it exists.
         for refused in &dev[1..3] {
             assert_eq!(
                 support::gateway_code(refused),
-                Some("call_not_permitted"),
+                Some("unknown_tool"),
                 "{mode:?}: {dev:?}"
             );
         }
@@ -322,13 +326,15 @@ when = "annotations.destructiveHint == true && claims.team != 'ops'"
         )
         .await;
         assert_eq!(names(&dev[0]), ["flights__echo"], "{mode:?}: {dev:?}");
-        assert!(
-            support::gateway_code(&dev[1]).is_some(),
+        assert_eq!(
+            support::gateway_code(&dev[1]),
+            Some("unknown_tool"),
             "{mode:?}: {dev:?}"
         );
         assert_eq!(support::gateway_code(&dev[2]), None, "{mode:?}: {dev:?}");
-        assert!(
-            support::gateway_code(&dev[3]).is_some(),
+        assert_eq!(
+            support::gateway_code(&dev[3]),
+            Some("unknown_tool"),
             "{mode:?}: {dev:?}"
         );
         assert_eq!(permitted(&dev), ["flights__echo"], "{mode:?}: {dev:?}");
@@ -338,7 +344,7 @@ when = "annotations.destructiveHint == true && claims.team != 'ops'"
         for refused in &none[1..3] {
             assert_eq!(
                 support::gateway_code(refused),
-                Some("rule_expression_failed"),
+                Some("unknown_tool"),
                 "{mode:?}: {none:?}"
             );
         }
@@ -391,13 +397,14 @@ when = "has(annotations.readOnlyHint) && annotations.readOnlyHint"
             ]),
         )
         .await;
-        // Decided in the list as in the call: only the read-only tool is shown.
+        // Decided in the list as in the call: only the read-only tool is
+        // shown, and the hidden ones are unknown to their calls.
         assert_eq!(names(&r[0]), ["lookup"], "{mode:?}");
         assert_eq!(support::gateway_code(&r[1]), None, "{mode:?}: {r:?}");
         for refused in &r[2..] {
             assert_eq!(
                 support::gateway_code(refused),
-                Some("call_not_permitted"),
+                Some("unknown_tool"),
                 "{mode:?}: {r:?}"
             );
         }
@@ -447,10 +454,13 @@ when = "!(has(annotations.destructiveHint) && annotations.destructiveHint)"
         assert_eq!(support::gateway_code(&r[1]), None, "{mode:?}: {r:?}");
         assert_eq!(
             support::gateway_code(&r[2]),
-            Some("call_not_permitted"),
+            Some("unknown_tool"),
             "{mode:?}: {r:?}"
         );
-        assert!(text(&r[2]).contains("annotations.destructiveHint"), "{r:?}");
+        assert!(
+            !text(&r[2]).contains("annotations"),
+            "no rule quoted: {r:?}"
+        );
     }
     assert_eq!(server.ran(), ["echo", "echo"]);
     gateway.stop().await;

@@ -412,7 +412,8 @@ const RAW_CASES: &[RawCase] = &[
             args: || json!({}),
             now: Now::NoLonger("unknown_tool"),
         },
-        now: "call_not_permitted",
+        // The reload hides the held tool from BOB's list: it is unknown now.
+        now: "unknown_tool",
     },
     // a_reload_blocking_secrets_in_arguments_ends_a_held_call_carrying_one:
     // `[sanitize] arguments = "off"` let the credential out; the reload
