@@ -1,9 +1,10 @@
 //! The words each built-in pattern cannot match without: a necessary
-//! condition on a text, found in one pass, that spares the pattern set's
-//! walk over texts none of the patterns can match.
+//! condition on a text, found in one pass, that spares the detailed checks
+//! the phrases that cannot match it.
 //!
-//! Place: under [`super::patterns::candidates`], before the set of every
-//! check (and before each phrase of the detailed checks) reads a text.
+//! Place: under [`super::patterns::candidates`], once the set of every
+//! check has said that one of them matches a text, before the phrases are
+//! run one by one for the detail (each a walk of its own over the text).
 //!
 //! How: each pattern (in the order of the set's sources) is a list of
 //! branches; a branch is a list of clauses, a clause a list of anchors, and
@@ -12,9 +13,7 @@
 //! the pattern's own source, never of a class or a gap. One case-insensitive
 //! Aho-Corasick automaton reports every anchor that occurs (overlapping
 //! occurrences included); a pattern with no branch whose clauses are all met
-//! cannot match. The automaton is small and plain (a few hundred states,
-//! no bounded gaps), where the set's lazy DFA carries 30 patterns with
-//! `[^.\n]{0,80}` gaps.
+//! cannot match.
 //!
 //! Invariants: the filter only ever says "cannot match"; held to the
 //! patterns themselves by property tests on strings generated from each

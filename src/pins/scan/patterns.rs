@@ -235,21 +235,23 @@ pub(super) static ANY_ASCII: LazyLock<regex::bytes::RegexSet> = LazyLock::new(||
 });
 
 /// The checks that may match `text`, as bits in the order of the sources
-/// (phrases, then [`SECRET_FILE_BIT`] and [`URL_BIT`]); 0 when none can. The
-/// anchors rule out the checks whose words are absent, in one pass of a
-/// small automaton; where some remain, [`ANY`] (or [`ANY_ASCII`] when the
-/// text is ASCII) says whether any check matches at all.
+/// (phrases, then [`SECRET_FILE_BIT`] and [`URL_BIT`]); 0 when none can.
+/// [`ANY`] (or [`ANY_ASCII`] when the text is ASCII) says first whether any
+/// check matches at all: the common, clean text costs that one walk. Where
+/// one does, the anchors rule out the checks whose words are absent, so
+/// that the detailed checks run only the others one by one.
+///
+/// The anchors do not go first: their automaton (case-insensitive, with
+/// overlapping matches) walks a clean text at about the set's own speed,
+/// so on clean text they would only add a pass (BENCHMARKS.md, "The
+/// poisoning scan's anchor words").
 pub(super) fn candidates(text: &str) -> u32 {
-    let candidates = anchors::candidates(text);
-    if candidates == 0 {
-        return 0;
-    }
     let any = if text.is_ascii() {
         ANY_ASCII.is_match(text.as_bytes())
     } else {
         ANY.is_match(text)
     };
-    if any { candidates } else { 0 }
+    if any { anchors::candidates(text) } else { 0 }
 }
 
 /// The families' phrases, compiled one by one (for the match to quote).
