@@ -6,7 +6,7 @@
 //! `cargo bench --bench pinning`; figures go to BENCHMARKS.md ("## Pinning").
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use portcullis::pins::{MemoryPins, canonical, digest, scan_findings};
+use portcullis::pins::{MemoryPins, canonical, digest, output_findings, scan_findings};
 use serde_json::{Value, json};
 
 /// `n` definitions shaped like real servers' tools: a paragraph of
@@ -70,5 +70,28 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// `size` bytes of plain English prose, as `bench/load.py` sends.
+fn prose(size: usize) -> String {
+    let sentence = "The quarterly report lists every open ticket of the payments team, with its owner, \
+                    its priority and the date of the last answer to the customer. ";
+    sentence.repeat(size / sentence.len() + 1)[..size].to_owned()
+}
+
+/// The output scan of a tool result of 100 KB of text: prose in which no
+/// pattern's anchor words occur, and the same prose with a colon and the
+/// word "user" in each sentence (the pattern set then walks the text).
+fn output(c: &mut Criterion) {
+    let mut group = c.benchmark_group("poisoning_output_100KB");
+    group.throughput(Throughput::Bytes(100_000));
+    let plain = json!({"content": [{"type": "text", "text": prose(100_000)}]});
+    let anchored = json!({"content": [{"type": "text",
+        "text": prose(100_000).replace("customer.", "user: ok.")}]});
+    group.bench_function("prose", |b| b.iter(|| output_findings(&plain)));
+    group.bench_function("prose_with_anchor_words", |b| {
+        b.iter(|| output_findings(&anchored))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench, output);
 criterion_main!(benches);

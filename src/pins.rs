@@ -52,6 +52,12 @@ pub fn scan_findings(definition: &Value) -> usize {
     scan::tool(definition, &OtherTools::default()).len()
 }
 
+/// How many poisoning findings the output scan has for one tool result
+/// (the `result` member), for benchmarks.
+pub fn output_findings(result: &Value) -> usize {
+    scan::output(result).len()
+}
+
 /// Pins kept in memory only, observed as a `block` server's: what the
 /// gateway does on every `tools/list`, for benchmarks.
 #[derive(Debug)]

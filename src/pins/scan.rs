@@ -40,6 +40,7 @@ use std::sync::LazyLock;
 
 use serde_json::Value;
 
+mod anchors;
 mod checks;
 mod encoded;
 mod finding;
@@ -69,6 +70,7 @@ pub(crate) fn prepare() {
     LazyLock::force(&SECRET_FILE);
     LazyLock::force(&URL);
     LazyLock::force(&ENCODED);
+    anchors::prepare();
 }
 
 /// Scans a whole tool definition.

@@ -10,9 +10,10 @@
 //! keywords occur run their (linear-time) regex. The keywords are matched
 //! without regard to ASCII case by searching a copy of the text with its
 //! ASCII letters lowered (same length, same offsets) for the lowercase
-//! keywords: a case-sensitive automaton keeps its vectorised prefilter,
-//! which `ascii_case_insensitive` turns off, and the pass over a long
-//! clean text runs several times faster (BENCHMARKS.md, "Cost per byte"). A format is found wherever
+//! keywords (in a buffer kept per thread): a case-sensitive automaton keeps
+//! its vectorised prefilter, which `ascii_case_insensitive` turns off, and
+//! the pass over a long clean text runs several times faster
+//! (BENCHMARKS.md, "Cost per byte"). A format is found wherever
 //! its prefix is, even glued to other letters (`xREDAKIA…`): a word boundary
 //! before it is not asked for, since hiding a key inside a longer word would
 //! otherwise be enough to pass it. A generic assignment is read by hand from
@@ -29,6 +30,10 @@ use std::sync::OnceLock;
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
 use regex::Regex;
+
+mod lowered;
+
+use lowered::with_lowered;
 
 /// Start of every placeholder the sanitizer writes.
 pub(super) const PLACEHOLDER: &str = "[REDACTED:";
@@ -323,20 +328,22 @@ pub(super) fn find(text: &str, builtin: bool, patterns: &[(String, Regex)]) -> V
     if builtin {
         let c = compiled();
         let mut run = vec![false; DETECTORS.len()];
-        for m in c.keywords.find_iter(ascii_lowered(text).as_ref()) {
-            match c.owners[m.pattern().as_usize()] {
-                Owner::Detector(i) => run[i] = true,
-                Owner::Generic(strength) => {
-                    if let Some((start, end)) = assignment(text, m.start(), m.end(), strength) {
-                        found.push(Finding {
-                            start,
-                            end,
-                            kind: Cow::Borrowed(GENERIC),
-                        });
+        with_lowered(text, |lowered| {
+            for m in c.keywords.find_iter(lowered) {
+                match c.owners[m.pattern().as_usize()] {
+                    Owner::Detector(i) => run[i] = true,
+                    Owner::Generic(strength) => {
+                        if let Some((start, end)) = assignment(text, m.start(), m.end(), strength) {
+                            found.push(Finding {
+                                start,
+                                end,
+                                kind: Cow::Borrowed(GENERIC),
+                            });
+                        }
                     }
                 }
             }
-        }
+        });
         for (i, d) in DETECTORS.iter().enumerate().filter(|(i, _)| run[*i]) {
             for caps in c.regexes[i].captures_iter(text) {
                 let Some(m) = caps.get(d.group) else { continue };
@@ -378,16 +385,6 @@ pub(super) fn find(text: &str, builtin: bool, patterns: &[(String, Regex)]) -> V
         }
     }
     merged
-}
-
-/// `text` with its ASCII letters lowered (every other byte as it is, so
-/// offsets into it are offsets into `text`); borrowed when it has no capital.
-fn ascii_lowered(text: &str) -> Cow<'_, str> {
-    if text.bytes().any(|b| b.is_ascii_uppercase()) {
-        Cow::Owned(text.to_ascii_lowercase())
-    } else {
-        Cow::Borrowed(text)
-    }
 }
 
 /// `text` with each finding replaced by `[REDACTED:<kind>]`.

@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::encoded::encoded_payload;
 use super::finding::{Finding, Kind, OtherTools};
 use super::hidden::{excerpt, fold_confusables, hidden, without_hidden};
-use super::patterns::{PHRASES, SECRET_FILE, URL, may_match};
+use super::patterns::{PHRASES, SECRET_FILE, SECRET_FILE_BIT, URL, URL_BIT, candidates};
 
 pub(super) fn collect_strings<'v>(
     value: &'v Value,
@@ -153,8 +153,9 @@ pub(super) fn text_findings(
     let text = folded
         .as_ref()
         .map_or(visible.as_ref(), |f| f.text.as_str());
-    if may_match(text) {
-        detailed(text, field, &mut add);
+    let candidates = candidates(text);
+    if candidates != 0 {
+        detailed(text, field, candidates, &mut add);
     }
     if field != Field::Link
         && let Some(detail) = encoded_payload(text, 0)
@@ -170,21 +171,26 @@ pub(super) fn text_findings(
     }
 }
 
-/// The checks one by one, once the set said one of them matches.
-fn detailed(text: &str, field: Field, add: &mut dyn FnMut(Kind, String)) {
+/// The checks one by one, once the set said one of them matches; only the
+/// `candidates` (the others cannot match).
+fn detailed(text: &str, field: Field, candidates: u32, add: &mut dyn FnMut(Kind, String)) {
     for (kind, phrases) in PHRASES.iter() {
         if let Some((phrase, m)) = phrases
             .iter()
+            .filter(|p| p.bit & candidates != 0)
             .find_map(|p| p.regex.find(text).map(|m| (p, m)))
         {
             add(*kind, format!("{}: {}", phrase.label, excerpt(m.as_str())));
         }
     }
-    if let Some(m) = SECRET_FILE.find(text) {
+    if candidates & SECRET_FILE_BIT != 0
+        && let Some(m) = SECRET_FILE.find(text)
+    {
         add(Kind::SecretFile, excerpt(m.as_str().trim_start()));
     }
     if field != Field::Link
         && field != Field::Name
+        && candidates & URL_BIT != 0
         && let Some(m) = URL.find(text)
     {
         add(Kind::Url, excerpt(m.as_str()));

@@ -13,11 +13,14 @@ use std::sync::LazyLock;
 
 use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 
+use super::anchors;
 use super::finding::Kind;
 
 pub(super) struct Phrase {
     pub(super) regex: Regex,
     pub(super) label: &'static str,
+    /// Its bit among [`candidates`].
+    pub(super) bit: u32,
 }
 
 /// ASCII word boundaries: the patterns are ASCII, and a Unicode `\b` keeps
@@ -179,8 +182,25 @@ const FAMILIES: &[(Kind, &[(&str, &str)])] = &[
     (Kind::Exfiltration, EXFILTRATION_SOURCES),
 ];
 
+/// How many phrases the families hold.
+const fn phrase_count() -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < FAMILIES.len() {
+        n += FAMILIES[i].1.len();
+        i += 1;
+    }
+    n
+}
+
+/// The bit of [`SECRET_FILE`] among [`candidates`].
+pub(super) const SECRET_FILE_BIT: u32 = 1 << phrase_count();
+
+/// The bit of [`URL`] among [`candidates`].
+pub(super) const URL_BIT: u32 = 1 << (phrase_count() + 1);
+
 /// Every check's pattern, with ASCII word boundaries.
-fn any_sources() -> Vec<String> {
+pub(super) fn any_sources() -> Vec<String> {
     FAMILIES
         .iter()
         .flat_map(|(_, sources)| sources.iter().map(|(s, _)| *s))
@@ -214,26 +234,41 @@ pub(super) static ANY_ASCII: LazyLock<regex::bytes::RegexSet> = LazyLock::new(||
         .unwrap_or_else(|e| panic!("built-in patterns must compile without Unicode: {e}"))
 });
 
-/// Whether any check can match `text`: [`ANY`], or [`ANY_ASCII`] when the
-/// text is ASCII.
-pub(super) fn may_match(text: &str) -> bool {
-    if text.is_ascii() {
+/// The checks that may match `text`, as bits in the order of the sources
+/// (phrases, then [`SECRET_FILE_BIT`] and [`URL_BIT`]); 0 when none can.
+/// [`ANY`] (or [`ANY_ASCII`] when the text is ASCII) says first whether any
+/// check matches at all: the common, clean text costs that one walk. Where
+/// one does, the anchors rule out the checks whose words are absent, so
+/// that the detailed checks run only the others one by one.
+///
+/// The anchors do not go first: their automaton (case-insensitive, with
+/// overlapping matches) walks a clean text at about the set's own speed,
+/// so on clean text they would only add a pass (BENCHMARKS.md, "The
+/// poisoning scan's anchor words").
+pub(super) fn candidates(text: &str) -> u32 {
+    let any = if text.is_ascii() {
         ANY_ASCII.is_match(text.as_bytes())
     } else {
         ANY.is_match(text)
-    }
+    };
+    if any { anchors::candidates(text) } else { 0 }
 }
 
 /// The families' phrases, compiled one by one (for the match to quote).
 pub(super) static PHRASES: LazyLock<Vec<(Kind, Vec<Phrase>)>> = LazyLock::new(|| {
+    let mut bit = 0;
     FAMILIES
         .iter()
         .map(|(kind, sources)| {
             let phrases = sources
                 .iter()
-                .map(|(source, label)| Phrase {
-                    regex: ci(source),
-                    label,
+                .map(|(source, label)| {
+                    bit += 1;
+                    Phrase {
+                        regex: ci(source),
+                        label,
+                        bit: 1 << (bit - 1),
+                    }
                 })
                 .collect();
             (*kind, phrases)
@@ -247,7 +282,8 @@ pub(super) static URL: LazyLock<Regex> = LazyLock::new(|| ci(URL_SOURCE));
 
 /// The phrase families that match `text` (for decoded payloads).
 pub(super) fn phrase_labels(text: &str) -> Vec<&'static str> {
-    if !may_match(text) {
+    let candidates = candidates(text);
+    if candidates == 0 {
         return Vec::new();
     }
     let mut labels: Vec<&'static str> = PHRASES
@@ -255,11 +291,11 @@ pub(super) fn phrase_labels(text: &str) -> Vec<&'static str> {
         .filter_map(|(_, phrases)| {
             phrases
                 .iter()
-                .find(|p| p.regex.is_match(text))
+                .find(|p| p.bit & candidates != 0 && p.regex.is_match(text))
                 .map(|p| p.label)
         })
         .collect();
-    if SECRET_FILE.is_match(text) {
+    if candidates & SECRET_FILE_BIT != 0 && SECRET_FILE.is_match(text) {
         labels.push("a reference to a secret file");
     }
     labels

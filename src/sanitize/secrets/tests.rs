@@ -117,11 +117,13 @@ proptest::proptest! {
             .find_iter(&text)
             .map(|m| (m.pattern(), m.start(), m.end()))
             .collect();
-        let found: Vec<_> = compiled()
-            .keywords
-            .find_iter(ascii_lowered(&text).as_ref())
-            .map(|m| (m.pattern(), m.start(), m.end()))
-            .collect();
+        let found: Vec<_> = with_lowered(&text, |lowered| {
+            compiled()
+                .keywords
+                .find_iter(lowered)
+                .map(|m| (m.pattern(), m.start(), m.end()))
+                .collect()
+        });
         proptest::prop_assert_eq!(found, expected);
     }
 }

@@ -106,6 +106,70 @@ fn ascii_phrases() -> impl proptest::strategy::Strategy<Value = String> {
     })
 }
 
+/// Text generated from one of the set's own patterns (word boundaries and
+/// the start-of-text alternative left out, any case), between pieces of
+/// [`ascii_phrases`], in any ASCII case.
+fn pattern_made_text() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let generators: Vec<_> = patterns::any_sources()
+        .iter()
+        .map(|source| {
+            let source = source.replace("(?-u:\\b)", "").replace("^|", "");
+            proptest::string::string_regex(&format!("(?i){source}"))
+                .unwrap_or_else(|e| panic!("{source:?} generates: {e}"))
+        })
+        .collect();
+    (
+        ascii_phrases(),
+        proptest::strategy::Union::new(generators),
+        ascii_phrases(),
+        any::<u64>(),
+    )
+        .prop_map(|(before, made, after, case)| {
+            format!("{before} {made} {after}")
+                .chars()
+                .enumerate()
+                .map(|(i, c)| {
+                    if (case >> (i % 64)) & 1 == 1 {
+                        c.to_ascii_uppercase()
+                    } else {
+                        c
+                    }
+                })
+                .collect()
+        })
+}
+
+/// Every pattern of the set has its anchors, in the set's order.
+#[test]
+fn every_pattern_of_the_set_has_its_anchors() {
+    assert_eq!(anchors::ANCHORS.len(), patterns::any_sources().len());
+    assert!(anchors::ANCHORS.len() < 32);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+
+    /// The anchors never rule out a pattern that matches, on text generated
+    /// from the patterns themselves (so that they do match), ASCII or not.
+    #[test]
+    fn the_anchors_keep_every_pattern_that_matches_text_made_from_it(text in pattern_made_text()) {
+        let candidates = anchors::candidates(&text);
+        for i in patterns::ANY.matches(&text) {
+            proptest::prop_assert!(candidates & (1 << i) != 0, "pattern {} ruled out in {:?}", i, text);
+        }
+    }
+
+    /// Nor on text built from the patterns' words, markup and separators.
+    #[test]
+    fn the_anchors_keep_every_pattern_that_matches_phrases(text in ascii_phrases()) {
+        let candidates = anchors::candidates(&text);
+        for i in patterns::ANY.matches(&text) {
+            proptest::prop_assert!(candidates & (1 << i) != 0, "pattern {} ruled out in {:?}", i, text);
+        }
+    }
+}
+
 proptest::proptest! {
     /// The byte pass before the encoded-run regex never skips a text the
     /// regex matches in.
