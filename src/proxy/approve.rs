@@ -28,7 +28,7 @@ use futures_util::{StreamExt, stream};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Map, Value, json};
 
-use super::exchange::{Exchange, canonical_body, observe_or_enforce};
+use super::context::{Context, canonical_body};
 use super::flow;
 use super::forward::Forward;
 use super::rate::take;
@@ -39,7 +39,6 @@ use crate::auth::ClientId;
 use crate::config::{ArgumentScan, Config, Mode};
 use crate::error::{self, Rejection, RenderCtx};
 use crate::flow::SessionKey;
-use crate::identity::Caller;
 use crate::mcp::methods::Method as Rpc;
 use crate::mcp::request::{META_CLIENT_CAPABILITIES, Request};
 use crate::mcp::version::Era;
@@ -60,8 +59,8 @@ fn call_arguments(request: &Request) -> Value {
 /// forwards it only on a yes.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn approve(
-    ex: &mut Exchange,
-    forward: &Forward<'_>,
+    ctx: &mut Context,
+    forward: &Forward,
     client: &ClientId,
     headers: &HeaderMap,
     message: &Request,
@@ -72,12 +71,12 @@ pub(super) async fn approve(
     let tool = message.tool().unwrap_or_default();
     let server = forward.name().to_owned();
     let arguments = call_arguments(message);
-    let modern = ex.era == Era::Modern;
+    let modern = ctx.era == Era::Modern;
     let can_elicit = if modern {
         let meta = message.meta_value(META_CLIENT_CAPABILITIES);
         inband::declares_elicitation(meta)
     } else {
-        ex.client_session
+        ctx.client_session
             .as_deref()
             .is_some_and(|s| approvals.sessions.elicits(client.name(), s))
     };
@@ -87,23 +86,23 @@ pub(super) async fn approve(
         round: message.round(),
         modern,
         can_elicit,
-        session: ex.client_session.as_deref(),
+        session: ctx.client_session.as_deref(),
         shown: shown(forward, &arguments),
         now_ms: crate::util::time::now_ms(),
     };
-    let shown_tool = format!("{}{tool}", ex.prefix);
+    let shown_tool = format!("{}{tool}", ctx.prefix);
     let note = |outcome: &str| {
         let value = json!({"by": requirement.by.as_str(), "outcome": outcome,
             "digest": call.binding.digest_hex(), "rule": format!("rules[{}]", requirement.rule),
             "arguments_shown": call.shown});
-        ex.trail.note(|e| e.approval = Some(value));
+        ctx.trail.note(|e| e.approval = Some(value));
     };
-    if ex.mode == Mode::Observe {
+    if ctx.mode == Mode::Observe {
         approvals.observed(&call);
         note("would_ask");
-        ex.would_refuse.get_or_insert("approval_required");
+        ctx.would_refuse.get_or_insert("approval_required");
         let taken = take(forward, client, Subject::Tool(tool), decision).await;
-        observe_or_enforce(ex, taken)?;
+        ctx.observe_or_enforce(taken)?;
         return forward.relay(headers, canonical_body(message), to).await;
     }
     let refused = |r: &Refusal| error::approval_refused(&shown_tool, &server, r);
@@ -121,8 +120,8 @@ pub(super) async fn approve(
         }
         Gate::InputRequired(result) => {
             note("asked");
-            ex.trail.decided("approval_asked", "approval");
-            let id = ex.id.clone().unwrap_or(Value::Null);
+            ctx.trail.decided("approval_asked", "approval");
+            let id = ctx.id.clone().unwrap_or(Value::Null);
             let answer = json!({"jsonrpc": "2.0", "id": id, "result": result});
             Ok(respond::json(&answer, HeaderMap::new()))
         }
@@ -136,8 +135,8 @@ pub(super) async fn approve(
         } => {
             note("asked");
             let held = Held::new(forward, client, headers, message, &arguments)
-                .with_claims(ex.token.as_ref().map(|t| t.claims().clone()))
-                .in_session(flow::key(ex, client, &server, message))
+                .with_claims(ctx.token.as_ref().map(|t| t.claims().clone()))
+                .in_session(ctx.flow_key(client, &server, message))
                 .annotated(annotations);
             let held = held.refused_as(shown_tool.clone());
             match approvals.hold(&entry, decided, requirement.timeout).await {
@@ -160,8 +159,8 @@ pub(super) async fn approve(
             note("asked");
             let binding = call.binding.clone();
             let waited = Held::new(forward, client, headers, message, &arguments)
-                .with_claims(ex.token.as_ref().map(|t| t.claims().clone()))
-                .in_session(flow::key(ex, client, &server, message))
+                .with_claims(ctx.token.as_ref().map(|t| t.claims().clone()))
+                .in_session(ctx.flow_key(client, &server, message))
                 .annotated(annotations)
                 .refused_as(shown_tool);
             let rest = async move {
@@ -187,7 +186,6 @@ pub(super) async fn approve(
 /// A call waiting for a person, and what it needs to be decided again and
 /// forwarded once the answer comes.
 struct Held {
-    state: Arc<AppState>,
     /// The configuration it was decided and asked under.
     asked_under: Arc<Config>,
     client: ClientId,
@@ -201,22 +199,21 @@ struct Held {
     annotations: Option<Value>,
     /// Its session's flow labels, for the flow rules when decided again.
     flow: SessionKey,
-    session: Option<String>,
-    era: Era,
     headers: HeaderMap,
     /// The call as forwarded (the gateway's own parameters taken out).
     body: Bytes,
     /// The tool as the client named it (the merged view's prefix included).
     shown_tool: String,
-    /// Whom the call is forwarded for once approved.
-    caller: Caller,
+    /// How it reaches its server once approved (its era, session and
+    /// caller), re-pointed at the configuration in force when it runs.
+    forward: Forward,
 }
 
 type Chunks = futures_util::stream::BoxStream<'static, Result<Bytes, std::io::Error>>;
 
 impl Held {
     fn new(
-        forward: &Forward<'_>,
+        forward: &Forward,
         client: &ClientId,
         headers: &HeaderMap,
         message: &Request,
@@ -224,7 +221,6 @@ impl Held {
     ) -> Self {
         let tool = message.tool().unwrap_or_default().to_owned();
         Self {
-            state: forward.state.clone(),
             asked_under: forward.live.config.clone(),
             client: client.clone(),
             server: forward.name().to_owned(),
@@ -237,11 +233,9 @@ impl Held {
                 client: client.clone(),
                 scope: String::new(),
             },
-            session: forward.session.map(str::to_owned),
-            era: forward.ex_era,
             headers: headers.clone(),
             body: stripped(message, None),
-            caller: forward.caller.clone(),
+            forward: forward.clone(),
         }
     }
 
@@ -312,7 +306,7 @@ impl Held {
         {
             return Err(reloaded());
         }
-        let flows = (&*self.state.flows, &config.policy, &config.flow);
+        let flows = (&*self.forward.state.flows, &config.policy, &config.flow);
         let (server_name, tool) = (self.server.as_str(), self.tool.as_str());
         let of = (server_name, tool, self.annotations.as_ref());
         let held = flow::check(flows, trail, &self.flow, of, &decision)
@@ -338,18 +332,9 @@ impl Held {
 
     /// After a yes from `answered_by`: decided again, its token taken, forwarded.
     async fn run(self, answered_by: Approver, to: Recipient) -> Result<Response, Rejection> {
-        let live = self.state.live.load_full();
+        let live = self.forward.state.live.load_full();
         let (server, decision) = self.redecide(&live, answered_by, &to.trail).await?;
-        let forward = Forward {
-            state: &self.state,
-            live: &live,
-            server: &server,
-            ex_era: self.era,
-            session: self.session.as_deref(),
-            trail: to.trail.clone(),
-            listen: false,
-            caller: self.caller.clone(),
-        };
+        let forward = self.forward.clone().under(live, server);
         take(&forward, &self.client, Subject::Tool(&self.tool), &decision).await?;
         forward.relay(&self.headers, self.body.clone(), to).await
     }
@@ -360,7 +345,7 @@ impl Held {
         let id = to.id.clone();
         let cx = RenderCtx {
             id: id.as_ref(),
-            era: self.era,
+            era: self.forward.era,
         };
         if let Err(refusal) = got {
             let message =
@@ -380,15 +365,15 @@ impl Held {
 /// was asked under, and the call ends with `approval_expired`. Any other
 /// refusal is returned as it is.
 pub(super) fn lapsed(
-    forward: &Forward<'_>,
-    ex: &Exchange,
+    forward: &Forward,
+    ctx: &Context,
     client: &ClientId,
     message: &Request,
     rejection: Rejection,
 ) -> Rejection {
     let lapses = matches!(rejection.code(), "unknown_tool" | "argument_not_permitted");
     let state = message.round().state_str().filter(|s| Signer::is_ours(s));
-    let (Some(state), true, true) = (state, lapses, ex.era == Era::Modern) else {
+    let (Some(state), true, true) = (state, lapses, ctx.era == Era::Modern) else {
         return rejection;
     };
     let tool = message.tool().unwrap_or_default();
@@ -397,7 +382,7 @@ pub(super) fn lapsed(
     let now = crate::util::time::now_ms();
     match forward.state.approvals.signer.verify(state, &binding, now) {
         Ok(verified) if verified.same_arguments => {
-            let shown_tool = format!("{}{tool}", ex.prefix);
+            let shown_tool = format!("{}{tool}", ctx.prefix);
             error::approval_refused(&shown_tool, forward.name(), &Refusal::Reloaded)
         }
         _ => rejection,
@@ -448,7 +433,7 @@ pub(super) fn stripped(message: &Request, round: Option<&Value>) -> Bytes {
 /// The arguments as every person who judges the call sees them: the one
 /// rendering ([`render::arguments`]) of exactly what is forwarded, each
 /// secret withheld whatever `[sanitize] secrets` says.
-fn shown(forward: &Forward<'_>, arguments: &Value) -> String {
+fn shown(forward: &Forward, arguments: &Value) -> String {
     let settings = &forward.live.sanitize;
     let secrets = |text: &str| {
         crate::sanitize::secrets_in(settings, text)
@@ -472,14 +457,14 @@ pub(super) fn accepted() -> Response {
 /// refused; `None` for any other response (relayed as before).
 pub(super) fn answered(
     state: &AppState,
-    ex: &Exchange,
+    ctx: &Context,
     client: &ClientId,
     body: &Bytes,
 ) -> Result<Option<Response>, Rejection> {
     let Ok(response) = serde_json::from_slice::<Value>(body) else {
         return Ok(None);
     };
-    let session = ex.client_session.as_deref();
+    let session = ctx.client_session.as_deref();
     match state
         .approvals
         .questions
@@ -487,7 +472,7 @@ pub(super) fn answered(
     {
         inband::Delivery::NotOurs => Ok(None),
         inband::Delivery::Delivered => {
-            ex.trail.decided("approval_answered", "approval");
+            ctx.trail.decided("approval_answered", "approval");
             Ok(Some(accepted()))
         }
         inband::Delivery::Unknown => Err(Rejection::UnknownApprovalAnswer),

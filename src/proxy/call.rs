@@ -8,7 +8,7 @@
 //! nothing is sent upstream before validation passed.
 
 use super::approve;
-use super::exchange::{Exchange, observe_or_enforce, recipient};
+use super::context::Context;
 use super::flow;
 use super::forward::{Forward, upstream};
 use super::rate::{Spend, give_back, rate_limit};
@@ -46,13 +46,13 @@ use crate::validate::Violation;
 /// ends it; any other response is returned as it is.
 pub(super) fn held<'a>(
     state: &AppState,
-    ex: &Exchange,
+    ctx: &Context,
     client: &ClientId,
     servers: impl IntoIterator<Item = &'a str>,
     get_stream: bool,
     mut response: Response,
 ) -> Response {
-    if !get_stream && ex.rpc != Some(Rpc::SubscriptionsListen) {
+    if !get_stream && ctx.rpc != Some(Rpc::SubscriptionsListen) {
         return response;
     }
     for server in servers {
@@ -65,15 +65,15 @@ pub(super) fn held<'a>(
 /// `tasks/update`, or an operator's method of class task): every task-scoped
 /// request of a client passes here, and only here, on its way to the server.
 pub(super) async fn task(
-    ex: &mut Exchange,
-    forward: &Forward<'_>,
+    ctx: &mut Context,
+    forward: &Forward,
     client: &ClientId,
     headers: &HeaderMap,
     request: &Request,
     body: Bytes,
 ) -> Result<Response, Rejection> {
-    let to = recipient(forward.live, ex, forward.server, None);
-    task_calls::serve(forward, client, &mut ex.tool, headers, request, body, to).await
+    let to = ctx.recipient(&forward.server);
+    task_calls::serve(forward, client, &mut ctx.tool, headers, request, body, to).await
 }
 
 /// The outgoing secret scan of everything a message carries towards the
@@ -131,20 +131,20 @@ pub(super) fn outgoing_refusal(
 /// A tool call: `tools/call`, or an operator's method of class tool (same
 /// `params.name` and `params.arguments`, same steps, same refusals).
 pub(super) async fn call_tool(
-    ex: &mut Exchange,
-    forward: &Forward<'_>,
+    ctx: &mut Context,
+    forward: &Forward,
     client: &ClientId,
     headers: &HeaderMap,
     message: &Request,
 ) -> Result<Response, Rejection> {
     let name = message.tool().unwrap_or_default().to_owned();
-    ex.tool = Some(name.clone());
-    let server = forward.server;
+    ctx.tool = Some(name.clone());
+    let server = &forward.server;
     let server_name = server.upstream.settings.name.as_str();
     let sanitize = &forward.live.sanitize;
-    ex.trail.stage("catalog");
+    ctx.trail.stage("catalog");
     let tools = forward
-        .tool_set(headers, message, ex.id.as_ref())
+        .tool_set(headers, message, ctx.id.as_ref())
         .await
         .map_err(|e| {
             let mut rejection = upstream(sanitize, server_name, Some(&name), e);
@@ -160,11 +160,11 @@ pub(super) async fn call_tool(
         name: &name,
         message,
     };
-    let checked = match check_call(forward, ex, &call).await {
+    let checked = match check_call(forward, ctx, &call).await {
         Ok(checked) => Some(checked),
         Err(rejection) => {
-            let rejection = approve::lapsed(forward, ex, client, message, rejection);
-            observe_or_enforce::<()>(ex, Err(rejection))?;
+            let rejection = approve::lapsed(forward, ctx, client, message, rejection);
+            ctx.observe_or_enforce::<()>(Err(rejection))?;
             None
         }
     };
@@ -174,7 +174,7 @@ pub(super) async fn call_tool(
             (tools.tools.get(&name), message.arguments())
         {
             let input_schema = entry.definition.get("inputSchema").unwrap_or(&Value::Null);
-            headers::check_params(headers, args, input_schema, ex.era == Era::Modern)
+            headers::check_params(headers, args, input_schema, ctx.era == Era::Modern)
                 .map_err(|m| Rejection::HeaderMismatch(m.0))?;
         }
     }
@@ -183,12 +183,12 @@ pub(super) async fn call_tool(
         Some(entry) => CallFacts::of(entry, skip),
         None => CallFacts::default(),
     };
-    let mut to = recipient(forward.live, ex, server, Some(name.clone()));
-    to.call = facts;
-    let session = flow::key(ex, client, server_name, message);
+    ctx.call = facts;
+    let session = ctx.flow_key(client, server_name, message);
     let (store, labels) = (&forward.state.flows, &forward.live.config.flow);
     let annotations = (tools.tools.get(&name)).and_then(|e| e.definition.get("annotations"));
-    to.flow = flow::recording(store, labels, session, (server_name, &name, annotations));
+    ctx.flow = flow::recording(store, labels, session, (server_name, &name, annotations));
+    let to = ctx.recipient(server);
     match checked {
         Some(Checked {
             approval: Some(requirement),
@@ -196,7 +196,7 @@ pub(super) async fn call_tool(
         }) => {
             // Kept with a held call: the rules' `when` and the flow labels read them again when it is decided again.
             let checked = (&requirement, &decision, annotations);
-            approve::approve(ex, forward, client, headers, message, checked, to).await
+            approve::approve(ctx, forward, client, headers, message, checked, to).await
         }
         // Its tokens were taken by the checks.
         Some(Checked { approval: None, .. }) => {
@@ -233,38 +233,68 @@ pub(super) struct Call<'a> {
     pub(super) message: &'a Request,
 }
 
-/// Every decision on a `tools/call`, in order: access rules, pin, the rules'
-/// `arguments`, rate limit, `Mcp-Param-*`, `inputSchema`, secrets in the
-/// arguments; when all pass, the approval a rule requires for it (put to a
-/// person last). Each step notes what it learns on the request's trail. A
-/// call past its rate is refused at the rate step. A call that needs no
-/// approval takes its tokens there (one decision of the backend) and gets
-/// them back ([`give_back`]) when a later step refuses it; a call that needs
-/// one only looks, and takes when it runs, so neither a question nor a
-/// declined call costs a token.
+/// Every decision on a `tools/call`, in order, each a named step announced
+/// here: access rules and pin (`authorize`), the rules' `when` and
+/// `arguments`, `flow`, `rate_limit`, then `validate` (`Mcp-Param-*`,
+/// `inputSchema`, secrets in the arguments); when all pass, the approval a
+/// rule requires for it (put to a person last). A call past its rate is
+/// refused at the rate step. A call that needs no approval takes its tokens
+/// there (one decision of the backend) and gets them back ([`give_back`])
+/// when a later step refuses it; a call that needs one only looks, and
+/// takes when it runs, so neither a question nor a declined call costs a
+/// token.
 pub(super) async fn check_call(
-    forward: &Forward<'_>,
-    ex: &Exchange,
+    forward: &Forward,
+    ctx: &Context,
     call: &Call<'_>,
 ) -> Result<Checked, Rejection> {
-    let (state, live, server) = (forward.state, forward.live, forward.server);
+    let (state, live, server) = (&forward.state, &*forward.live, &forward.server);
+    ctx.trail.stage("authorize");
+    let entry = authorize(ctx, forward, call)?;
+    let (arguments, decision) = rule_arguments(ctx, forward, call, entry)?;
+    ctx.trail.stage("flow");
+    let approval = flow_rules(ctx, forward, call, &decision).await?;
+    ctx.trail.stage("rate_limit");
+    let subject = Subject::Tool(call.name);
+    // A call put to a person holds no token while it waits: its rate is
+    // only looked at here and taken when it runs. Any other call takes its
+    // token now (one decision of the backend), given back if a later check
+    // refuses it.
+    let spend = match approval {
+        Some(_) => Spend::Peek,
+        None => Spend::Take,
+    };
+    let tokens = rate_limit(state, live, call.client, server, subject, &decision, spend).await?;
+    ctx.trail.stage("validate");
+    let name = server.upstream.settings.name.as_str();
+    if let Err(rejection) = validate(ctx, &live.config, entry, call, &arguments, name) {
+        give_back(state, tokens).await;
+        return Err(rejection);
+    }
+    Ok(Checked { approval, decision })
+}
+
+/// The access rules for the tool (hidden: the `unknown_tool` answer), then
+/// its pin: a quarantined definition is not called.
+fn authorize<'t>(
+    ctx: &Context,
+    forward: &Forward,
+    call: &Call<'t>,
+) -> Result<&'t crate::proxy::catalog::ToolEntry, Rejection> {
+    let config = &*forward.live.config;
+    let server_name = forward.name();
     let Call {
         client,
-        headers,
         tools,
         name,
-        message,
+        ..
     } = *call;
-    let config = &*live.config;
-    let server_name = server.upstream.settings.name.as_str();
-    let sanitize = &config.sanitize;
     let listed = tools.tools.contains_key(name);
-    ex.trail.note(|e| e.tool_listed = listed);
-    ex.trail.stage("authorize");
+    ctx.trail.note(|e| e.tool_listed = listed);
     // Decided first as the client's list decides it: a tool its list hides
     // (by a rule, or by a condition over its claims or the tool's
     // annotations) is unknown to its call, so no answer says it exists.
-    let claims = ex.token.as_ref().map(|t| t.claims());
+    let claims = ctx.token.as_ref().map(|t| t.claims());
     let known = tools.tools.get(name);
     let shown = ListFacts {
         claims,
@@ -273,7 +303,7 @@ pub(super) async fn check_call(
     let decision = config
         .policy
         .decide_listed(client, server_name, Subject::Tool(name), &shown);
-    ex.trail.trace().rule(decision.rule);
+    ctx.trail.trace().rule(decision.rule);
     let entry = known.filter(|_| decision.allowed);
     let Some(entry) = entry else {
         return Err(unknown_tool(
@@ -282,13 +312,13 @@ pub(super) async fn check_call(
             server_name,
             tools,
             name,
-            &ex.prefix,
+            &ctx.prefix,
             claims,
         ));
     };
     if let Some(hold) = entry.pin.held().or(entry.pin.flagged()) {
         let findings = serde_json::to_value(&*hold.findings).ok();
-        ex.trail.note(|e| e.pin_findings = findings);
+        ctx.trail.note(|e| e.pin_findings = findings);
     }
     if let Some(hold) = entry.pin.held() {
         return Err(pin_quarantined(hold));
@@ -297,6 +327,24 @@ pub(super) async fn check_call(
         tracing::warn!(server = server_name, tool = %name, changed = %pins::changed_fields(&flag.changes).join(","),
             findings = flag.findings.len(), "calling a tool whose definition is not the approved one (pinning = warn)");
     }
+    Ok(entry)
+}
+
+/// The rules' `when` expressions, now that the call's facts are known, and
+/// their `arguments`: the arguments (absent is `{}`) and the decision.
+fn rule_arguments(
+    ctx: &Context,
+    forward: &Forward,
+    call: &Call<'_>,
+    entry: &crate::proxy::catalog::ToolEntry,
+) -> Result<(Value, Decision), Rejection> {
+    let config = &*forward.live.config;
+    let Call {
+        client,
+        name,
+        message,
+        ..
+    } = *call;
     let arguments = match message.arguments() {
         None | Some(Value::Null) => Value::Object(Map::new()),
         Some(a @ Value::Object(_)) => a.clone(),
@@ -310,11 +358,10 @@ pub(super) async fn check_call(
             return Err(invalid_arguments(name, &[v]));
         }
     };
-    let recorded = audit::record_arguments(config.audit.arguments, sanitize, &arguments);
-    ex.trail.note(|e| e.arguments = recorded);
-    // The rules' `when` expressions, now that the call's facts are known.
+    let recorded = audit::record_arguments(config.audit.arguments, &config.sanitize, &arguments);
+    ctx.trail.note(|e| e.arguments = recorded);
     let facts = Facts {
-        claims,
+        claims: ctx.token.as_ref().map(|t| t.claims()),
         method: Rpc::ToolsCall.name(),
         arguments: &arguments,
         annotations: entry.definition.get("annotations"),
@@ -324,7 +371,7 @@ pub(super) async fn check_call(
         .policy
         .decide_with(
             client,
-            server_name,
+            forward.name(),
             Subject::Tool(name),
             Some(&facts),
             &mut |rule, o| {
@@ -334,7 +381,7 @@ pub(super) async fn check_call(
             },
         )
         .map_err(|f| rule_expression_failed(name, &f))?;
-    ex.trail.trace().rule(decision.rule);
+    ctx.trail.trace().rule(decision.rule);
     if !decision.allowed {
         return Err(call_not_permitted(config, name, decision.rule, &falsified));
     }
@@ -342,50 +389,46 @@ pub(super) async fn check_call(
         .policy
         .check_arguments(&decision, &arguments)
         .map_err(|(rule, v)| argument_not_permitted(name, rule, &v))?;
-    ex.trail.stage("flow");
-    let session = flow::key(ex, client, server_name, message);
-    let flows = (&*state.flows, &config.policy, &config.flow);
-    let of = (server_name, name, facts.annotations);
-    let held = flow::check(flows, &ex.trail, &session, of, &decision).await?;
-    // A call put to a person holds no token while it waits: its rate is
-    // only looked at here and taken when it runs. Any other call takes its
-    // token now (one decision of the backend), given back if a later check
-    // refuses it.
-    let approval = config.policy.approval(&decision).into_iter().chain(held);
-    let approval = config.policy.strictest_approval(approval).cloned();
-    ex.trail.stage("rate_limit");
-    let subject = Subject::Tool(name);
-    let spend = match approval {
-        Some(_) => Spend::Peek,
-        None => Spend::Take,
-    };
-    let tokens = rate_limit(state, live, client, server, subject, &decision, spend).await?;
-    let validated = validate(ex, config, entry, headers, &arguments, server_name, name);
-    if let Err(rejection) = validated {
-        give_back(state, tokens).await;
-        return Err(rejection);
-    }
-    Ok(Checked { approval, decision })
+    Ok((arguments, decision))
+}
+
+/// The flow rules for what the call's session holds (a call they deny
+/// stops here), and the strictest approval the call needs, if any.
+async fn flow_rules(
+    ctx: &Context,
+    forward: &Forward,
+    call: &Call<'_>,
+    decision: &Decision,
+) -> Result<Option<crate::approval::Requirement>, Rejection> {
+    let config = &*forward.live.config;
+    let server_name = forward.name();
+    let session = ctx.flow_key(call.client, server_name, call.message);
+    let flows = (&*forward.state.flows, &config.policy, &config.flow);
+    let annotations =
+        (call.tools.tools.get(call.name)).and_then(|e| e.definition.get("annotations"));
+    let of = (server_name, call.name, annotations);
+    let held = flow::check(flows, &ctx.trail, &session, of, decision).await?;
+    let approval = config.policy.approval(decision).into_iter().chain(held);
+    Ok(config.policy.strictest_approval(approval).cloned())
 }
 
 /// The last checks of a `tools/call`: `Mcp-Param-*`, `inputSchema`, secrets
 /// in the arguments (after the rate limit, so a call over its rate is
 /// refused before its arguments are examined).
 fn validate(
-    ex: &Exchange,
+    ctx: &Context,
     config: &crate::config::Config,
     entry: &crate::proxy::catalog::ToolEntry,
-    headers: &HeaderMap,
+    call: &Call<'_>,
     arguments: &Value,
     server_name: &str,
-    name: &str,
 ) -> Result<(), Rejection> {
+    let (headers, name) = (call.headers, call.name);
     let sanitize = &config.sanitize;
-    ex.trail.stage("validate");
     let schema = entry.schema.as_ref().map_err(|e| quarantined(name, e))?;
     let input_schema = entry.definition.get("inputSchema").unwrap_or(&Value::Null);
     if let Value::Object(args) = arguments {
-        headers::check_params(headers, args, input_schema, ex.era == Era::Modern)
+        headers::check_params(headers, args, input_schema, ctx.era == Era::Modern)
             .map_err(|m| Rejection::HeaderMismatch(m.0))?;
     }
     schema.check(arguments).map_err(|v| {
@@ -394,7 +437,7 @@ fn validate(
             .iter()
             .map(|v| format!("{}: expected {}", v.pointer, v.expected))
             .collect();
-        ex.trail.note(|e| e.violations = lines);
+        ctx.trail.note(|e| e.violations = lines);
         invalid_arguments(name, &v)
     })?;
     let skip = sanitize.skip_for(server_name, name);

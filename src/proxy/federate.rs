@@ -1,7 +1,8 @@
 //! The merged view: `/mcp` when several servers are configured.
 //!
-//! Place in the path: between the transport checks and the per-server
-//! pipeline. Each request is either answered by the view itself (`initialize`,
+//! Place in the path: the conductor's routing step ([`super::conductor`])
+//! for `/mcp` with several servers, after the steps every request shares
+//! and before the per-server steps. Each request is either answered by the view itself (`initialize`,
 //! `server/discover`, `ping`, the lists, `DELETE`) from what every server
 //! answers, or routed to exactly one server and then decided by the same
 //! per-server pipeline as `/mcp/<server>` — rules, rate limits, validation,
@@ -31,15 +32,16 @@ use http::request::Parts;
 use http::{HeaderMap, Method};
 use serde_json::json;
 
-use super::exchange::{ACCEPT_BOTH, Exchange};
+use super::context::Context;
+use super::forward::ACCEPT_BOTH;
+use super::session::Member;
 use super::state::{AppState, Live};
 use crate::auth::ClientId;
 use crate::error::Rejection;
 use crate::mcp::headers::{self, MCP_SESSION_ID};
-use crate::mcp::jsonrpc::Message;
 use crate::mcp::methods::ListKind;
 use crate::mcp::methods::{Class, Method as Rpc};
-use crate::mcp::request::Ask;
+use crate::mcp::request::{Ask, Request};
 use crate::mcp::version::Era;
 use crate::transport::forwarded_headers;
 use crate::transport::reply::UpstreamError;
@@ -55,44 +57,22 @@ mod tests;
 use listen::{broadcast, listen};
 use merged::{discover, initialize, merged_list};
 use routed::{by_uri, completion, named};
-use view::{View, accepted, answer, members, parts};
+pub(super) use view::members;
+use view::{View, accepted, answer, parts};
 
-/// Serves a POST on the merged view: the steps before a server is chosen,
-/// then the route, then the chosen server's steps from [`super::dispatch::serve`].
-pub(super) async fn post_merged(
-    state: &Arc<AppState>,
-    live: &Live,
-    ex: &mut Exchange,
+/// Serves a POST on the merged view once the conductor's steps before a
+/// server is chosen have passed: the route, then the chosen server's steps
+/// from [`super::dispatch::serve`] (or the view's own answer from every
+/// member).
+pub(super) async fn serve(
+    ctx: &mut Context,
     client: &ClientId,
     headers: &HeaderMap,
+    members: Option<Arc<[Member]>>,
+    message: Request,
     body: Bytes,
 ) -> Result<Response, Rejection> {
-    // The steps of `dispatch::post` before a server is chosen, once: the
-    // routed message then enters the server's pipeline at `dispatch::serve`.
-    ex.trail.stage("classify");
-    let message = Message::classify(&body, live.config.gateway.max_json_depth)
-        .map_err(Rejection::Malformed)?;
-    ex.trail.trace().classified(&message);
-    super::dispatch::note_message(ex, &message)?;
-    ex.trail.stage("negotiate");
-    let (era, _version) = super::ingress::negotiate(headers, &message)?;
-    ex.era = era;
-    ex.mode = live.config.gateway.mode;
-    let members = members(state, client, headers, era)?;
-    let called = super::dispatch::resolve(&live.config, &message, era)?;
-    ex.trail.stage("scan_outgoing");
-    let tool_call = called.as_ref().map(|c| c.class()) == Some(Class::Tool);
-    let found = super::call::scan_outgoing(live, &message, &body, tool_call);
-    let message = super::dispatch::type_request(ex, message, called)?;
-    let scanned = super::call::outgoing_refusal(&message, found);
-    super::exchange::observe_or_enforce(ex, scanned)?;
-    if members.is_some() {
-        // The merged session (checked just now): what its initialize declared counts.
-        ex.client_session = headers::single(headers, MCP_SESSION_ID)
-            .ok()
-            .flatten()
-            .map(str::to_owned);
-    }
+    let (state, live) = (&ctx.state.clone(), &*ctx.live.clone());
     let view = View {
         state,
         live,
@@ -101,48 +81,44 @@ pub(super) async fn post_merged(
         parts: parts(live, members.as_deref()),
     };
     let Some(called) = message.called() else {
-        // The answer to one of the gateway's own approval questions stays here.
-        if let Some(accepted) = super::approve::answered(state, ex, client, &body)? {
-            return Ok(accepted);
-        }
         // A response to a server's request: every member gets it (a server
         // ignores a response it did not ask for).
-        broadcast(&view, ex, &message, body).await;
+        broadcast(&view, ctx, &message, body).await;
         return Ok(accepted());
     };
     match (called.method(), called.class()) {
-        (Some(Rpc::Initialize), _) => initialize(&view, ex, &message, body).await,
-        (Some(Rpc::ServerDiscover), _) => discover(&view, ex, body).await,
-        (Some(Rpc::Ping), _) => Ok(answer(ex, json!({}), HeaderMap::new())),
+        (Some(Rpc::Initialize), _) => initialize(&view, ctx, &message, body).await,
+        (Some(Rpc::ServerDiscover), _) => discover(&view, ctx, body).await,
+        (Some(Rpc::Ping), _) => Ok(answer(ctx, json!({}), HeaderMap::new())),
         (Some(Rpc::LoggingSetLevel), _) => {
-            broadcast(&view, ex, &message, body).await;
-            Ok(answer(ex, json!({}), HeaderMap::new()))
+            broadcast(&view, ctx, &message, body).await;
+            Ok(answer(ctx, json!({}), HeaderMap::new()))
         }
-        (_, Class::List(kind)) => merged_list(&view, ex, &message, kind).await,
+        (_, Class::List(kind)) => merged_list(&view, ctx, &message, kind).await,
         // An operator's method of class tool is a tool call: routed, and
         // refused when unknown, as tools/call is.
         (Some(Rpc::ToolsCall), _) | (_, Class::Tool) => {
-            named(&view, ex, &message, ListKind::Tools, true).await
+            named(&view, ctx, &message, ListKind::Tools, true).await
         }
-        (_, Class::Prompt) => named(&view, ex, &message, ListKind::Prompts, false).await,
+        (_, Class::Prompt) => named(&view, ctx, &message, ListKind::Prompts, false).await,
         (_, Class::Resource) => match message.ask() {
             Ask::Resource { uri } => {
                 let uri = uri.clone();
-                by_uri(&view, ex, &message, &uri, body, false).await
+                by_uri(&view, ctx, &message, &uri, body, false).await
             }
-            _ => Err(Rejection::MethodNotFound(ex.method.clone())),
+            _ => Err(Rejection::MethodNotFound(ctx.method.clone())),
         },
-        (_, Class::Completion) => completion(&view, ex, &message, body).await,
-        (_, Class::Subscription) => listen(&view, ex, &message).await,
+        (_, Class::Completion) => completion(&view, ctx, &message, body).await,
+        (_, Class::Subscription) => listen(&view, ctx, &message).await,
         // Notifications: every member server gets them.
         (_, Class::Lifecycle | Class::Notification) if message.is_notification() => {
-            broadcast(&view, ex, &message, body).await;
+            broadcast(&view, ctx, &message, body).await;
             Ok(accepted())
         }
         // A task id, or an operator's lifecycle request, names no member:
         // the merged view cannot route it.
         (_, Class::Lifecycle | Class::Notification | Class::Task | Class::ClientFeature) => {
-            Err(Rejection::MethodNotFound(ex.method.clone()))
+            Err(Rejection::MethodNotFound(ctx.method.clone()))
         }
     }
 }
@@ -151,7 +127,7 @@ pub(super) async fn post_merged(
 pub(super) async fn end(
     state: &Arc<AppState>,
     live: &Live,
-    ex: &mut Exchange,
+    ctx: &mut Context,
     client: &ClientId,
     request: &Parts,
 ) -> Result<Response, Rejection> {
@@ -167,7 +143,7 @@ pub(super) async fn end(
         let credential = part
             .server
             .identity
-            .credential(&ex.caller(client), &live.config.identity)
+            .credential(&ctx.caller(client), &live.config.identity)
             .await;
         let ended = match credential {
             Ok(credential) => {
@@ -185,6 +161,6 @@ pub(super) async fn end(
     if let Ok(Some(id)) = headers::single(&request.headers, MCP_SESSION_ID) {
         state.sessions.remove_merged(id);
     }
-    ex.trail.note(|e| e.decision = "forwarded".into());
+    ctx.trail.note(|e| e.decision = "forwarded".into());
     Ok(Response::new(Body::empty()))
 }

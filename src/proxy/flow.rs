@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::exchange::Exchange;
 use crate::approval::Requirement;
 use crate::auth::ClientId;
 use crate::error::{Rejection, ToolRefusal};
@@ -33,11 +32,17 @@ pub(crate) const CONVERSATION_META: &str = "io.portcullis/conversation";
 const MAX_CONVERSATION: usize = 128;
 
 /// The session of this call: the handshake-era session the client presented
-/// (the merged view's own in the merged view), or in the 2026 era the
-/// conversation it names in `_meta`; else the client alone.
-pub(super) fn key(ex: &Exchange, client: &ClientId, server: &str, message: &Request) -> SessionKey {
-    let scope = match (ex.era, &ex.client_session) {
-        (Era::Legacy, Some(id)) if !ex.prefix.is_empty() => format!("merged:{id}"),
+/// (`client_session`: the merged view's own in the merged view, `merged`),
+/// or in the 2026 era the conversation it names in `_meta`; else the client
+/// alone.
+pub(super) fn key(
+    (era, client_session, merged): (Era, Option<&str>, bool),
+    client: &ClientId,
+    server: &str,
+    message: &Request,
+) -> SessionKey {
+    let scope = match (era, client_session) {
+        (Era::Legacy, Some(id)) if merged => format!("merged:{id}"),
         (Era::Legacy, Some(id)) => format!("session:{server}:{id}"),
         (Era::Legacy, None) => String::new(),
         (Era::Modern, _) => message

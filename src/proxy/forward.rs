@@ -5,15 +5,12 @@
 //! Place: the last step on the way in, the first on the way back. Invariant:
 //! nothing reaches this step before every check of its method has passed.
 
-use super::exchange::session;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use http::request::Parts;
 use http::{HeaderMap, Method};
 use serde_json::{Map, Value, json};
 
@@ -28,14 +25,11 @@ use crate::proxy::retry::{Retries, broken, cause};
 use crate::transport::forwarded_headers;
 use crate::transport::reply::{Framing, Reply, UpstreamError};
 
-use super::exchange::{ACCEPT_BOTH, Exchange, recipient};
 use crate::auth::ClientId;
 use crate::config::{Pinning, SanitizeSettings};
 use crate::error::{self, Rejection, UpstreamFailure};
 use crate::identity::Caller;
-use crate::mcp::headers::{
-    self, MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
-};
+use crate::mcp::headers::{MCP_METHOD, MCP_NAME, MCP_PARAM_PREFIX, MCP_SESSION_ID};
 use crate::mcp::methods::ListKind;
 use crate::mcp::request::{Ask, Request};
 use crate::mcp::sse::SseItem;
@@ -45,7 +39,7 @@ use crate::sanitize::{Report, Sanitizer, Skip};
 
 /// Pins the server's instructions from the reply to `initialize` or
 /// `server/discover` as it passes; the reply itself is relayed unchanged.
-pub(super) fn watch_instructions(reply: Reply, forward: &Forward<'_>, id: Option<Value>) -> Reply {
+pub(super) fn watch_instructions(reply: Reply, forward: &Forward, id: Option<Value>) -> Reply {
     let settings = &forward.server.upstream.settings;
     let mode = settings.pinning;
     if mode == Pinning::Off {
@@ -100,62 +94,19 @@ pub(super) fn watch_instructions(reply: Reply, forward: &Forward<'_>, id: Option
     }
 }
 
-pub(super) async fn stream_or_end(
-    state: &Arc<AppState>,
-    live: &Live,
-    server: &ServerState,
-    ex: &mut Exchange,
-    client: &ClientId,
-    parts: &Parts,
-) -> Result<Response, Rejection> {
-    let version = headers::single(&parts.headers, MCP_PROTOCOL_VERSION)
-        .map_err(|m| Rejection::HeaderMismatch(m.0))?;
-    if version.and_then(Era::of) == Some(Era::Modern) {
-        return Err(Rejection::MethodNotAllowed("POST"));
-    }
-    let session = session(state, server, client, &parts.headers, Era::Legacy).await?;
-    let accept = if parts.method == Method::GET {
-        "text/event-stream"
-    } else {
-        ACCEPT_BOTH
-    };
-    let mut out = forwarded_headers(&parts.headers, accept);
-    ex.trail
-        .trace()
-        .forward(&mut out, None, server.upstream.settings.url());
-    let name = server.upstream.settings.name.clone();
-    let credential = server
-        .identity
-        .credential(&ex.caller(client), &live.config.identity)
-        .await
-        .map_err(|e| upstream(&live.sanitize, &name, None, UpstreamError::credentials(e)))?;
-    let sent = Instant::now();
-    // A GET stream lives as long as the session: no idle limit.
-    let reply = server
-        .upstream
-        .exchange(parts.method.clone(), out, credential, None, None)
-        .await
-        .map_err(|e| upstream(&live.sanitize, &name, None, e))?;
-    ex.trail
-        .upstream(reply_status(&reply).code(), sent.elapsed());
-    if let Some(id) = &session {
-        let status = reply_status(&reply);
-        if parts.method == Method::DELETE
-            && (status.is_success() || status == Framing::Http(http::StatusCode::NOT_FOUND))
-        {
-            state.sessions.remove(&name, id);
-        }
-    }
-    Ok(relay(reply, recipient(live, ex, server, None)))
-}
+/// Accept header sent upstream on POST (MCP requires both).
+pub(super) const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 
-/// Everything needed to send this request's messages upstream.
-pub(super) struct Forward<'a> {
-    pub(super) state: &'a Arc<AppState>,
-    pub(super) live: &'a Live,
-    pub(super) server: &'a ServerState,
-    pub(super) ex_era: Era,
-    pub(super) session: Option<&'a str>,
+/// Everything needed to send this request's messages to one server: made
+/// from the request's context ([`super::context::Context::forward_to`]).
+#[derive(Clone)]
+pub(super) struct Forward {
+    pub(super) state: Arc<AppState>,
+    pub(super) live: Arc<Live>,
+    pub(super) server: Arc<ServerState>,
+    pub(super) era: Era,
+    /// The server's own handshake-era session.
+    pub(super) session: Option<String>,
     /// Notes the upstream's status and latency.
     pub(super) trail: Arc<Trail>,
     /// A `subscriptions/listen`: its stream has no idle limit.
@@ -164,10 +115,21 @@ pub(super) struct Forward<'a> {
     pub(super) caller: Caller,
 }
 
-impl Forward<'_> {
+impl Forward {
+    /// The same request sent under `live`, the configuration in force now,
+    /// to `server` as that configuration has it (a call that waited for a
+    /// person runs under the configuration in force when it runs).
+    pub(super) fn under(self, live: Arc<Live>, server: Arc<ServerState>) -> Self {
+        Self {
+            live,
+            server,
+            ..self
+        }
+    }
+
     pub(super) fn headers(&self, client: &HeaderMap) -> HeaderMap {
         let mut out = forwarded_headers(client, ACCEPT_BOTH);
-        if self.ex_era == Era::Modern {
+        if self.era == Era::Modern {
             out.remove(MCP_SESSION_ID);
         }
         out
@@ -212,7 +174,7 @@ impl Forward<'_> {
         let breaker = &upstream.settings.breaker;
         let admitted = upstream.breaker.admit(breaker);
         if let Admit::Open(wait) = admitted {
-            return Err(deadline::open(self.live, self.name(), wait));
+            return Err(deadline::open(&self.live, self.name(), wait));
         }
         // Dropped with this future before an outcome is recorded, it hands the probe back.
         let mut probe = (admitted == Admit::Probe).then(|| upstream.breaker.probing());
@@ -225,7 +187,7 @@ impl Forward<'_> {
         let idle = idle.then_some(window.max(upstream.settings.timeout));
         let due = sent + window;
         let entry = (call.as_ref()).map(|c| {
-            let key = inflight::key(self.caller.client.name(), self.session, c.id);
+            let key = inflight::key(self.caller.client.name(), self.session.as_deref(), c.id);
             upstream.in_flight.enter(key)
         });
         let mut guard = (call.as_ref()).and_then(|c| {
@@ -295,13 +257,13 @@ impl Forward<'_> {
             );
         };
         drop(entry);
-        if self.ex_era == Era::Modern {
+        if self.era == Era::Modern {
             // The 2026 era has no sessions: an upstream's session id is not relayed.
             reply_headers_mut(&mut reply).remove(MCP_SESSION_ID);
         }
         self.trail
             .upstream(reply_status(&reply).code(), sent.elapsed());
-        if let Some(session) = self.session
+        if let Some(session) = self.session.as_deref()
             && reply_status(&reply) == Framing::Http(http::StatusCode::NOT_FOUND)
         {
             // The upstream ended the session; the binding goes with it.
@@ -313,7 +275,7 @@ impl Forward<'_> {
     /// The client gave up on its call `id`: it is not sent again (the
     /// notification itself goes on to the server).
     pub(super) fn cancel_in_flight(&self, id: &Value) {
-        let key = inflight::key(self.caller.client.name(), self.session, id);
+        let key = inflight::key(self.caller.client.name(), self.session.as_deref(), id);
         self.server.upstream.in_flight.cancel(&key);
     }
 
@@ -389,7 +351,7 @@ impl Forward<'_> {
             "portcullis-{}",
             self.state.next_id.fetch_add(1, Ordering::Relaxed)
         ));
-        let request = own_list_request(self.ex_era, ListKind::Tools, call, id);
+        let request = own_list_request(self.era, ListKind::Tools, call, id);
         match self
             .all_pages(headers, request, ListKind::Tools.key())
             .await?
@@ -419,7 +381,7 @@ impl Forward<'_> {
         let mut headers = self.headers(client_headers);
         headers.remove(MCP_NAME);
         headers.retain_param_free();
-        if self.ex_era == Era::Modern {
+        if self.era == Era::Modern {
             let method = request
                 .get("method")
                 .and_then(Value::as_str)

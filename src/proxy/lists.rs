@@ -5,7 +5,7 @@
 //! Invariant: the shared catalog is the gateway's own, never shaped by one
 //! client's list parameters (a client `cursor` is refused).
 
-use super::exchange::Exchange;
+use super::context::Context;
 use super::forward::{Forward, upstream};
 use super::forward::{Pages, own_list_request};
 use super::resource;
@@ -45,19 +45,19 @@ impl ListKind {
 
 pub(super) async fn list(
     config: &Config,
-    ex: &mut Exchange,
-    forward: &Forward<'_>,
+    ctx: &mut Context,
+    forward: &Forward,
     client: &ClientId,
     headers: &HeaderMap,
     message: &Request,
     kind: ListKind,
 ) -> Result<Response, Rejection> {
     refuse_cursor(message)?;
-    match list_items(config, ex, forward, client, headers, message, kind).await? {
+    match list_items(config, ctx, forward, client, headers, message, kind).await? {
         // The upstream refused the list: its error goes back, sanitized.
         Listed::Refused(error, reply_headers) => Ok(respond::json(&error, reply_headers)),
-        Listed::Items(visible, result) => Ok(answer_list(ex, kind, &render(&visible), result)),
-        Listed::Rendered(visible, result) => Ok(answer_list(ex, kind, &visible, result)),
+        Listed::Items(visible, result) => Ok(answer_list(ctx, kind, &render(&visible), result)),
+        Listed::Rendered(visible, result) => Ok(answer_list(ctx, kind, &visible, result)),
     }
 }
 
@@ -87,14 +87,14 @@ pub(super) fn render(items: &[Value]) -> String {
 /// One server's list as this client may see it: every page, pinned, sanitized, filtered.
 pub(super) async fn list_items(
     config: &Config,
-    ex: &mut Exchange,
-    forward: &Forward<'_>,
+    ctx: &mut Context,
+    forward: &Forward,
     client: &ClientId,
     headers: &HeaderMap,
     message: &Request,
     kind: ListKind,
 ) -> Result<Listed, Rejection> {
-    let server = forward.server;
+    let server = &forward.server;
     let name = server.upstream.settings.name.as_str();
     let id = match message.id() {
         Some(id) => id.clone(),
@@ -103,7 +103,7 @@ pub(super) async fn list_items(
             forward.state.next_id.fetch_add(1, Ordering::Relaxed)
         )),
     };
-    let request = own_list_request(forward.ex_era, kind, message, id);
+    let request = own_list_request(forward.era, kind, message, id);
     let sanitize = &forward.live.sanitize;
     let sanitizer = Sanitizer::new(sanitize, Skip::default());
     let mut report = Report::default();
@@ -130,7 +130,7 @@ pub(super) async fn list_items(
                 let e = UpstreamError::new(crate::error::UpstreamKind::Protocol, m.0);
                 return Err(upstream(sanitize, name, None, e));
             }
-            ex.trail.sanitized(&report);
+            ctx.trail.sanitized(&report);
             return Ok(Listed::Refused(error, reply_headers));
         }
     };
@@ -146,9 +146,9 @@ pub(super) async fn list_items(
         Value::Object(result) => result,
         _ => Map::new(),
     };
-    let observe = ex.mode == Mode::Observe;
+    let observe = ctx.mode == Mode::Observe;
     let mut hidden = 0usize;
-    let claims = ex.token.as_ref().map(|t| t.claims());
+    let claims = ctx.token.as_ref().map(|t| t.claims());
     // A tool's conditions read its annotations as the call will: from the catalog.
     let mut permitted = |item: &Value, annotations: Option<&Value>| {
         let facts = ListFacts {
@@ -220,13 +220,13 @@ pub(super) async fn list_items(
             })
             .collect()
     };
-    ex.trail.sanitized(&report);
+    ctx.trail.sanitized(&report);
     if !report.is_empty() {
-        tracing::info!(server = name, method = %ex.method, actions = %report.summary(), "sanitized");
+        tracing::info!(server = name, method = %ctx.method, actions = %report.summary(), "sanitized");
     }
     if observe && hidden > 0 {
-        ex.would_refuse = Some("hidden_from_list");
-        tracing::info!(server = name, method = %ex.method, would_hide = hidden, "observe mode: items listed that enforcement would hide");
+        ctx.would_refuse = Some("hidden_from_list");
+        tracing::info!(server = name, method = %ctx.method, would_hide = hidden, "observe mode: items listed that enforcement would hide");
     }
     Ok(match rendered {
         Some(text) => Listed::Rendered(text, result),
@@ -254,18 +254,18 @@ pub(super) fn keep_item(
 
 /// The list as one response: every item (`visible`, a JSON array) on one page.
 pub(super) fn answer_list(
-    ex: &Exchange,
+    ctx: &Context,
     kind: ListKind,
     visible: &str,
     mut result: Map<String, Value>,
 ) -> Response {
     result.remove(kind.key());
     result.remove("nextCursor");
-    if ex.era == Era::Modern {
+    if ctx.era == Era::Modern {
         // The list depends on who asked: no shared cache may serve it to another client.
         result.insert("cacheScope".into(), "private".into());
     }
-    let id = ex.id.clone().unwrap_or(Value::Null);
+    let id = ctx.id.clone().unwrap_or(Value::Null);
     // The rest of the result, then the items spliced in as they were rendered.
     let rest = serde_json::to_string(&result).unwrap_or_else(|_| "{}".into());
     let open = rest.strip_suffix('}').unwrap_or("{");

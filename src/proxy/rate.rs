@@ -24,12 +24,12 @@ use crate::ratelimit::{Bucket, Taken, Verdict};
 /// Takes the tokens of `decision` for a call about to be forwarded, from the
 /// buckets `forward`'s configuration names.
 pub(super) async fn take(
-    forward: &Forward<'_>,
+    forward: &Forward,
     client: &ClientId,
     subject: Subject<'_>,
     decision: &Decision,
 ) -> Result<(), Rejection> {
-    let (state, live, server) = (forward.state, forward.live, forward.server);
+    let (state, live, server) = (&forward.state, &*forward.live, &forward.server);
     rate_limit(state, live, client, server, subject, decision, Spend::Take)
         .await
         .map(drop)

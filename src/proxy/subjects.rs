@@ -5,7 +5,7 @@
 //! same policy decision serves lists and calls; a hidden subject gets the
 //! answer an unknown one gets.
 
-use super::exchange::{Exchange, observe_or_enforce};
+use super::context::Context;
 use super::rate::{Spend, rate_limit};
 use super::resource;
 
@@ -25,22 +25,22 @@ use crate::policy::{Decision, Subject};
 pub(super) async fn decide_subject(
     state: &AppState,
     live: &Live,
-    ex: &mut Exchange,
+    ctx: &mut Context,
     client: &ClientId,
     server: &ServerState,
     subject: Subject<'_>,
     takes_tokens: bool,
     hidden: impl FnOnce() -> String,
 ) -> Result<(), Rejection> {
-    ex.trail.stage("authorize");
+    ctx.trail.stage("authorize");
     let decided = authorize_or_hide(&live.config, client, server, subject, hidden);
-    if let Some(decision) = observe_or_enforce(ex, decided)?
+    if let Some(decision) = ctx.observe_or_enforce(decided)?
         && takes_tokens
     {
-        ex.trail.stage("rate_limit");
+        ctx.trail.stage("rate_limit");
         let limited =
             rate_limit(state, live, client, server, subject, &decision, Spend::Take).await;
-        observe_or_enforce(ex, limited.map(drop))?;
+        ctx.observe_or_enforce(limited.map(drop))?;
     }
     Ok(())
 }

@@ -30,7 +30,7 @@ use crate::transport::reply::UpstreamError;
 /// Serves a task method (one [`TaskMethod::of`] names) for `client` on
 /// `forward`'s server.
 pub(super) async fn serve(
-    forward: &Forward<'_>,
+    forward: &Forward,
     client: &ClientId,
     audit_tool: &mut Option<String>,
     headers: &HeaderMap,
@@ -101,7 +101,7 @@ pub(super) async fn serve(
 /// answered on one page. The gateway hands out no cursor, so a request that
 /// carries one is refused like an invalid cursor.
 async fn list(
-    forward: &Forward<'_>,
+    forward: &Forward,
     store: &TaskStore,
     client: &ClientId,
     headers: &HeaderMap,

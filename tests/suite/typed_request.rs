@@ -20,6 +20,11 @@
 //!    id in `_meta`) nowhere, and none of them (`name`, `arguments`, `_meta`,
 //!    …) in the decisions that judge a client's call ([`DECISIONS`]).
 //!
+//! The same scan keeps one context per request: the `Forward` (how a
+//! request reaches its server) and the `Recipient` (whom a reply is for) are
+//! made from the request's context in `src/proxy/context.rs` and nowhere
+//! else, and the hand-passed `Exchange` they replaced does not come back.
+//!
 //! `cargo test --test suite typed_request::` runs it; a failure names the
 //! file, the line and what it found.
 
@@ -443,6 +448,96 @@ fn the_checks_see_a_comparison_and_a_read() {
         r#"let answer = call.round.responses().and_then(|r| r.get(INPUT_KEY));"#,
     ] {
         assert!(key_reads(fine, PARAM_KEYS).is_empty(), "seen: {fine}");
+    }
+}
+
+/// Where the objects a step needs are made from the request's context.
+const CONTEXT_FILE: &str = "src/proxy/context.rs";
+
+/// What a source line does against the one per-request context: makes a
+/// `Forward` or a `Recipient` by hand outside [`CONTEXT_FILE`], or names an
+/// `Exchange` in the request path.
+fn context_breaches(path: &str, n: usize, line: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for made in ["Forward", "Recipient"] {
+        let literal = format!("{made} {{");
+        let declared = [
+            format!("struct {made} {{"),
+            format!("impl {made} {{"),
+            format!("-> {made} {{"),
+        ];
+        if path != CONTEXT_FILE
+            && line.contains(&literal)
+            && !declared.iter().any(|d| line.contains(d.as_str()))
+        {
+            found.push(format!(
+                "{path}:{n}: a {made} made by hand: derive it from the request's Context ({CONTEXT_FILE})\n    {}",
+                line.trim()
+            ));
+        }
+    }
+    let words = line.split(|c: char| !(c.is_alphanumeric() || c == '_'));
+    if path.starts_with("src/proxy") && words.into_iter().any(|w| w == "Exchange") {
+        found.push(format!(
+            "{path}:{n}: an Exchange in the request path: steps take the request's Context\n    {}",
+            line.trim()
+        ));
+    }
+    found
+}
+
+#[test]
+fn forward_and_recipient_are_made_from_the_context_only() {
+    let mut found = Vec::new();
+    let mut made = 0usize;
+    for (path, text) in sources() {
+        for (n, line) in code_lines(&text) {
+            found.extend(context_breaches(&path, n, line));
+            if path == CONTEXT_FILE {
+                let line = line.trim_start();
+                made +=
+                    usize::from(line.starts_with("Forward {") || line.starts_with("Recipient {"));
+            }
+        }
+    }
+    assert!(
+        !root().join("src/proxy/exchange.rs").exists(),
+        "src/proxy/exchange.rs is back"
+    );
+    assert_eq!(
+        made, 2,
+        "{CONTEXT_FILE} makes one Forward and one Recipient"
+    );
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// The context check sees a hand-made object and an `Exchange`, and not
+/// their declarations.
+#[test]
+fn the_context_check_sees_a_hand_made_object() {
+    for bad in [
+        "        let forward = Forward {",
+        "    Recipient {",
+        "    ex: &mut Exchange,",
+        "use super::exchange::{Exchange, enter};",
+    ] {
+        assert!(
+            !context_breaches("src/proxy/dispatch.rs", 1, bad).is_empty(),
+            "not seen: {bad}"
+        );
+    }
+    for fine in [
+        "pub(super) struct Forward {",
+        "impl Recipient {",
+        "    let forward = ctx.forward_to(client, server, session, listen);",
+        "    pub(super) fn forward(&self, ctx: &Context, client: &ClientId) -> Forward {",
+        "            ServerIdentity::Exchange(g) => {",
+    ] {
+        let path = match fine.contains("ServerIdentity") {
+            true => "src/identity.rs",
+            false => "src/proxy/forward.rs",
+        };
+        assert!(context_breaches(path, 1, fine).is_empty(), "seen: {fine}");
     }
 }
 

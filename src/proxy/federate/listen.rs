@@ -23,7 +23,7 @@ use crate::mcp::request::{Ask, Request};
 use crate::mcp::sse::SseItem;
 use crate::policy::Subject;
 use crate::policy::uri::CanonicalUri;
-use crate::proxy::exchange::{Exchange, recipient};
+use crate::proxy::context::Context;
 use crate::proxy::forward::upstream;
 use crate::proxy::respond::relay;
 use crate::transport::reply::{Framing, Reply};
@@ -37,7 +37,7 @@ use super::view::{Part, View, no_server_answered};
 /// read gets the answer a missing resource gets.
 pub(super) async fn listen(
     view: &View<'_>,
-    ex: &mut Exchange,
+    ctx: &mut Context,
     message: &Request,
 ) -> Result<Response, Rejection> {
     let config = &*view.live.config;
@@ -78,7 +78,7 @@ pub(super) async fn listen(
             own.set_uris(&mine);
         }
         let body = Bytes::from(serde_json::to_vec(&own.to_value()).unwrap_or_default());
-        let forward = part.forward(view.state, view.live, ex, view.client);
+        let forward = part.forward(ctx, view.client);
         let out = forward.headers(&part.headers(view.headers, None));
         match forward.send(out, body, false).await {
             Ok(Reply::Sse { events, .. }) => {
@@ -135,7 +135,7 @@ pub(super) async fn listen(
     let notice = json!({
         "jsonrpc": "2.0",
         "method": Rpc::ToolsListChanged.name(),
-        "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": ex.id.clone()}},
+        "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": ctx.id.clone()}},
     });
     let reply = Reply::Sse {
         status: Framing::Message,
@@ -146,8 +146,8 @@ pub(super) async fn listen(
             notice.to_string(),
         )),
     };
-    ex.server = None;
-    Ok(relay(reply, recipient(view.live, ex, first.server, None)))
+    ctx.server = None;
+    Ok(relay(reply, ctx.recipient(first.server)))
 }
 
 /// `events`, with a `notifications/tools/list_changed` whenever a member's
@@ -182,13 +182,13 @@ where
 }
 
 /// Sends the client's message to every member, answers ignored.
-pub(super) async fn broadcast(view: &View<'_>, ex: &mut Exchange, message: &Request, body: Bytes) {
+pub(super) async fn broadcast(view: &View<'_>, ctx: &mut Context, message: &Request, body: Bytes) {
     for part in &view.parts {
-        let sent = send_to(view, ex, part, None, message.clone(), body.clone()).await;
+        let sent = send_to(view, ctx, part, None, message.clone(), body.clone()).await;
         if let Err(rejection) = sent {
-            tracing::info!(server = part.name(), method = %ex.method, error = rejection.code(), "not delivered to a member server");
+            tracing::info!(server = part.name(), method = %ctx.method, error = rejection.code(), "not delivered to a member server");
         }
     }
-    ex.server = None;
-    ex.mode = view.live.config.gateway.mode;
+    ctx.server = None;
+    ctx.mode = view.live.config.gateway.mode;
 }

@@ -21,7 +21,7 @@ use crate::mcp::methods::ListKind;
 use crate::mcp::request::{Ask, Request};
 use crate::mcp::version::{self, Era};
 use crate::proxy::breaker::Phase;
-use crate::proxy::exchange::{Exchange, enter};
+use crate::proxy::context::Context;
 use crate::proxy::forward::{reply_headers, watch_instructions};
 use crate::proxy::lists::{Listed, list_items};
 use crate::proxy::respond::{self};
@@ -40,11 +40,11 @@ pub(super) struct Answer {
 
 /// Sends the client's request to every member; the results of those that
 /// answered (their instructions pinned on the way), the others logged.
-async fn ask_each(view: &View<'_>, ex: &Exchange, body: &Bytes) -> Vec<Answer> {
-    let id = ex.id.clone().unwrap_or(Value::Null);
+async fn ask_each(view: &View<'_>, ctx: &Context, body: &Bytes) -> Vec<Answer> {
+    let id = ctx.id.clone().unwrap_or(Value::Null);
     let mut answers = Vec::new();
     for part in &view.parts {
-        let forward = part.forward(view.state, view.live, ex, view.client);
+        let forward = part.forward(ctx, view.client);
         let out = forward.headers(&part.headers(view.headers, None));
         let answered = match forward.send(out, body.clone(), true).await {
             Ok(reply) => {
@@ -52,7 +52,7 @@ async fn ask_each(view: &View<'_>, ex: &Exchange, body: &Bytes) -> Vec<Answer> {
                     .get(MCP_SESSION_ID)
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_owned);
-                let reply = watch_instructions(reply, &forward, ex.id.clone());
+                let reply = watch_instructions(reply, &forward, ctx.id.clone());
                 respond::collect(reply, &id, &part.server.catalog)
                     .await
                     .map(|m| (m, session))
@@ -67,11 +67,11 @@ async fn ask_each(view: &View<'_>, ex: &Exchange, body: &Bytes) -> Vec<Answer> {
                     session,
                 }),
                 _ => {
-                    tracing::warn!(server = part.name(), method = %ex.method, "the server refused; it is left out of the merged answer")
+                    tracing::warn!(server = part.name(), method = %ctx.method, "the server refused; it is left out of the merged answer")
                 }
             },
             Err(e) => {
-                tracing::warn!(server = part.name(), method = %ex.method, error = %e.reason, "the server did not answer; it is left out of the merged answer");
+                tracing::warn!(server = part.name(), method = %ctx.method, error = %e.reason, "the server did not answer; it is left out of the merged answer");
             }
         }
     }
@@ -80,11 +80,11 @@ async fn ask_each(view: &View<'_>, ex: &Exchange, body: &Bytes) -> Vec<Answer> {
 
 pub(super) async fn initialize(
     view: &View<'_>,
-    ex: &mut Exchange,
+    ctx: &mut Context,
     message: &Request,
     body: Bytes,
 ) -> Result<Response, Rejection> {
-    let answers = ask_each(view, ex, &body).await;
+    let answers = ask_each(view, ctx, &body).await;
     if answers.is_empty() {
         return Err(no_server_answered("initialize"));
     }
@@ -141,15 +141,15 @@ pub(super) async fn initialize(
     if let Ok(v) = HeaderValue::from_str(&session) {
         out.insert(MCP_SESSION_ID, v);
     }
-    Ok(answer(ex, Value::Object(merged), out))
+    Ok(answer(ctx, Value::Object(merged), out))
 }
 
 pub(super) async fn discover(
     view: &View<'_>,
-    ex: &mut Exchange,
+    ctx: &mut Context,
     body: Bytes,
 ) -> Result<Response, Rejection> {
-    let answers = ask_each(view, ex, &body).await;
+    let answers = ask_each(view, ctx, &body).await;
     if answers.is_empty() {
         return Err(no_server_answered("server/discover"));
     }
@@ -176,7 +176,7 @@ pub(super) async fn discover(
     merged.insert("ttlMs".into(), ttl.into());
     merged.insert("cacheScope".into(), "private".into());
     merged.insert("resultType".into(), "complete".into());
-    Ok(answer(ex, Value::Object(merged), HeaderMap::new()))
+    Ok(answer(ctx, Value::Object(merged), HeaderMap::new()))
 }
 
 /// Capabilities merged (a feature any member offers is offered), and the
@@ -267,7 +267,7 @@ pub(super) fn names(answers: &[Answer]) -> Vec<&str> {
 /// Every member's list as this client may see it, names prefixed, on one page.
 pub(super) async fn merged_list(
     view: &View<'_>,
-    ex: &mut Exchange,
+    ctx: &mut Context,
     message: &Request,
     kind: ListKind,
 ) -> Result<Response, Rejection> {
@@ -280,10 +280,10 @@ pub(super) async fn merged_list(
         // An open breaker: the server is not asked, its items are left out
         // (half-open, the list is a probe like any request).
         if part.server.upstream.breaker.phase() == Phase::Open {
-            tracing::debug!(server = part.name(), method = %ex.method, "left out of the merged list: its circuit breaker is open");
+            tracing::debug!(server = part.name(), method = %ctx.method, "left out of the merged list: its circuit breaker is open");
             continue;
         }
-        match part_list(view, ex, part, message, kind).await {
+        match part_list(view, ctx, part, message, kind).await {
             Ok(Listed::Items(listed, result)) => {
                 answered += 1;
                 items.extend(listed);
@@ -294,24 +294,24 @@ pub(super) async fn merged_list(
             // A server without this kind of item answers with an error: it has none.
             Ok(Listed::Refused(..) | Listed::Rendered(..)) => answered += 1,
             Err(rejection) => {
-                tracing::warn!(server = part.name(), method = %ex.method, error = rejection.code(), "left out of the merged list");
+                tracing::warn!(server = part.name(), method = %ctx.method, error = rejection.code(), "left out of the merged list");
                 failed.get_or_insert(rejection);
             }
         }
     }
-    ex.server = None;
-    ex.mode = view.live.config.gateway.mode;
+    ctx.server = None;
+    ctx.mode = view.live.config.gateway.mode;
     if let (Some(rejection), 0) = (failed, answered) {
         return Err(rejection);
     }
     let mut result = Map::new();
-    if ex.era == Era::Modern {
+    if ctx.era == Era::Modern {
         // Required in 2026-07-28 results; the merged list lives as long as its shortest part.
         result.insert("ttlMs".into(), ttl.unwrap_or(0).into());
         result.insert("resultType".into(), "complete".into());
     }
     Ok(crate::proxy::lists::answer_list(
-        ex,
+        ctx,
         kind,
         &crate::proxy::lists::render(&items),
         result,
@@ -321,16 +321,16 @@ pub(super) async fn merged_list(
 /// One member's list for this client, with names as the merged view shows them.
 pub(super) async fn part_list(
     view: &View<'_>,
-    ex: &mut Exchange,
+    ctx: &mut Context,
     part: &Part<'_>,
     message: &Request,
     kind: ListKind,
 ) -> Result<Listed, Rejection> {
-    enter(ex, view.live, part.server);
-    let forward = part.forward(view.state, view.live, ex, view.client);
+    ctx.enter(part.server);
+    let forward = part.forward(ctx, view.client);
     let headers = part.headers(view.headers, None);
     let config = &*view.live.config;
-    let listed = list_items(config, ex, &forward, view.client, &headers, message, kind).await?;
+    let listed = list_items(config, ctx, &forward, view.client, &headers, message, kind).await?;
     Ok(match listed {
         Listed::Rendered(text, result) => {
             let items = serde_json::from_str(&text).unwrap_or_default();

@@ -21,8 +21,8 @@ use crate::mcp::methods::ListKind;
 use crate::mcp::request::{Ask, Reference, Request};
 use crate::mcp::version::Era;
 use crate::policy::{ListFacts, Subject};
+use crate::proxy::context::Context;
 use crate::proxy::dispatch::{Incoming, serve};
-use crate::proxy::exchange::{Exchange, enter};
 use crate::proxy::lists::Listed;
 use crate::proxy::refusals::refuse_unknown_tool;
 use crate::proxy::resource;
@@ -35,36 +35,36 @@ use super::view::{Part, SEPARATOR, View};
 /// the `unknown_tool` result on `tools/call` (`tool_call`), else not-found.
 pub(super) async fn named(
     view: &View<'_>,
-    ex: &mut Exchange,
+    ctx: &mut Context,
     message: &Request,
     kind: ListKind,
     tool_call: bool,
 ) -> Result<Response, Rejection> {
     let name = match message.ask() {
         Ask::Tool { name, .. } | Ask::Prompt { name, .. } => name.clone(),
-        _ => return Err(Rejection::MethodNotFound(ex.method.clone())),
+        _ => return Err(Rejection::MethodNotFound(ctx.method.clone())),
     };
     let found = split(&name).and_then(|(server, inner)| {
         let part = view.parts.iter().find(|p| p.name() == server)?;
         Some((part, inner))
     });
     let Some((part, inner)) = found else {
-        ex.tool = (kind == ListKind::Tools).then(|| name.clone());
+        ctx.tool = (kind == ListKind::Tools).then(|| name.clone());
         return Err(match kind {
-            ListKind::Tools if tool_call => unknown_merged_tool(view, ex, message, &name).await,
+            ListKind::Tools if tool_call => unknown_merged_tool(view, ctx, message, &name).await,
             ListKind::Tools => Rejection::NotFound(format!("Unknown tool: {name}")),
             _ => Rejection::NotFound(format!("Unknown prompt: {name}")),
         });
     };
     let renamed = message.clone().renamed(inner);
-    route_to(view, ex, part, renamed, Some(inner)).await
+    route_to(view, ctx, part, renamed, Some(inner)).await
 }
 
 /// `resources/read` and its kin: the first server whose list, for this
 /// client, has the URI.
 pub(super) async fn by_uri(
     view: &View<'_>,
-    ex: &mut Exchange,
+    ctx: &mut Context,
     message: &Request,
     uri: &str,
     body: Bytes,
@@ -82,21 +82,21 @@ pub(super) async fn by_uri(
             canonical.identity().to_owned(),
         )
     };
-    let Some(part) = owner_of(view, ex, message, &target, &identity).await else {
+    let Some(part) = owner_of(view, ctx, message, &target, &identity).await else {
         return Err(Rejection::NotFound(format!("Resource not found: {uri}")));
     };
     // The per-server pipeline canonicalizes body and `Mcp-Name` alike.
-    send_to(view, ex, part, Some(uri), message.clone(), body).await
+    send_to(view, ctx, part, Some(uri), message.clone(), body).await
 }
 
 pub(super) async fn completion(
     view: &View<'_>,
-    ex: &mut Exchange,
+    ctx: &mut Context,
     message: &Request,
     body: Bytes,
 ) -> Result<Response, Rejection> {
     let Ask::Completion { reference } = message.ask() else {
-        return Err(Rejection::MethodNotFound(ex.method.clone()));
+        return Err(Rejection::MethodNotFound(ctx.method.clone()));
     };
     match reference {
         Reference::Prompt { name } => {
@@ -108,11 +108,11 @@ pub(super) async fn completion(
                 return Err(Rejection::NotFound(format!("Unknown prompt: {name}")));
             };
             let renamed = message.clone().renamed(&inner);
-            route_to(view, ex, part, renamed, None).await
+            route_to(view, ctx, part, renamed, None).await
         }
         Reference::Resource { uri } => {
             let uri = uri.clone();
-            by_uri(view, ex, message, &uri, body, true).await
+            by_uri(view, ctx, message, &uri, body, true).await
         }
     }
 }
@@ -122,14 +122,14 @@ pub(super) async fn completion(
 /// message is not read again from them.
 async fn route_to(
     view: &View<'_>,
-    ex: &mut Exchange,
+    ctx: &mut Context,
     part: &Part<'_>,
     renamed: Request,
     target: Option<&str>,
 ) -> Result<Response, Rejection> {
-    ex.prefix = format!("{}{SEPARATOR}", part.name());
+    ctx.prefix = format!("{}{SEPARATOR}", part.name());
     let body = Bytes::from(serde_json::to_vec(&renamed.to_value()).unwrap_or_default());
-    send_to(view, ex, part, target, renamed, body).await
+    send_to(view, ctx, part, target, renamed, body).await
 }
 
 /// `message` (sent as `body`) through the per-server pipeline of `part`
@@ -137,29 +137,20 @@ async fn route_to(
 /// `Mcp-Name` naming `target` as the server knows it.
 pub(super) async fn send_to(
     view: &View<'_>,
-    ex: &mut Exchange,
+    ctx: &mut Context,
     part: &Part<'_>,
     target: Option<&str>,
     message: Request,
     body: Bytes,
 ) -> Result<Response, Rejection> {
-    enter(ex, view.live, part.server);
+    ctx.enter(part.server);
     let headers = part.headers(view.headers, target);
     let incoming = Incoming {
         request: message,
         body,
         session: part.session.clone(),
     };
-    serve(
-        view.state,
-        view.live,
-        ex,
-        part.server,
-        view.client,
-        &headers,
-        incoming,
-    )
-    .await
+    serve(ctx, part.server, view.client, &headers, incoming).await
 }
 
 /// `<server>__<name>` → (server, name).
@@ -172,14 +163,14 @@ pub(super) fn split(name: &str) -> Option<(&str, &str)> {
 /// call, on every member, by its merged name.
 async fn unknown_merged_tool(
     view: &View<'_>,
-    ex: &Exchange,
+    ctx: &Context,
     message: &Request,
     name: &str,
 ) -> Rejection {
     let config = &*view.live.config;
     let mut permitted = Vec::new();
     for part in &view.parts {
-        let forward = part.forward(view.state, view.live, ex, view.client);
+        let forward = part.forward(ctx, view.client);
         let headers = part.headers(view.headers, None);
         let Ok(tools) = forward.tool_set(&headers, message, None).await else {
             continue;
@@ -189,7 +180,7 @@ async fn unknown_merged_tool(
                 .names()
                 .filter(|t| {
                     let facts = ListFacts {
-                        claims: ex.token.as_ref().map(|t| t.claims()),
+                        claims: ctx.token.as_ref().map(|t| t.claims()),
                         annotations: tools
                             .tools
                             .get(*t)
@@ -209,18 +200,19 @@ async fn unknown_merged_tool(
 /// The member that serves `uri` to this client.
 async fn owner_of<'v>(
     view: &'v View<'_>,
-    ex: &mut Exchange,
+    ctx: &mut Context,
     message: &Request,
     uri: &str,
     identity: &str,
 ) -> Option<&'v Part<'v>> {
     // Looking up is not listing: what a list would hide is decided by the read.
-    let would_refuse = ex.would_refuse;
+    let would_refuse = ctx.would_refuse;
     let mut owner = None;
     'parts: for part in &view.parts {
         for kind in [ListKind::Resources, ListKind::Templates] {
-            let lookup = lookup_message(view, ex, message, kind);
-            let Ok(Listed::Items(items, _)) = part_list(view, ex, part, &lookup, kind).await else {
+            let lookup = lookup_message(view, ctx, message, kind);
+            let Ok(Listed::Items(items, _)) = part_list(view, ctx, part, &lookup, kind).await
+            else {
                 continue;
             };
             let found = items.iter().any(|item| match kind {
@@ -236,16 +228,16 @@ async fn owner_of<'v>(
             }
         }
     }
-    ex.would_refuse = would_refuse;
+    ctx.would_refuse = would_refuse;
     owner
 }
 
 /// A list request of the gateway's own, carrying the client's protocol
 /// `_meta` (2026 era).
-fn lookup_message(view: &View<'_>, ex: &Exchange, message: &Request, kind: ListKind) -> Request {
+fn lookup_message(view: &View<'_>, ctx: &Context, message: &Request, kind: ListKind) -> Request {
     let n = view.state.next_id.fetch_add(1, Ordering::Relaxed);
     let id = format!("portcullis-{n}").into();
-    Request::own_list(id, kind, message, ex.era == Era::Modern)
+    Request::own_list(id, kind, message, ctx.era == Era::Modern)
 }
 
 /// RFC 6570 templates matched loosely: a `{var}` matches one path segment,

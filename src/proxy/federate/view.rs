@@ -22,7 +22,7 @@ use crate::error::{UpstreamFailure, UpstreamKind};
 use crate::mcp::headers::{self, MCP_NAME, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use crate::mcp::jsonrpc::{self};
 use crate::mcp::version::Era;
-use crate::proxy::exchange::Exchange;
+use crate::proxy::context::Context;
 use crate::proxy::forward::Forward;
 use crate::proxy::respond::{self};
 use crate::proxy::session::Member;
@@ -33,7 +33,7 @@ pub(super) const SEPARATOR: &str = "__";
 
 /// One server as a request of the merged view reaches it.
 pub(super) struct Part<'a> {
-    pub(super) server: &'a ServerState,
+    pub(super) server: &'a Arc<ServerState>,
     /// The server's own session (handshake era).
     pub(super) session: Option<String>,
     /// The version the server agreed to, when it differs from the client's.
@@ -64,24 +64,9 @@ impl Part<'_> {
         out
     }
 
-    pub(super) fn forward<'f>(
-        &'f self,
-        state: &'f Arc<AppState>,
-        live: &'f Live,
-        ex: &Exchange,
-        client: &ClientId,
-    ) -> Forward<'f> {
-        Forward {
-            state,
-            live,
-            server: self.server,
-            ex_era: ex.era,
-            session: self.session.as_deref(),
-            trail: ex.trail.clone(),
-            // The merged view's own listen sends with no idle limit itself.
-            listen: false,
-            caller: ex.caller(client),
-        }
+    pub(super) fn forward(&self, ctx: &Context, client: &ClientId) -> Forward {
+        // The merged view's own listen sends with no idle limit itself.
+        ctx.forward_to(client, self.server, self.session.clone(), false)
     }
 }
 
@@ -95,7 +80,7 @@ pub(super) struct View<'a> {
 }
 
 /// The members of the merged session the request presents (handshake era).
-pub(super) fn members(
+pub(crate) fn members(
     state: &AppState,
     client: &ClientId,
     headers: &HeaderMap,
@@ -139,8 +124,8 @@ pub(super) fn parts<'a>(live: &'a Live, members: Option<&[Member]>) -> Vec<Part<
     }
 }
 
-pub(super) fn answer(ex: &Exchange, result: Value, headers: HeaderMap) -> Response {
-    let id = ex.id.clone().unwrap_or(Value::Null);
+pub(super) fn answer(ctx: &Context, result: Value, headers: HeaderMap) -> Response {
+    let id = ctx.id.clone().unwrap_or(Value::Null);
     respond::json(&jsonrpc::result(&id, result), headers)
 }
 

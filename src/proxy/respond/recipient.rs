@@ -1,8 +1,9 @@
 //! The [`Recipient`]: who a reply is for, and the checks each upstream
 //! message passes on its way to that client.
 //!
-//! Place: built by the exchange before forwarding; the relay hands it every
-//! message of the reply. It admits or drops a message, sanitizes it, keeps
+//! Place: made from the request's context (`Context::recipient`, the one
+//! place) before forwarding; the relay hands it every message of the
+//! reply. It admits or drops a message, sanitizes it, keeps
 //! the task scope, and turns the final answer to a `tools/call` into an
 //! `isError` result when the upstream failed (see [`Recipient::finish`]).
 //!
