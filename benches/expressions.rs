@@ -208,6 +208,7 @@ fn decisions(c: &mut Criterion) {
         method: "tools/call",
         arguments,
         annotations: Some(&annotations),
+        labels: &[],
     };
     let (allowed, denied) = (facts(&arguments), facts(&dropping));
 

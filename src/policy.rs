@@ -116,6 +116,14 @@ impl Policy {
         hidden_on_failure(self.decide_in(&scope, subject, &mut |_, _| ()))
     }
 
+    /// Whether some rule's `when` reads the session's flow labels: a call
+    /// then reads them from the state store before it is decided.
+    pub fn reads_labels(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.when.as_ref().is_some_and(|w| w.reads_labels()))
+    }
+
     /// Whether a list's decision may change for the same client from one list
     /// to the next: some rule's `when` is evaluated at list time and reads the
     /// token's claims or the time. A list rendered once per client and

@@ -6,8 +6,9 @@
 //! with the call (before the tool's own `inputSchema`, its pin and the
 //! secrets in its arguments, which need the live server). A tool call's
 //! rules' `when` conditions are evaluated with the request's `arguments`,
-//! optional `claims` and optional `annotations` (the tool's, as the live
-//! server would have them pinned; absent, an empty map), and each outcome is
+//! optional `claims`, optional `annotations` (the tool's, as the live
+//! server would have them pinned; absent, an empty map) and optional
+//! `labels` (what the caller's session would hold), and each outcome is
 //! printed.
 //!
 //! Invariant: the request names a client, a server and one of `tool`,
@@ -20,6 +21,7 @@ use serde_json::{Value, json};
 
 use crate::auth::ClientId;
 use crate::config::Config;
+use crate::flow::Label;
 use crate::policy::{Effective, Facts, Subject, uri};
 
 /// A request to explain, as written in `REQUEST.json`.
@@ -39,6 +41,10 @@ struct Request {
     /// The tool's annotations (for rules' `when` over `annotations`).
     #[serde(default)]
     annotations: Option<Value>,
+    /// The flow labels the caller's session would hold (for rules' `when`
+    /// over `labels`): `private`, `untrusted`.
+    #[serde(default)]
+    labels: Vec<String>,
 }
 
 /// The explanation of `request` (the text of `REQUEST.json`) under `config`:
@@ -67,6 +73,14 @@ pub fn explain(config: &Config, request: &str, as_json: bool) -> Result<String, 
         _ => return Err("the request names exactly one of `tool`, `resource` or `prompt`".into()),
     };
     let arguments = request.arguments.unwrap_or_else(|| json!({}));
+    let mut labels = Vec::new();
+    for given in &request.labels {
+        let label = Label::ALL
+            .iter()
+            .find(|(name, _)| name == given)
+            .ok_or_else(|| format!("`{given}` is not a flow label (labels: private, untrusted)"))?;
+        labels.push(label.1.as_str());
+    }
     // A tool call is resolved with its facts, so every `when` is evaluated as the gateway would.
     let mut conditions = Vec::new();
     let resolved = match subject {
@@ -76,6 +90,7 @@ pub fn explain(config: &Config, request: &str, as_json: bool) -> Result<String, 
                 method: "tools/call",
                 arguments: &arguments,
                 annotations: request.annotations.as_ref(),
+                labels: &labels,
             };
             config
                 .policy

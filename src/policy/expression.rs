@@ -22,10 +22,17 @@ pub use scope::{Facts, ListFacts};
 pub(crate) use scope::{Known, Scope};
 
 /// The names an expression may read that a list does not know.
-const CALL_TIME: [&str; 5] = ["arguments", "claims", "annotations", "method", "now"];
+const CALL_TIME: [&str; 6] = [
+    "arguments",
+    "claims",
+    "annotations",
+    "method",
+    "now",
+    "labels",
+];
 
 /// Every name the context of an expression offers.
-pub const CONTEXT: [&str; 8] = [
+pub const CONTEXT: [&str; 9] = [
     "client",
     "server",
     "tool",
@@ -34,6 +41,7 @@ pub const CONTEXT: [&str; 8] = [
     "claims",
     "annotations",
     "now",
+    "labels",
 ];
 
 /// One compiled `when`.
@@ -42,8 +50,11 @@ pub struct Expression {
     program: cel::Program,
     /// Whether it reads a call-time fact (see [`CALL_TIME`]).
     call_time: bool,
-    /// Whether it reads the call's arguments, the one fact a list lacks.
+    /// Whether it reads the call's arguments, a fact a list lacks.
     reads_arguments: bool,
+    /// Whether it reads the session's flow labels: they change after a list
+    /// (a later call sets one), so a list leaves it to the call too.
+    reads_labels: bool,
     /// Whether a list evaluates it and its value there can change from one
     /// list to the next of the same client (it reads the claims of the token
     /// presented, or the time).
@@ -87,12 +98,16 @@ impl Expression {
         let refs = program.references();
         let call_time = CALL_TIME.iter().any(|n| refs.has_variable(n));
         let reads_arguments = refs.has_variable("arguments");
-        let varies = !reads_arguments && (refs.has_variable("claims") || refs.has_variable("now"));
+        let reads_labels = refs.has_variable("labels");
+        let varies = !reads_arguments
+            && !reads_labels
+            && (refs.has_variable("claims") || refs.has_variable("now"));
         Ok(Self {
             source: source.to_owned(),
             program,
             call_time,
             reads_arguments,
+            reads_labels,
             varies,
         })
     }
@@ -110,6 +125,12 @@ impl Expression {
     /// Whether it reads the call's arguments: a list leaves it to the call.
     pub fn reads_arguments(&self) -> bool {
         self.reads_arguments
+    }
+
+    /// Whether it reads the session's flow labels: the call reads them from
+    /// the state store first, and a list leaves it to the call.
+    pub fn reads_labels(&self) -> bool {
+        self.reads_labels
     }
 
     /// Whether a list evaluates it and may find another value for the same
@@ -142,7 +163,7 @@ impl Expression {
     ) -> Outcome {
         let deferred = match scope.known {
             Known::Nothing => self.call_time,
-            Known::Listed(_) => self.reads_arguments,
+            Known::Listed(_) => self.reads_arguments || self.reads_labels,
             Known::Call(_) => false,
         };
         if deferred {

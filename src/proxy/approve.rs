@@ -280,11 +280,14 @@ impl Held {
         {
             return Err(reloaded());
         }
+        let flows = (&*self.forward.state.flows, &config.policy, &config.flow);
+        let labels = flow::labels(flows, &self.flow, &self.tool).await?;
         let facts = Facts {
             claims: self.claims.as_ref(),
             method: Rpc::ToolsCall.name(),
             arguments: &self.arguments,
             annotations: self.annotations.as_ref(),
+            labels: &labels,
         };
         let decision = config
             .policy
@@ -306,7 +309,6 @@ impl Held {
         {
             return Err(reloaded());
         }
-        let flows = (&*self.forward.state.flows, &config.policy, &config.flow);
         let (server_name, tool) = (self.server.as_str(), self.tool.as_str());
         let of = (server_name, tool, self.annotations.as_ref());
         let held = flow::check(flows, trail, &self.flow, of, &decision)

@@ -251,7 +251,11 @@ pub(super) async fn check_call(
     let (state, live, server) = (&forward.state, &*forward.live, &forward.server);
     ctx.trail.stage("authorize");
     let entry = authorize(ctx, forward, call)?;
-    let (arguments, decision) = rule_arguments(ctx, forward, call, entry)?;
+    let config = &*live.config;
+    let session = ctx.flow_key(call.client, forward.name(), call.message);
+    let flows = (&*state.flows, &config.policy, &config.flow);
+    let labels = flow::labels(flows, &session, call.name).await?;
+    let (arguments, decision) = rule_arguments(ctx, forward, call, entry, &labels)?;
     ctx.trail.stage("flow");
     let approval = flow_rules(ctx, forward, call, &decision).await?;
     ctx.trail.stage("rate_limit");
@@ -337,6 +341,7 @@ fn rule_arguments(
     forward: &Forward,
     call: &Call<'_>,
     entry: &crate::proxy::catalog::ToolEntry,
+    labels: &[&'static str],
 ) -> Result<(Value, Decision), Rejection> {
     let config = &*forward.live.config;
     let Call {
@@ -365,6 +370,7 @@ fn rule_arguments(
         method: Rpc::ToolsCall.name(),
         arguments: &arguments,
         annotations: entry.definition.get("annotations"),
+        labels,
     };
     let mut falsified = Vec::new();
     let decision = config

@@ -204,11 +204,38 @@ pub(super) async fn before_forward(
     }
 }
 
+/// The labels `key`'s session holds, as a rule's `when` reads them
+/// (`labels`): only those the configuration still gives, each once, in order;
+/// read only when some condition reads them. A store that cannot answer
+/// refuses the call: a condition over labels is never decided on a guess.
+pub(super) async fn labels(
+    (store, policy, flow): (&dyn FlowStore, &Policy, &crate::flow::FlowSettings),
+    key: &SessionKey,
+    tool: &str,
+) -> Result<Vec<&'static str>, Rejection> {
+    if !policy.reads_labels() {
+        return Ok(Vec::new());
+    }
+    let held = store
+        .held(key)
+        .await
+        .map_err(|e| unavailable(tool, &e, Unreadable::Labels))?;
+    let mut labels: Vec<&'static str> = crate::flow::current(&held, flow, store.marks_per_label())
+        .iter()
+        .map(|m| m.label.as_str())
+        .collect();
+    labels.sort_unstable();
+    labels.dedup();
+    Ok(labels)
+}
+
 /// What the flow store could not do.
 #[derive(Debug, Clone, Copy)]
 enum Unreadable {
     /// Say what a session holds (a sink call under a flow rule).
     Held,
+    /// Say what a session holds for a rule's condition over `labels`.
+    Labels,
     /// Keep a source call's label (before it is forwarded).
     Record,
 }
@@ -221,6 +248,10 @@ fn unavailable(tool: &str, e: &Unavailable, what: Unreadable) -> Rejection {
         Unreadable::Held => format!(
             "`{tool}` can send data out of this conversation, and a flow rule decides such calls by what this \
              session has read; the gateway's shared state store ({store}) did not answer, so that cannot be known"
+        ),
+        Unreadable::Labels => format!(
+            "a rule's condition decides `{tool}` by the flow labels this session holds; the gateway's shared \
+             state store ({store}) did not answer, so they cannot be known"
         ),
         Unreadable::Record => format!(
             "`{tool}` brings data into this conversation that flow rules track, and the gateway's shared state \

@@ -490,10 +490,21 @@ servers = ["flights"]
 tools = ["book_*"]
 action = "deny"
 when = "arguments.passengers > 2"
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["send_*"]
+action = "deny"
+when = "'untrusted' in labels"
 "#;
     fs::write(&config, rules).expect("write");
     let request = dir.path().join("request.json");
     let read_only = r#""annotations": {"readOnlyHint": true}"#;
+    let send = |labels: &str| {
+        format!(
+            r#"{{"client": "alice", "server": "flights", "tool": "send_mail", {read_only}, "labels": {labels}}}"#
+        )
+    };
     for (body, says) in [
         (
             format!(r#"{{"client": "alice", "server": "flights", "tool": "lookup", {read_only}}}"#),
@@ -511,6 +522,15 @@ when = "arguments.passengers > 2"
                 "rules[1] condition is failed: found no matching overload for '_>_' applied to '(string, int)'",
                 "verdict: refused",
             ],
+        ),
+        // The session's flow labels, as the request gives them.
+        (
+            send(r#"["private", "untrusted"]"#),
+            ["rules[2] condition is true", "verdict: refused"],
+        ),
+        (
+            send(r#"["private"]"#),
+            ["rules[2] condition is false", "verdict: runs"],
         ),
     ] {
         fs::write(&request, &body).expect("write");

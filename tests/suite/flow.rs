@@ -377,3 +377,61 @@ async fn a_failing_source_whose_words_reach_the_client_still_sets_its_label() {
     );
     gw.stop().await;
 }
+
+/// A rule's condition may read the session's labels (`labels`): the tool
+/// stays listed (its calls decide), a session that has read untrusted
+/// content is refused the call the condition guards, naming the rule, and
+/// another session of the same client is not; in both eras.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_condition_over_the_sessions_labels_decides_its_calls_in_both_eras() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let upstream = PeerServer::start(Peer::Python).await;
+    let when = "when = \"tool != 'book_flight' || !('untrusted' in labels)\"\n";
+    let text = config(&upstream.url, None).replacen(
+        "action = \"allow\"\n",
+        &format!("action = \"allow\"\n{when}"),
+        1,
+    );
+    assert!(text.contains("in labels"), "{text}");
+    let gw = TestGateway::start_raw(&text).await;
+    let url = gw.url("py");
+    for (mode, client) in [(Mode::Legacy, ALICE), (Mode::Modern, BOB)] {
+        let out = sdk(
+            Sdk::Python,
+            mode,
+            &url,
+            client,
+            json!([support::list(), egress(), untrusted(), egress()]),
+        )
+        .await;
+        let listed = out[0]["tools"].as_array().cloned().unwrap_or_default();
+        assert!(
+            listed.iter().any(|t| t == "book_flight"),
+            "{mode:?}: listed, decided at the call: {}",
+            out[0]
+        );
+        ran(&out[1], "the egress call before any label");
+        ran(&out[2], "the untrusted read");
+        assert_eq!(
+            gateway_code(&out[3]),
+            Some("call_not_permitted"),
+            "{mode:?}: {}",
+            out[3]
+        );
+        let text = out[3]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("labels"), "{text}");
+    }
+    // Another 2025 session of the same client holds nothing.
+    let other = sdk(Sdk::Python, Mode::Legacy, &url, ALICE, json!([egress()])).await;
+    ran(&other[0], "another session's egress call");
+    let booked = upstream
+        .ran()
+        .iter()
+        .filter(|t| *t == "book_flight")
+        .count();
+    assert_eq!(booked, 3, "the refused calls never reached the server");
+    gw.stop().await;
+    upstream.stop().await;
+}

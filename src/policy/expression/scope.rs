@@ -12,10 +12,12 @@
 //! Invariants: a variable reads as it did when every one was bound up front
 //! (JSON numbers as `int` where they fit, else `uint`, else `double`; objects
 //! as maps with string keys; a missing `claims` or a non-object `annotations`
-//! as an empty map); a call-time variable (arguments, claims, annotations, method, now) is
+//! as an empty map; `labels` as a list of strings); a call-time variable
+//! (arguments, claims, annotations, method, now, labels) is
 //! absent when the scope knows nothing of the use (a bare decision, as
 //! `portcullis check` makes without a request), so reading it is an error; a
-//! list's scope ([`ListFacts`]) has everything but the arguments, with
+//! list's scope ([`ListFacts`]) has everything but the arguments and the
+//! session's labels, with
 //! `method` read as `tools/call`, the call the listed tool would get; `now`
 //! is one instant per decision.
 
@@ -44,6 +46,9 @@ pub struct Facts<'a> {
     pub arguments: &'a Value,
     /// The tool's annotations, as pinned in the catalog; `None` reads as an empty map.
     pub annotations: Option<&'a Value>,
+    /// The flow labels the caller's session holds (`private`, `untrusted`),
+    /// read from the state store when some condition reads `labels`.
+    pub labels: &'a [&'static str],
 }
 
 /// What a tool list knows of the calls it promises: everything a call has
@@ -89,6 +94,7 @@ pub(crate) struct Scope<'a> {
     claims: OnceLock<Box<dyn Val + 'a>>,
     annotations: OnceLock<Box<dyn Val + 'a>>,
     now: OnceLock<Box<dyn Val + 'a>>,
+    labels: OnceLock<Box<dyn Val + 'a>>,
 }
 
 impl<'a> Scope<'a> {
@@ -127,6 +133,7 @@ impl<'a> Scope<'a> {
             claims: OnceLock::new(),
             annotations: OnceLock::new(),
             now: OnceLock::new(),
+            labels: OnceLock::new(),
         }
     }
 
@@ -148,7 +155,7 @@ impl<'a> Scope<'a> {
     }
 }
 
-impl VariableResolver for Scope<'_> {
+impl<'a> VariableResolver for Scope<'a> {
     fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
         let text = |s: &'b str| Some(CowVal::owned(CelString::from(s)));
         match variable {
@@ -157,11 +164,23 @@ impl VariableResolver for Scope<'_> {
             "tool" => return text(self.tool),
             _ => {}
         }
-        let (method, arguments, claims, annotations) = match self.known {
+        let (method, arguments, claims, annotations, labels) = match self.known {
             Known::Nothing => return None,
-            Known::Call(f) => (f.method, Some(f.arguments), f.claims, f.annotations),
+            Known::Call(f) => (
+                f.method,
+                Some(f.arguments),
+                f.claims,
+                f.annotations,
+                Some(f.labels),
+            ),
             // A list promises the call the tool would get.
-            Known::Listed(f) => (Method::ToolsCall.name(), None, f.claims, f.annotations),
+            Known::Listed(f) => (
+                Method::ToolsCall.name(),
+                None,
+                f.claims,
+                f.annotations,
+                None,
+            ),
         };
         let value: &'b (dyn Val + 'b) = match variable {
             "method" => return text(method),
@@ -177,6 +196,15 @@ impl VariableResolver for Scope<'_> {
                 Some(Value::Object(annotations)) => object(annotations),
                 _ => empty(),
             }),
+            "labels" => {
+                let labels = labels?;
+                &**self.labels.get_or_init(|| {
+                    let each = labels
+                        .iter()
+                        .map(|l| -> Box<dyn Val + 'a> { Box::new(CelString::from(*l)) });
+                    Box::new(CelList::from(each.collect::<Vec<_>>()))
+                })
+            }
             "now" => &**self
                 .now
                 .get_or_init(|| Box::new(CelTimestamp::from(chrono::Utc::now().fixed_offset()))),

@@ -3,7 +3,7 @@ use serde_json::{Map, Value, json};
 
 use super::*;
 use crate::config;
-use crate::policy::Policy;
+use crate::policy::{Policy, Subject};
 
 mod agree;
 
@@ -33,6 +33,7 @@ fn facts(arguments: &Value) -> Facts<'_> {
         method: "tools/call",
         arguments,
         annotations: None,
+        labels: &[],
     }
 }
 
@@ -243,6 +244,7 @@ proptest! {
             method: "tools/call",
             arguments: &arguments,
             annotations: annotations.as_ref(),
+            labels: &[],
         };
         let facts = call.then_some(&f);
         let scope = Scope::new(&alice, "flights", "book", facts);
@@ -461,6 +463,7 @@ when = "claims.team == 'dev' || arguments.env == 'prod'"
             method: "tools/call",
             arguments: &arguments,
             annotations: None,
+            labels: &[],
         };
         let decided = p.decide_call(&alice, "flights", "book_flight", &facts);
         match allowed {
@@ -472,4 +475,56 @@ when = "claims.team == 'dev' || arguments.env == 'prod'"
             ),
         }
     }
+}
+
+/// `labels` is the session's flow labels at the call; a list leaves a
+/// condition over them to the call (they change after it), and a decision
+/// that knows nothing of the use defers it too.
+#[test]
+fn a_condition_over_the_sessions_labels_is_decided_at_the_call_only() {
+    let p = policy(
+        r#"
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+tools = ["*"]
+action = "allow"
+when = "!('untrusted' in labels)"
+"#,
+    );
+    assert!(p.reads_labels());
+    let alice = ClientId::named("alice");
+    let arguments = json!({});
+    let call = |labels: &[&'static str]| {
+        let facts = Facts {
+            claims: None,
+            method: "tools/call",
+            arguments: &arguments,
+            annotations: None,
+            labels,
+        };
+        p.decide_call(&alice, "flights", "send", &facts)
+            .expect("decided")
+            .allowed
+    };
+    assert!(call(&[]));
+    assert!(call(&["private"]));
+    assert!(!call(&["private", "untrusted"]), "the label is read");
+    let listed = p
+        .decide_listed(
+            &alice,
+            "flights",
+            Subject::Tool("send"),
+            &ListFacts::default(),
+        )
+        .allowed;
+    assert!(listed, "left to the call: the tool stays listed");
+    let e = Expression::compile("labels.size() == 0").expect("compiles");
+    assert!(e.reads_labels() && e.reads_call() && !e.varies_per_list());
+    assert_eq!(
+        e.evaluate(&alice, "flights", "send", None),
+        Outcome::Deferred
+    );
+    // A policy without such a condition reads no store.
+    assert!(!policy("").reads_labels());
 }

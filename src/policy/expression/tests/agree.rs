@@ -114,6 +114,7 @@ proptest! {
                                 method: "tools/call",
                                 arguments: &arguments,
                                 annotations: annotations.as_ref(),
+                                labels: &[],
                             };
                             let called = p
                                 .decide_call(&client, server, tool, &facts)
