@@ -31,6 +31,7 @@ use crate::audit;
 use crate::auth::ClientId;
 use crate::config::ArgumentScan;
 use crate::error::{self, Rejection};
+use crate::flow::SessionKey;
 use crate::mcp::headers::{self};
 use crate::mcp::jsonrpc::Message;
 use crate::mcp::methods::Method as Rpc;
@@ -252,12 +253,13 @@ pub(super) async fn check_call(
     ctx.trail.stage("authorize");
     let entry = authorize(ctx, forward, call)?;
     let config = &*live.config;
+    // The session's key, once: the labels a condition reads and the flow rules use it.
     let session = ctx.flow_key(call.client, forward.name(), call.message);
     let flows = (&*state.flows, &config.policy, &config.flow);
     let labels = flow::labels(flows, &session, call.name).await?;
     let (arguments, decision) = rule_arguments(ctx, forward, call, entry, &labels)?;
     ctx.trail.stage("flow");
-    let approval = flow_rules(ctx, forward, call, &decision).await?;
+    let approval = flow_rules(ctx, forward, call, &session, &decision).await?;
     ctx.trail.stage("rate_limit");
     let subject = Subject::Tool(call.name);
     // A call put to a person holds no token while it waits: its rate is
@@ -404,16 +406,16 @@ async fn flow_rules(
     ctx: &Context,
     forward: &Forward,
     call: &Call<'_>,
+    session: &SessionKey,
     decision: &Decision,
 ) -> Result<Option<crate::approval::Requirement>, Rejection> {
     let config = &*forward.live.config;
     let server_name = forward.name();
-    let session = ctx.flow_key(call.client, server_name, call.message);
     let flows = (&*forward.state.flows, &config.policy, &config.flow);
     let annotations =
         (call.tools.tools.get(call.name)).and_then(|e| e.definition.get("annotations"));
     let of = (server_name, call.name, annotations);
-    let held = flow::check(flows, &ctx.trail, &session, of, decision).await?;
+    let held = flow::check(flows, &ctx.trail, session, of, decision).await?;
     let approval = config.policy.approval(decision).into_iter().chain(held);
     Ok(config.policy.strictest_approval(approval).cloned())
 }
