@@ -11,7 +11,11 @@
 //! the shipped offset is kept beside the spool and only ever trails what is
 //! in the database (rows carry a unique key, so shipping a line twice after
 //! a crash inserts it once); at most `capacity` unshipped events are kept,
-//! past that an event is dropped and counted, never silently.
+//! past that an event is dropped and counted, never silently; a spool has one
+//! writer: it is locked (`flock`) for the process that opened it, and a
+//! second opener is refused before it reads or cuts anything (two writers
+//! would each count only their own bytes, and one emptying the file would
+//! take the other's unshipped events with it).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write as _};
@@ -73,6 +77,9 @@ impl Spool {
             .append(true)
             .read(true)
             .open(path)?;
+        // Before anything is read or cut: the tail may be another
+        // process's write under way.
+        hold(&file)?;
         let mut len = file.metadata()?.len();
         let whole = read_range(&file, 0, len)?;
         let kept = whole.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1) as u64;
@@ -170,6 +177,20 @@ impl Spool {
     }
 }
 
+/// Holds `file` for this process until it is closed (the kernel lets go
+/// when the process ends, however it ends): the spool's offsets and its
+/// emptying when all is shipped assume one writer.
+fn hold(file: &File) -> io::Result<()> {
+    file.try_lock().map_err(|e| match e {
+        std::fs::TryLockError::WouldBlock => io::Error::new(
+            io::ErrorKind::WouldBlock,
+            "it is in use by another process; each replica needs a spool of its own \
+             ([audit] spool, on a volume no other replica writes)",
+        ),
+        std::fs::TryLockError::Error(e) => e,
+    })
+}
+
 fn read_range(file: &File, from: u64, to: u64) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; to.saturating_sub(from) as usize];
     file.read_exact_at(&mut buf, from)?;
@@ -251,5 +272,35 @@ mod tests {
             0,
             "emptied once shipped"
         );
+    }
+
+    /// A spool is one process's: two writers would each count only their own
+    /// bytes, so one would ship the other's lines as its own window and, its
+    /// count reached, empty the file under the other's unshipped line (and the
+    /// other could no longer read its window: its events stay lost). A second
+    /// opener (replicas given one volume by mistake) is refused while the
+    /// first holds the spool, without touching it; free again once it is let go.
+    #[test]
+    fn a_spool_is_refused_to_a_second_opener_while_the_first_holds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.jsonl");
+        let first = Spool::open(&path).unwrap();
+        first.append(b"{\"key\":\"first\"}\n").unwrap();
+        // Half a line, as a write under way in the first process leaves it.
+        first.append(b"{\"key\":").unwrap();
+        let refused = Spool::open(&path).map(|_| ()).expect_err("a second opener");
+        assert_eq!(refused.kind(), io::ErrorKind::WouldBlock, "{refused}");
+        assert!(
+            refused.to_string().contains("in use by another process"),
+            "{refused}"
+        );
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            first.tail.lock().unwrap().len,
+            "the refused opener cut nothing"
+        );
+        drop(first);
+        let again = Spool::open(&path).expect("free once the first let go");
+        assert_eq!(again.pending(), 1);
     }
 }

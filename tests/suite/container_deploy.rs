@@ -8,7 +8,9 @@
 //! names, the secrets' values and the names are filled in: every name is of this run
 //! alone ([`podman::run_id`]), so concurrent runs never clash, and everything made is
 //! removed by name when the test ends, whatever happened ([`podman::Cleanup`]): the pod,
-//! the secret, and the volume podman makes of the ConfigMap (which `kube down` keeps).
+//! the secret, and the volumes podman makes of the ConfigMap (which `kube down` keeps)
+//! and of the `emptyDir` (podman 4.3 names it as the manifest does, so it is renamed too:
+//! two runs' pods would otherwise share one pin store).
 
 use crate::support;
 use support::podman::{
@@ -33,12 +35,14 @@ async fn the_kubernetes_manifests_play_as_a_sidecar_pod() {
         .expect("built");
     let (gateway, admin, server) = (free_port(), free_port(), free_port());
     // The names the manifests give, made this run's own: the ConfigMap (and so the
-    // volume podman makes of it), the Secret, and the Deployment (and so its pod).
+    // volume podman makes of it), the Secret, the Deployment (and so its pod), and the
+    // `emptyDir` (podman 4.3 makes it a volume named as the manifest names it).
     let run = podman::run_id();
-    let (config_name, secret_name, deployment_name) = (
+    let (config_name, secret_name, deployment_name, pins_name) = (
         format!("portcullis-config-{run}"),
         format!("portcullis-secrets-{run}"),
         format!("mcp-tools-{run}"),
+        format!("portcullis-pins-{run}"),
     );
     let mut configmap = on_loopback(
         &read("deploy/kubernetes/configmap.yaml"),
@@ -76,6 +80,11 @@ async fn the_kubernetes_manifests_play_as_a_sidecar_pod() {
         "name: portcullis-secrets\n",
         &format!("name: {secret_name}\n"),
     );
+    deployment = fill(
+        &deployment,
+        "- name: pins\n",
+        &format!("- name: {pins_name}\n"),
+    );
     deployment = fill(&deployment, "ghcr.io/example/portcullis:latest", image);
     deployment = fill(
         &deployment,
@@ -103,7 +112,7 @@ async fn the_kubernetes_manifests_play_as_a_sidecar_pod() {
     let _cleanup = podman::Cleanup(podman::Made {
         manifest: Some(manifest.clone()),
         pods: vec![format!("{deployment_name}-pod-0")],
-        volumes: vec![config_name],
+        volumes: vec![config_name, pins_name],
         secrets: vec![secret_name.clone()],
         ..Default::default()
     });

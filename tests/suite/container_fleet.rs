@@ -15,9 +15,13 @@
 //! (in podman's own secret store, where 4.3 reads `secretKeyRef`), and names unique to this
 //! run. Podman plays `replicas: 3` as three pods, but on the host network all three would
 //! bind the same ports: the copy holds three Deployments of one replica, each with a
-//! ConfigMap naming its own ports. The test adds one rule to the configuration: `admin_reset`
-//! needs the user's approval. Everything played is removed when the test ends, whatever
-//! happened: `podman kube down`, then the pods, volumes and secret by name.
+//! ConfigMap naming its own ports. Podman 4.3 also makes a pod's `emptyDir` a volume named
+//! as the manifest names it (`state`), the same one for every pod that names it so, where
+//! Kubernetes gives each pod its own: the copy names each replica's, or the three replicas
+//! would write one audit spool (which the gateway refuses: one writer per spool). The test
+//! adds one rule to the configuration: `admin_reset` needs the user's approval. Everything
+//! played is removed when the test ends, whatever happened: `podman kube down`, then the
+//! pods, volumes and secret by name.
 
 use crate::support;
 use support::fleet::refusal_code;
@@ -163,6 +167,13 @@ fn manifest_text(run: &str, ports: &Ports, gateway_image: &str) -> String {
             &format!("  name: portcullis-fleet-{run}-{i}\n"),
         );
         gateway_yaml = fill(&gateway_yaml, "  replicas: 3\n", "  replicas: 1\n");
+        // Podman 4.3 makes an `emptyDir` a volume named as the manifest names it, one for
+        // every pod that names it so: each replica's spool and pins must be its own.
+        gateway_yaml = fill(
+            &gateway_yaml,
+            "- name: state\n",
+            &format!("- name: {}\n", state_volume(run, i)),
+        );
         gateway_yaml = fill(
             &gateway_yaml,
             "ghcr.io/example/portcullis:latest",
@@ -189,6 +200,11 @@ fn manifest_text(run: &str, ports: &Ports, gateway_image: &str) -> String {
     }
     docs.push(read("deploy/kubernetes/fleet/networkpolicy.yaml"));
     docs.join("\n---\n")
+}
+
+/// The volume podman makes of replica `i`'s `emptyDir` (its audit spool and pins).
+fn state_volume(run: &str, i: usize) -> String {
+    format!("portcullis-fleet-state-{run}-{i}")
 }
 
 /// A 2026-07-28 `tools/call` of `admin_reset` from a client that declares elicitation,
@@ -272,13 +288,15 @@ async fn the_fleet_manifests_play_three_replicas_sharing_one_redis_and_one_postg
             .chain([&redis_pod, &postgres_pod])
             .cloned()
             .collect(),
-        // The claims, and the volumes podman makes of the ConfigMaps (`kube down` keeps both).
+        // The claims, and the volumes podman makes of the ConfigMaps (`kube down` keeps both)
+        // and of each replica's `emptyDir`.
         volumes: [
             format!("portcullis-redis-{run}-data"),
             format!("portcullis-postgres-{run}-data"),
         ]
         .into_iter()
         .chain((0..REPLICAS).map(|i| format!("portcullis-fleet-config-{run}-{i}")))
+        .chain((0..REPLICAS).map(|i| state_volume(&run, i)))
         .collect(),
         secrets: vec![secret.clone()],
         ..Default::default()

@@ -347,6 +347,66 @@ async fn a_replica_killed_mid_load_loses_no_answered_call_and_an_outage_is_buffe
     assert_eq!(down, 0.0);
 }
 
+/// One spool, one writer: a replica pointed at the spool a running replica
+/// holds (one volume given to two replicas) refuses to start, naming the
+/// spool, and leaves it alone; the running one goes on shipping; once it is
+/// gone (`kill -9`: the kernel lets the spool go), a replica starts on it.
+/// Two writers on one spool lost events (each counted only its own bytes,
+/// and one emptying the file took the other's unshipped lines with it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spool_a_running_replica_holds_is_refused_to_another_at_start() {
+    if !tiers::ready(&[Tier::Postgres]) {
+        return;
+    }
+    let pg = PostgresServer::start();
+    let upstream = support::upstreams::InProcess::demo().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let spool = dir.path().join("one-spool.jsonl");
+    let on_spool = |name: &str| {
+        let extra = format!("spool = \"{}\"\n", spool.display());
+        replica_config(name, &upstream.url, &pg.url(), None, &extra)
+    };
+    let mut first = Replica::start(&on_spool("gw-first")).await;
+
+    let second = support::ConfigFile::new(&on_spool("gw-second"));
+    let refused = support::run_binary(second.path(), &[]);
+    let out = tokio::time::timeout(Duration::from_secs(60), refused.wait_with_output())
+        .await
+        .expect("the second replica stops in time")
+        .expect("it runs");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{log}");
+    assert!(
+        log.contains(&format!("cannot open the audit spool {}", spool.display()))
+            && log.contains("in use by another process"),
+        "{log}"
+    );
+
+    let http = support::http();
+    echo(&http, &first.url("demo"), "first")
+        .await
+        .expect("the first replica answers");
+    let shipped = "SELECT count(*) FROM portcullis_events WHERE replica = 'gw-first' \
+        AND method = 'tools/call'";
+    assert!(
+        eventually(Duration::from_secs(20), || pg.count(shipped) == 1).await,
+        "the first replica ships: {}",
+        pg.count(shipped)
+    );
+
+    first.kill9().await;
+    let next = Replica::start(&on_spool("gw-second")).await;
+    echo(&http, &next.url("demo"), "next")
+        .await
+        .expect("the replica on the freed spool answers");
+    let next_rows = "SELECT count(*) FROM portcullis_events WHERE replica = 'gw-second'";
+    assert!(
+        eventually(Duration::from_secs(20), || pg.count(next_rows) == 1).await,
+        "the replica on the freed spool ships: {}",
+        pg.count(next_rows)
+    );
+}
+
 // === The configuration of a fleet ===
 
 /// A minimal configuration with `gateway` and `audit` lines added.
