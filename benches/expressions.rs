@@ -206,7 +206,7 @@ fn decisions(c: &mut Criterion) {
     let facts = |arguments| Facts {
         claims: Some(&claims),
         method: "tools/call",
-        arguments,
+        arguments: Some(arguments),
         annotations: Some(&annotations),
         labels: &[],
     };

@@ -22,6 +22,7 @@ use std::collections::HashMap;
 
 use super::glob::Glob;
 use super::rule::Rule;
+use super::subject::Kind;
 use crate::auth::ClientId;
 
 /// One dimension: literal names, and the wildcard globs.
@@ -41,14 +42,6 @@ pub(crate) struct Index {
     tools: Dimension,
     resources: Dimension,
     prompts: Dimension,
-}
-
-/// Which dimension of subjects a lookup is about.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Kind {
-    Tool,
-    Resource,
-    Prompt,
 }
 
 /// A set of rule positions (in `Policy::rules`), one bit each.
@@ -80,11 +73,14 @@ impl Index {
         kind: Kind,
         name: &str,
     ) -> impl Iterator<Item = usize> {
-        let mut set = vec![u64::MAX; self.words];
-        self.servers.narrow(&mut set, server, true);
+        // One allocation per decision: the set, then the scratch each
+        // narrowing fills.
+        let mut bits = vec![u64::MAX; 2 * self.words];
+        let (set, hit) = bits.split_at_mut(self.words);
+        self.servers.narrow(set, hit, server, true);
         if set.iter().any(|w| *w != 0) {
             self.clients
-                .narrow(&mut set, client.name(), !client.is_anonymous());
+                .narrow(set, hit, client.name(), !client.is_anonymous());
         }
         if set.iter().any(|w| *w != 0) {
             let subjects = match kind {
@@ -92,9 +88,10 @@ impl Index {
                 Kind::Resource => &self.resources,
                 Kind::Prompt => &self.prompts,
             };
-            subjects.narrow(&mut set, name, true);
+            subjects.narrow(set, hit, name, true);
         }
-        set.into_iter().enumerate().flat_map(|(w, mut word)| {
+        bits.truncate(self.words);
+        bits.into_iter().enumerate().flat_map(|(w, mut word)| {
             std::iter::from_fn(move || {
                 (word != 0).then(|| {
                     let bit = word.trailing_zeros() as usize;
@@ -126,26 +123,27 @@ impl Dimension {
     }
 
     /// Keeps in `set` only the rules with a glob of this dimension matching
-    /// `name`; wildcard globs count only when `wildcards` is true.
-    fn narrow(&self, set: &mut Bits, name: &str, wildcards: bool) {
-        let mut hit = vec![0u64; set.len()];
+    /// `name`, using `hit` (as long as `set`) as scratch; wildcard globs
+    /// count only when `wildcards` is true.
+    fn narrow(&self, set: &mut [u64], hit: &mut [u64], name: &str, wildcards: bool) {
+        hit.fill(0);
         if let Some(bits) = self.literal.get(name) {
-            or_masked(&mut hit, bits, set);
+            or_masked(hit, bits, set);
         }
         if wildcards {
             for (glob, bits) in &self.wild {
                 // Only a glob one of whose rules is still in play is worth testing.
                 let live = bits.iter().zip(set.iter()).any(|(b, s)| (b & s) != 0);
                 if live && glob.matches(name) {
-                    or_masked(&mut hit, bits, set);
+                    or_masked(hit, bits, set);
                 }
             }
         }
-        *set = hit;
+        set.copy_from_slice(hit);
     }
 }
 
-fn or_masked(hit: &mut Bits, bits: &Bits, mask: &Bits) {
+fn or_masked(hit: &mut [u64], bits: &[u64], mask: &[u64]) {
     for ((h, b), m) in hit.iter_mut().zip(bits).zip(mask) {
         *h |= b & m;
     }

@@ -133,6 +133,9 @@ impl<'a> Retries<'a> {
             }
             Err(e) if e.kind == UpstreamKind::Unavailable => (false, None),
             Err(_) => return None,
+            // A reply means the request reached the server: it goes again only
+            // as a repeatable call not repeated yet, so nothing else reads its body.
+            Ok(_) if !self.repeatable || self.repeated => return None,
             Ok(reply) if transient(reply) => (false, retry_after(reply)),
             Ok(_) => return None,
         };

@@ -93,7 +93,7 @@ impl Sanitizer<'_> {
             match in_key.first() {
                 // The key is never repeated: its placeholder stands in the pointer.
                 Some(kind) => pointer.push_str(&secrets::placeholder_for(kind)),
-                None => pointer.push_str(&k.replace('~', "~0").replace('/', "~1")),
+                None => push_escaped(pointer, k),
             }
             for kind in in_key {
                 out.push((pointer.clone(), kind));
@@ -129,6 +129,21 @@ impl Sanitizer<'_> {
         .into_iter()
         .map(|f| f.kind.into_owned())
         .collect()
+    }
+}
+
+/// `key` as a JSON pointer segment (RFC 6901: `~` as `~0`, `/` as `~1`),
+/// written in place.
+fn push_escaped(pointer: &mut String, key: &str) {
+    if !key.contains(['~', '/']) {
+        return pointer.push_str(key);
+    }
+    for c in key.chars() {
+        match c {
+            '~' => pointer.push_str("~0"),
+            '/' => pointer.push_str("~1"),
+            c => pointer.push(c),
+        }
     }
 }
 

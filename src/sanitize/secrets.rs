@@ -327,7 +327,8 @@ pub(super) fn find(text: &str, builtin: bool, patterns: &[(String, Regex)]) -> V
     let mut found = Vec::new();
     if builtin {
         let c = compiled();
-        let mut run = vec![false; DETECTORS.len()];
+        // On the stack: a text costs no allocation of its own before a keyword is found.
+        let mut run = [false; DETECTORS.len()];
         with_lowered(text, |lowered| {
             for m in c.keywords.find_iter(lowered) {
                 match c.owners[m.pattern().as_usize()] {

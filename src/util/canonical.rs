@@ -28,6 +28,50 @@ pub fn digest(value: &Value) -> [u8; 32] {
     Sha256::digest(to_vec(value)).into()
 }
 
+/// [`to_vec`] of `value` with `member` added to the object that `path` (a
+/// chain of object keys from the top) names, written without a copy of
+/// `member` in the value first: the arguments of a forwarded call can be
+/// large. `None` when `path` does not lead through objects to one that
+/// does not hold `member`'s key yet.
+pub fn to_vec_with(value: &Value, path: &[&str], member: (&str, &Value)) -> Option<Vec<u8>> {
+    // Checked whole before anything is written.
+    let mut at = value;
+    for key in path {
+        at = at.as_object()?.get(*key)?;
+    }
+    if at.as_object()?.contains_key(member.0) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(64);
+    write_with(value, path, member, &mut out);
+    Some(out)
+}
+
+/// [`write`] of `value`, `member` added at `path` (checked by [`to_vec_with`]).
+fn write_with(value: &Value, path: &[&str], member: (&str, &Value), out: &mut Vec<u8>) {
+    let Value::Object(members) = value else {
+        return write(value, out);
+    };
+    let mut sorted: Vec<(&str, &Value)> = members.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    if path.is_empty() {
+        sorted.push(member);
+    }
+    sorted.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    out.push(b'{');
+    for (i, (key, item)) in sorted.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        string(key, out);
+        out.push(b':');
+        match path.split_first() {
+            Some((next, rest)) if *next == key => write_with(item, rest, member, out),
+            _ => write(item, out),
+        }
+    }
+    out.push(b'}');
+}
+
 fn write(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Array(items) => {
@@ -121,6 +165,51 @@ mod tests {
             let mut ours = Vec::new();
             string(&text, &mut ours);
             proptest::prop_assert_eq!(ours, serde_json::to_vec(&text).expect("a string serialises"));
+        }
+    }
+
+    /// A JSON value small enough to generate many of, keys from a few
+    /// letters so that paths and members meet.
+    fn value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<i64>().prop_map(Value::from),
+            "[a-c\"\\\\\u{1}é]{0,6}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                proptest::collection::vec(("[a-c]{1,2}", inner), 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// A member added while writing gives the bytes of the value with
+        /// the member inserted, and the same refusals where it cannot go.
+        #[test]
+        fn a_member_added_while_writing_is_written_as_one_inserted(
+            value in value(),
+            path in proptest::collection::vec("[a-c]{1,2}", 0..3),
+            key in "[a-c]{1,2}",
+            member in value(),
+        ) {
+            let path: Vec<&str> = path.iter().map(String::as_str).collect();
+            let mut inserted = value.clone();
+            let mut at = Some(&mut inserted);
+            for k in &path {
+                at = at.and_then(|v| v.as_object_mut()).and_then(|o| o.get_mut(*k));
+            }
+            let expected = match at.and_then(|v| v.as_object_mut()) {
+                Some(object) if !object.contains_key(&key) => {
+                    object.insert(key.clone(), member.clone());
+                    Some(to_vec(&inserted))
+                }
+                _ => None,
+            };
+            proptest::prop_assert_eq!(to_vec_with(&value, &path, (&key, &member)), expected);
         }
     }
 
