@@ -19,6 +19,7 @@ mod check;
 mod collect;
 mod recipient;
 mod relay;
+mod shown;
 mod sse;
 
 #[cfg(test)]
@@ -28,3 +29,4 @@ pub(crate) use check::relayed_error;
 pub(crate) use collect::collect;
 pub(crate) use recipient::Recipient;
 pub(crate) use relay::{json, json_text, relay};
+pub(crate) use shown::Shown;

@@ -123,3 +123,116 @@ async fn listen_and_completion_uris_are_canonical() {
     );
     gateway.stop().await;
 }
+
+/// Conditions on resource rules decide a `subscriptions/listen` and a
+/// `completion/complete` with the method as received and the canonical
+/// URI: a URI the client's list would hide is answered as a missing one; a
+/// listed one a condition over the method refuses gets `call_not_permitted`
+/// (-31022) naming the rule; neither reaches the server, while the same URI
+/// completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_and_completion_are_decided_with_their_method_and_uri() {
+    let up = Misbehaving::start().await;
+    let rules = r#"
+[[rules]]
+clients = ["*"]
+servers = ["*"]
+resources = ["users://*"]
+action = "allow"
+when = "uri.startsWith('users://' + client + '/')"
+
+[[rules]]
+clients = ["*"]
+servers = ["*"]
+resources = ["users://alice/private*"]
+action = "deny"
+when = "method == 'subscriptions/listen'"
+"#;
+    let config = Config::new()
+        .server("s", &up.url)
+        .clients()
+        .raw(rules)
+        .render();
+    let gateway = TestGateway::start_raw(&config).await;
+    let url = gateway.url("s");
+    for (method, params) in [
+        ("subscriptions/listen", listen(&["users://bob/profile"])),
+        ("completion/complete", complete("USERS://bob/profile")),
+    ] {
+        let r = post(&url, method, params.clone()).await;
+        assert!(
+            r.body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("Resource not found")),
+            "{method} {params}: {}",
+            r.text
+        );
+    }
+    let r = post(
+        &url,
+        "subscriptions/listen",
+        listen(&["users://alice/%70rivate"]),
+    )
+    .await;
+    let error = &r.body["error"];
+    assert_eq!(error["code"], -31022, "{}", r.text);
+    assert_eq!(error["data"]["code"], "call_not_permitted", "{}", r.text);
+    assert_eq!(error["data"]["rule"], "rules[1]", "{}", r.text);
+    assert_eq!(
+        error["data"]["method"], "subscriptions/listen",
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        error["data"]["resource"], "users://alice/private",
+        "{}",
+        r.text
+    );
+    assert!(
+        !up.received("users://alice/private") && !up.received("users://bob"),
+        "nothing refused reached the server"
+    );
+    post(
+        &url,
+        "completion/complete",
+        complete("users://alice/private"),
+    )
+    .await;
+    assert!(
+        up.received("users://alice/private"),
+        "the completion reached the server"
+    );
+    gateway.stop().await;
+}
+
+/// Observe mode decides a `subscriptions/listen` through the merged view as
+/// it does on one server: a URI the rules would hide is recorded, not
+/// refused, and every member is asked for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_mode_forwards_a_merged_listen_the_rules_would_refuse() {
+    let (a, b) = (Misbehaving::start().await, Misbehaving::start().await);
+    let config = Config::new()
+        .gateway("mode", "observe")
+        .server("a", &a.url)
+        .server("b", &b.url)
+        .clients()
+        .raw(RULES)
+        .render();
+    let gateway = TestGateway::start_raw(&config).await;
+    for url in [gateway.url("a"), gateway.merged_url()] {
+        let r = post(
+            &url,
+            "subscriptions/listen",
+            listen(&["users://admin/profile"]),
+        )
+        .await;
+        // The test server knows no listen: its own answer, not the gateway's refusal.
+        assert!(!r.text.contains("Resource not found"), "{url}: {}", r.text);
+    }
+    assert!(
+        a.received("users://admin/profile"),
+        "forwarded on one server"
+    );
+    assert!(b.received("users://admin/profile"), "and to every member");
+    gateway.stop().await;
+}

@@ -7,7 +7,8 @@
 //!
 //! Invariants: each member is asked only for the subscribed resources this
 //! client may read there, each in its canonical form (the one decided); a URI
-//! no member lets it read gets the answer a missing resource gets; a stream
+//! no member lets it read gets the answer a missing resource gets (observe
+//! mode records that answer and asks every member for every URI); a stream
 //! that asked for tool list changes is told when a member's circuit breaker
 //! opens or closes (its tools leave the merged list or come back).
 
@@ -17,16 +18,19 @@ use futures_util::StreamExt;
 use http::HeaderMap;
 use serde_json::json;
 
+use crate::config::Mode;
 use crate::error::Rejection;
 use crate::mcp::methods::{self, Method as Rpc};
 use crate::mcp::request::{Ask, Request};
 use crate::mcp::sse::SseItem;
-use crate::policy::Subject;
 use crate::policy::uri::CanonicalUri;
+use crate::policy::{Kind, Subject};
 use crate::proxy::context::Context;
 use crate::proxy::forward::upstream;
 use crate::proxy::respond::relay;
 use crate::transport::reply::{Framing, Reply};
+
+use crate::proxy::subjects::{UseFacts, judge, note_refusal};
 
 use super::routed::send_to;
 use super::view::{Part, View, no_server_answered};
@@ -50,21 +54,51 @@ pub(super) async fn listen(
         _ => (None, false),
     };
     let uris = crate::proxy::resource::subscribed(subscribed)?;
-    let readable = |part: &Part<'_>, uri: &CanonicalUri| {
-        config
-            .policy
-            .decide(view.client, part.name(), Subject::Resource(uri.identity()))
-            .allowed
+    // Decided with the stream's facts: the method, the claims, the time, and
+    // the labels of the conversation when a condition reads them.
+    let session = ctx.flow_key(view.client, "", message);
+    let facts = UseFacts::read(
+        (ctx.state.as_ref(), config),
+        &session,
+        Kind::Resource,
+        message.method_name(),
+        None,
+    )
+    .await?;
+    let decided = |ctx: &Context, part: &Part<'_>, uri: &CanonicalUri| {
+        let subject = Subject::Resource(uri.identity());
+        judge(
+            config,
+            ctx,
+            view.client,
+            part.name(),
+            subject,
+            &facts,
+            || format!("Resource not found: {}", uri.as_str()),
+        )
     };
-    if let Some(hidden) = uris
-        .iter()
-        .find(|uri| !view.parts.iter().any(|p| readable(p, uri)))
-    {
-        return Err(Rejection::NotFound(format!(
-            "Resource not found: {}",
-            hidden.as_str()
-        )));
+    // A URI no member lets the client read is refused: with the refusal a
+    // listed one's condition gives, else as a missing one. Observe mode
+    // records the refusal and asks every member for every URI, as one
+    // server's listen is forwarded whole.
+    for uri in &uris {
+        let each: Vec<_> = view.parts.iter().map(|p| decided(ctx, p, uri)).collect();
+        if each.iter().any(Result::is_ok) {
+            continue;
+        }
+        let refused = each.into_iter().filter_map(Result::err);
+        let mut refused: Vec<Rejection> = refused.collect();
+        let listed = refused.iter().position(|r| matches!(r, Rejection::Use(_)));
+        let refusal = match listed {
+            Some(i) => refused.swap_remove(i),
+            None => Rejection::NotFound(format!("Resource not found: {}", uri.as_str())),
+        };
+        note_refusal(ctx, &refusal);
+        ctx.observe_or_enforce(Err::<(), _>(refusal))?;
     }
+    let readable = |ctx: &Context, part: &Part<'_>, uri: &CanonicalUri| {
+        ctx.mode == Mode::Observe || decided(ctx, part, uri).is_ok()
+    };
     let mut streams = Vec::new();
     let mut first_failure = None;
     for part in &view.parts {
@@ -72,7 +106,7 @@ pub(super) async fn listen(
         if !uris.is_empty() {
             let mine: Vec<&str> = uris
                 .iter()
-                .filter(|u| readable(part, u))
+                .filter(|u| readable(ctx, part, u))
                 .map(|u| u.as_str())
                 .collect();
             own.set_uris(&mine);
@@ -147,7 +181,12 @@ pub(super) async fn listen(
         )),
     };
     ctx.server = None;
-    Ok(relay(reply, ctx.recipient(first.server)))
+    let mut to = ctx.recipient(first.server);
+    // One stream for every member: a resource any of them shows is shown.
+    if let Some(shown) = &mut to.shown {
+        shown.also = view.parts.iter().map(|p| p.name().to_owned()).collect();
+    }
+    Ok(relay(reply, to))
 }
 
 /// `events`, with a `notifications/tools/list_changed` whenever a member's
