@@ -5,8 +5,10 @@
 //! show only what the client may use: [`Policy::decide_listed`]) and the
 //! calls (`tools/call`, `resources/read`, `prompts/get`), so a list can never
 //! promise what a call refuses, nor hide what a call allows, except where a
-//! rule's condition reads the call's arguments (the tool stays listed and the
-//! call decides).
+//! rule's condition reads the call's arguments or the session's labels (the
+//! item stays listed and the use decides). Every use on the request path is
+//! decided with its facts ([`Policy::decide_use`]); the fact-less
+//! [`Policy::decide`] serves `portcullis check` alone.
 //!
 //! Invariants: deny by default — a call is allowed only when an `allow` rule
 //! matches and no `deny` rule does; a deny rule always wins; `"*"` in `clients`
@@ -19,6 +21,7 @@ pub mod glob;
 mod index;
 mod resolve;
 mod rule;
+mod subject;
 pub mod uri;
 
 use serde_json::Value;
@@ -29,7 +32,8 @@ pub use expression::{Facts, ListFacts, Outcome};
 use glob::Glob;
 use rule::client_matches;
 pub(crate) use rule::{Action, Rule};
-pub use rule::{Rate, RateKey, Subject};
+pub use rule::{Rate, RateKey};
+pub use subject::{Kind, Subject};
 
 /// All rules, in file order.
 #[derive(Debug, Default)]
@@ -37,6 +41,9 @@ pub struct Policy {
     pub(crate) rules: Vec<Rule>,
     /// The rules by what they name; built with them.
     index: index::Index,
+    /// What the rules' conditions read of the JSON variables: a decision
+    /// converts nothing else.
+    reads: expression::Reads,
 }
 
 /// The outcome for one (client, server, subject).
@@ -83,7 +90,15 @@ impl Policy {
     /// The policy of `rules` (in file order), indexed.
     pub(crate) fn new(rules: Vec<Rule>) -> Self {
         let index = index::Index::new(&rules);
-        Self { rules, index }
+        let mut reads = expression::Reads::default();
+        for when in rules.iter().filter_map(|r| r.when.as_ref()) {
+            reads.merge(when.reads());
+        }
+        Self {
+            rules,
+            index,
+            reads,
+        }
     }
 
     /// Decides whether `client` may use `subject` on `server` knowing nothing
@@ -91,20 +106,22 @@ impl Policy {
     /// reads a call-time fact is left to the call (an allow rule counts as
     /// matching, a deny rule as not); an expression that fails denies.
     pub fn decide(&self, client: &ClientId, server: &str, subject: Subject<'_>) -> Decision {
-        let scope = expression::Scope::new(client, server, subject.name(), None);
+        let scope = expression::Scope::new(client, server, subject, None, &self.reads);
         hidden_on_failure(self.decide_in(&scope, subject, &mut |_, _| ()))
     }
 
     /// Decides whether a list shows `subject` on `server` to `client`, with
-    /// what the list knows of the calls it promises (`facts`: the client's
-    /// claims, the tool's annotations; `method` reads `tools/call`, `now` the
-    /// time of the list). Every `when` that does not read the arguments is
-    /// evaluated as the call would evaluate it; one that reads them is left to
-    /// the call (an allow rule counts as matching, a deny rule as not), so the
-    /// tool stays listed whenever some call could be allowed. An expression
-    /// that fails hides the tool (fail closed), as the call it promises would
-    /// be denied. Flow rules are not part of this decision: the labels a
-    /// session holds change after the list, and the call checks them.
+    /// what the list knows of the uses it promises (`facts`: the client's
+    /// claims, a tool's annotations; `method` reads the use the item promises
+    /// — `tools/call`, `resources/read`, `prompts/get` —, `now` the time of
+    /// the list). Every `when` that reads neither the arguments nor the
+    /// session's labels is evaluated as the use would evaluate it; one that
+    /// reads them is left to the use (an allow rule counts as matching, a
+    /// deny rule as not), so the item stays listed whenever some use could be
+    /// allowed. An expression that fails hides the item (fail closed), as the
+    /// use it promises would be denied. Flow rules are not part of this
+    /// decision: the labels a session holds change after the list, and the
+    /// use checks them.
     pub fn decide_listed(
         &self,
         client: &ClientId,
@@ -112,7 +129,7 @@ impl Policy {
         subject: Subject<'_>,
         facts: &ListFacts<'_>,
     ) -> Decision {
-        let scope = expression::Scope::listed(client, server, subject.name(), facts);
+        let scope = expression::Scope::listed(client, server, subject, facts, &self.reads);
         hidden_on_failure(self.decide_in(&scope, subject, &mut |_, _| ()))
     }
 
@@ -122,6 +139,21 @@ impl Policy {
         self.rules
             .iter()
             .any(|r| r.when.as_ref().is_some_and(|w| w.reads_labels()))
+    }
+
+    /// Whether some rule's `when` on subjects of `kind` reads the session's
+    /// flow labels (a rule with `when` names one kind): a use of that kind
+    /// then reads them from the state store before it is decided; others do
+    /// not ask the store.
+    pub fn reads_labels_of(&self, kind: Kind) -> bool {
+        self.rules.iter().any(|r| {
+            let names = match kind {
+                Kind::Tool => &r.tools,
+                Kind::Resource => &r.resources,
+                Kind::Prompt => &r.prompts,
+            };
+            !names.is_empty() && r.when.as_ref().is_some_and(|w| w.reads_labels())
+        })
     }
 
     /// Whether a list's decision may change for the same client from one list
@@ -144,13 +176,21 @@ impl Policy {
         tool: &str,
         facts: &Facts<'_>,
     ) -> Result<Decision, ExpressionFailed> {
-        self.decide_with(
-            client,
-            server,
-            Subject::Tool(tool),
-            Some(facts),
-            &mut |_, _| (),
-        )
+        self.decide_use(client, server, Subject::Tool(tool), facts)
+    }
+
+    /// Decides a use of `subject` (a tool call, a resource read or
+    /// subscription, a prompt get, a completion) with its `facts`: every
+    /// `when` on a matching rule is evaluated; one that fails denies the use
+    /// with the rule and CEL's reason.
+    pub fn decide_use(
+        &self,
+        client: &ClientId,
+        server: &str,
+        subject: Subject<'_>,
+        facts: &Facts<'_>,
+    ) -> Result<Decision, ExpressionFailed> {
+        self.decide_with(client, server, subject, Some(facts), &mut |_, _| ())
     }
 
     /// The decision, telling `seen` each matching rule's `when` outcome.
@@ -162,7 +202,7 @@ impl Policy {
         facts: Option<&Facts<'_>>,
         seen: &mut dyn FnMut(usize, &Outcome),
     ) -> Result<Decision, ExpressionFailed> {
-        let scope = expression::Scope::new(client, server, subject.name(), facts);
+        let scope = expression::Scope::new(client, server, subject, facts, &self.reads);
         self.decide_in(&scope, subject, seen)
     }
 
@@ -177,11 +217,7 @@ impl Policy {
         let (client, server) = (scope.client(), scope.server());
         let mut deny = None;
         let mut allow_rules = Vec::new();
-        let (kind, name) = match subject {
-            Subject::Tool(name) => (index::Kind::Tool, name),
-            Subject::Resource(uri) => (index::Kind::Resource, uri),
-            Subject::Prompt(name) => (index::Kind::Prompt, name),
-        };
+        let (kind, name) = (subject.kind(), subject.name());
         // Only the rules that match at all are visited, in file order.
         let matching = self.index.matching(client, server, kind, name);
         debug_assert!(
@@ -200,9 +236,10 @@ impl Policy {
                 let applies = match (&outcome, rule.action) {
                     (Outcome::True, _) => true,
                     (Outcome::False, _) => false,
-                    // A failure denies the call; in a list (where only an
-                    // expression that does not read the arguments is
-                    // evaluated, so the call fails alike) it hides the tool.
+                    // A failure denies the use; in a list (where only an
+                    // expression that reads neither the arguments nor the
+                    // labels is evaluated, so the use fails alike) it hides
+                    // the item.
                     (Outcome::Failed(why), _) => {
                         return Err(ExpressionFailed {
                             rule: rule.index,

@@ -4,11 +4,14 @@
 //! and asks the policy through [`Policy::resolve`], the resolution the
 //! runtime's call check uses, so the answer is what the gateway would do
 //! with the call (before the tool's own `inputSchema`, its pin and the
-//! secrets in its arguments, which need the live server). A tool call's
-//! rules' `when` conditions are evaluated with the request's `arguments`,
-//! optional `claims`, optional `annotations` (the tool's, as the live
-//! server would have them pinned; absent, an empty map) and optional
-//! `labels` (what the caller's session would hold), and each outcome is
+//! secrets in its arguments, which need the live server). The rules' `when`
+//! conditions are evaluated with the request's optional `claims`, optional
+//! `labels` (what the caller's session would hold) and optional `method`
+//! (by default the use's own: `tools/call`, `resources/read`,
+//! `prompts/get`); a tool call's with its `arguments` and optional
+//! `annotations` (the tool's, as the live server would have them pinned;
+//! absent, an empty map), a prompt's with its `arguments` (the `prompts/get`
+//! arguments), a resource's with its canonical `uri`; each outcome is
 //! printed.
 //!
 //! Invariant: the request names a client, a server and one of `tool`,
@@ -22,6 +25,7 @@ use serde_json::{Value, json};
 use crate::auth::ClientId;
 use crate::config::Config;
 use crate::flow::Label;
+use crate::mcp::methods::Method;
 use crate::policy::{Effective, Facts, Subject, uri};
 
 /// A request to explain, as written in `REQUEST.json`.
@@ -45,6 +49,10 @@ struct Request {
     /// over `labels`): `private`, `untrusted`.
     #[serde(default)]
     labels: Vec<String>,
+    /// The method the use is made with (for rules' `when` over `method`);
+    /// by default the use's own (`tools/call`, `resources/read`, `prompts/get`).
+    #[serde(default)]
+    method: Option<String>,
 }
 
 /// The explanation of `request` (the text of `REQUEST.json`) under `config`:
@@ -72,6 +80,22 @@ pub fn explain(config: &Config, request: &str, as_json: bool) -> Result<String, 
         (None, None, Some(p)) => ("prompt", Subject::Prompt(p)),
         _ => return Err("the request names exactly one of `tool`, `resource` or `prompt`".into()),
     };
+    // What each kind of use carries: a resource has no arguments, and
+    // annotations are a tool's.
+    if request.tool.is_none() && request.annotations.is_some() {
+        return Err(format!(
+            "`annotations` are a tool's; a {kind} request has none"
+        ));
+    }
+    if request.resource.is_some() && request.arguments.is_some() {
+        return Err("a resource is read without arguments; remove `arguments`".into());
+    }
+    let method = match (&request.method, subject) {
+        (Some(m), _) => m.as_str(),
+        (None, Subject::Tool(_)) => Method::ToolsCall.name(),
+        (None, Subject::Resource(_)) => Method::ResourcesRead.name(),
+        (None, Subject::Prompt(_)) => Method::PromptsGet.name(),
+    };
     let arguments = request.arguments.unwrap_or_else(|| json!({}));
     let mut labels = Vec::new();
     for given in &request.labels {
@@ -81,25 +105,21 @@ pub fn explain(config: &Config, request: &str, as_json: bool) -> Result<String, 
             .ok_or_else(|| format!("`{given}` is not a flow label (labels: private, untrusted)"))?;
         labels.push(label.1.as_str());
     }
-    // A tool call is resolved with its facts, so every `when` is evaluated as the gateway would.
+    // Every use is resolved with its facts, so every `when` is evaluated as the gateway would.
     let mut conditions = Vec::new();
-    let resolved = match subject {
-        Subject::Tool(tool) => {
-            let facts = Facts {
-                claims: request.claims.as_ref(),
-                method: "tools/call",
-                arguments: &arguments,
-                annotations: request.annotations.as_ref(),
-                labels: &labels,
-            };
-            config
-                .policy
-                .resolve_call(&client, &request.server, tool, &facts, &mut |rule, o| {
-                    conditions.push(json!({"rule": rule, "when": o.describe()}));
-                })
-        }
-        _ => Ok(config.policy.resolve(&client, &request.server, subject)),
+    let facts = Facts {
+        claims: request.claims.as_ref(),
+        method,
+        arguments: (request.resource.is_none()).then_some(&arguments),
+        annotations: request.annotations.as_ref(),
+        labels: &labels,
     };
+    let resolved =
+        config
+            .policy
+            .resolve_use(&client, &request.server, subject, &facts, &mut |rule, o| {
+                conditions.push(json!({"rule": rule, "when": o.describe()}));
+            });
     let report = match resolved {
         Ok(effective) => {
             let mut r = report(config, &effective, &arguments);

@@ -395,8 +395,9 @@ pub(crate) struct RawRule {
     /// each call this allow rule lets through.
     #[schemars(with = "Option<RawApproval>")]
     pub approval: Option<Spanned<RawApproval>>,
-    /// `when = "<CEL expression>"`: the rule matches a tool call only where
-    /// the expression is true (see the book's Rules chapter, Expressions).
+    /// `when = "<CEL expression>"`: the rule matches a use (a tool call, a
+    /// resource read, a prompt get) only where the expression is true; the
+    /// rule names one kind of subject (see the book's Rules chapter, Expressions).
     #[schemars(with = "Option<String>")]
     pub when: Option<Spanned<String>>,
 }

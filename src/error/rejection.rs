@@ -54,6 +54,9 @@ pub(crate) mod codes {
     pub(crate) const APPROVAL_ANSWER_UNKNOWN: i64 = -31020;
     /// The shared state store did not answer; nothing was forwarded.
     pub(crate) const STATE_UNAVAILABLE: i64 = -31021;
+    /// A listed resource or prompt whose use a rule's condition refuses
+    /// (`call_not_permitted`, `rule_expression_failed` in `data.code`).
+    pub(crate) const USE_NOT_PERMITTED: i64 = -31022;
 }
 
 /// Who a failure is attributed to.
@@ -98,6 +101,13 @@ pub(crate) enum Rejection {
     NotFound(String),
     /// A `tools/call` refused by policy or validation (isError result).
     Tool(ToolRefusal),
+    /// A resource read or subscription, a prompt get, a completion or a
+    /// subscription stream whose item the client's list shows, refused by a
+    /// rule's condition once the use's facts are known (its labels, a
+    /// prompt's arguments), or by a condition that failed: JSON-RPC -31022
+    /// with the refusal's code (`call_not_permitted`,
+    /// `rule_expression_failed`) and details in `data`.
+    Use(ToolRefusal),
     /// A call refused by a rate limit (isError on tools/call, JSON-RPC error
     /// otherwise; `Retry-After` on both).
     RateLimited(RateLimited),
@@ -375,9 +385,10 @@ impl Rejection {
             | Rejection::SecretInParams(_)
             | Rejection::UnknownApprovalAnswer => Source::Client,
             Rejection::UnknownTask | Rejection::StateUnavailable(_) => Source::Policy,
-            Rejection::NotFound(_) | Rejection::Tool(_) | Rejection::RateLimited(_) => {
-                Source::Policy
-            }
+            Rejection::NotFound(_)
+            | Rejection::Tool(_)
+            | Rejection::Use(_)
+            | Rejection::RateLimited(_) => Source::Policy,
             Rejection::Upstream(_) | Rejection::Output(_) => Source::Upstream,
         }
     }
@@ -406,7 +417,7 @@ impl Rejection {
             Rejection::StateUnavailable(_) => "state_unavailable",
             Rejection::SecretInParams(_) => "argument_not_permitted",
             Rejection::NotFound(_) => "not_found",
-            Rejection::Tool(t) => t.code,
+            Rejection::Tool(t) | Rejection::Use(t) => t.code,
             Rejection::RateLimited(_) => RATE_LIMITED,
             Rejection::Upstream(u) => u.kind.code(),
             Rejection::Output(o) => o.kind.code(),

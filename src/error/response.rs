@@ -178,6 +178,17 @@ impl Rejection {
                 error_response(status, id, jsonrpc::INVALID_PARAMS, &text, Some(data))
             }
             Rejection::Tool(t) => tool_result(cx, t.code, t.text, t.detail),
+            Rejection::Use(t) => {
+                let mut data = t.detail;
+                data.insert("code".into(), t.code.into());
+                error_response(
+                    StatusCode::OK,
+                    id,
+                    codes::USE_NOT_PERMITTED,
+                    &t.text,
+                    Some(Value::Object(data)),
+                )
+            }
             Rejection::UnknownApprovalAnswer => error_response(
                 StatusCode::BAD_REQUEST,
                 None,

@@ -435,9 +435,35 @@ impl Request {
         self.serialise(Some(round))
     }
 
+    /// The canonical bytes ([`crate::util::canonical`]) of
+    /// [`Request::forwarded_with`]: the same bytes, with a tool call's
+    /// arguments written from where they are instead of copied into a
+    /// value first (they can be large).
+    pub(crate) fn forwarded_bytes(&self, round: &Round) -> Vec<u8> {
+        use crate::util::canonical;
+        if let Ask::Tool {
+            arguments: Some(arguments),
+            ..
+        } = &self.ask
+        {
+            let skeleton = self.serialise_as(Some(round), false);
+            let member = ("arguments", arguments);
+            if let Some(bytes) = canonical::to_vec_with(&skeleton, &["params"], member) {
+                return bytes;
+            }
+        }
+        canonical::to_vec(&self.forwarded_with(round))
+    }
+
     /// The message as a JSON value again, each judged field back where it
     /// came from; `round` (a tool call's) replaces the round it carried.
     fn serialise(&self, round: Option<&Round>) -> Value {
+        self.serialise_as(round, true)
+    }
+
+    /// [`Request::serialise`], a tool call's arguments left out unless
+    /// `with_arguments`.
+    fn serialise_as(&self, round: Option<&Round>, with_arguments: bool) -> Value {
         let mut v = Map::new();
         v.insert("jsonrpc".into(), "2.0".into());
         if let Some(id) = &self.id {
@@ -461,7 +487,9 @@ impl Request {
                 round: sent,
             } => {
                 params.insert("name".into(), name.as_str().into());
-                put(&mut params, "arguments", arguments.as_ref());
+                if with_arguments {
+                    put(&mut params, "arguments", arguments.as_ref());
+                }
                 match round {
                     Some(forwarded) => {
                         forwarded.put(&mut params);

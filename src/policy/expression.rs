@@ -12,12 +12,19 @@
 //! call would evaluate it (the list and the call agree); one that reads
 //! `arguments` is left to the call ([`Outcome::Deferred`]), and so is every
 //! expression that reads a call-time fact where nothing of the use is known.
-//! Whether an expression reads a name is known when it compiles.
+//! Whether an expression reads a name is known when it compiles, and so is
+//! whether it reads one the kind of its rule never has (`uri` on a tool
+//! rule, `tool` or `arguments` on a resource rule): such a rule is refused
+//! at load ([`Expression::compile_for`]), never left to fail per use.
 
 mod cost;
+mod kind;
+mod reads;
 mod scope;
 
+use super::subject::{Kind, Subject};
 use crate::auth::ClientId;
+pub(crate) use reads::Reads;
 pub use scope::{Facts, ListFacts};
 pub(crate) use scope::{Known, Scope};
 
@@ -31,11 +38,14 @@ const CALL_TIME: [&str; 6] = [
     "labels",
 ];
 
-/// Every name the context of an expression offers.
-pub const CONTEXT: [&str; 9] = [
+/// Every name the context of an expression offers (each kind of rule reads
+/// a part of them: [`variables`]).
+pub const CONTEXT: [&str; 11] = [
     "client",
     "server",
     "tool",
+    "uri",
+    "prompt",
     "method",
     "arguments",
     "claims",
@@ -59,6 +69,8 @@ pub struct Expression {
     /// list to the next of the same client (it reads the claims of the token
     /// presented, or the time).
     varies: bool,
+    /// What it reads of the JSON variables (see [`reads`]).
+    reads: Reads,
 }
 
 /// What one expression said about one use.
@@ -76,6 +88,21 @@ pub enum Outcome {
 // === impl Expression ===
 
 impl Expression {
+    /// Compiles `source` for a rule of `kind`: as [`Self::compile`], and
+    /// refused, with the line and column of the read, when it reads a name
+    /// rules of that kind never have ([`variables`]).
+    pub fn compile_for(source: &str, kind: Kind) -> Result<Self, String> {
+        let compiled = Self::compile(source)?;
+        let own = variables(kind);
+        let foreign: Vec<&str> = (CONTEXT.iter().copied())
+            .filter(|n| !own.contains(n))
+            .collect();
+        match kind::foreign(&compiled.program, source, kind, own, &foreign) {
+            Some(why) => Err(why),
+            None => Ok(compiled),
+        }
+    }
+
     /// Compiles `source`; the error says it is not valid CEL (CEL's words) or
     /// why its cost is refused (see [`cost`]), with its line and column
     /// inside the expression.
@@ -102,14 +129,22 @@ impl Expression {
         let varies = !reads_arguments
             && !reads_labels
             && (refs.has_variable("claims") || refs.has_variable("now"));
+        let reads = Reads::of(program.expression());
         Ok(Self {
             source: source.to_owned(),
+            reads,
             program,
             call_time,
             reads_arguments,
             reads_labels,
             varies,
         })
+    }
+
+    /// What it reads of the JSON variables: a scope it is evaluated in
+    /// converts at least that.
+    pub(crate) fn reads(&self) -> &Reads {
+        &self.reads
     }
 
     /// The expression as written.
@@ -148,7 +183,18 @@ impl Expression {
         tool: &str,
         facts: Option<&Facts<'_>>,
     ) -> Outcome {
-        let scope = Scope::new(client, server, tool, facts);
+        self.evaluate_use(client, server, Subject::Tool(tool), facts)
+    }
+
+    /// Evaluates it for `client` using `subject` on `server` (see [`Self::evaluate`]).
+    pub fn evaluate_use(
+        &self,
+        client: &ClientId,
+        server: &str,
+        subject: Subject<'_>,
+        facts: Option<&Facts<'_>>,
+    ) -> Outcome {
+        let scope = Scope::new(client, server, subject, facts, &self.reads);
         let mut context = None;
         self.evaluate_in(&scope, &mut context)
     }
@@ -164,7 +210,9 @@ impl Expression {
         let deferred = match scope.known {
             Known::Nothing => self.call_time,
             Known::Listed(_) => self.reads_arguments || self.reads_labels,
-            Known::Call(_) => false,
+            // A use without arguments of its own (a completion) leaves a
+            // condition over them to the use that has them.
+            Known::Call(f) => self.reads_arguments && f.arguments.is_none(),
         };
         if deferred {
             return Outcome::Deferred;
@@ -179,6 +227,39 @@ impl Expression {
             )),
             Err(e) => Outcome::Failed(e.to_string()),
         }
+    }
+}
+
+/// The names a condition on a rule of `kind` may read: who uses what where
+/// (the subject by its kind's own name), the method, the claims, the time
+/// and the session's labels; the annotations on tools only; the arguments on
+/// tools (the call's) and prompts (the `prompts/get` arguments).
+pub fn variables(kind: Kind) -> &'static [&'static str] {
+    match kind {
+        Kind::Tool => &[
+            "client",
+            "server",
+            "tool",
+            "method",
+            "arguments",
+            "claims",
+            "annotations",
+            "now",
+            "labels",
+        ],
+        Kind::Resource => &[
+            "client", "server", "uri", "method", "claims", "now", "labels",
+        ],
+        Kind::Prompt => &[
+            "client",
+            "server",
+            "prompt",
+            "method",
+            "arguments",
+            "claims",
+            "now",
+            "labels",
+        ],
     }
 }
 

@@ -60,7 +60,18 @@ impl Policy {
         facts: &Facts<'_>,
         seen: &mut dyn FnMut(usize, &Outcome),
     ) -> Result<Effective<'_>, ExpressionFailed> {
-        let subject = Subject::Tool(tool);
+        self.resolve_use(client, server, Subject::Tool(tool), facts, seen)
+    }
+
+    /// Resolves a use of `subject` with its `facts` (see [`Self::resolve_call`]).
+    pub fn resolve_use(
+        &self,
+        client: &ClientId,
+        server: &str,
+        subject: Subject<'_>,
+        facts: &Facts<'_>,
+        seen: &mut dyn FnMut(usize, &Outcome),
+    ) -> Result<Effective<'_>, ExpressionFailed> {
         let decision = self.decide_with(client, server, subject, Some(facts), seen)?;
         Ok(self.effective(decision, subject))
     }

@@ -8,20 +8,9 @@
 use std::num::NonZeroU32;
 
 use super::glob::Glob;
+use super::subject::Subject;
 use crate::auth::ClientId;
 use crate::validate::CompiledSchema;
-
-/// What a client asks to use.
-#[derive(Debug, Clone, Copy)]
-pub enum Subject<'a> {
-    /// A tool, by name.
-    Tool(&'a str),
-    /// A resource, by URI (or URI template). A URI is given as its canonical
-    /// identity ([`super::uri::CanonicalUri::identity`]): rules never see another spelling.
-    Resource(&'a str),
-    /// A prompt, by name.
-    Prompt(&'a str),
-}
 
 /// One `[[rules]]` entry, compiled.
 #[derive(Debug)]
@@ -38,7 +27,8 @@ pub struct Rule {
     pub arguments: Option<CompiledSchema>,
     /// `approval = { … }`: a person approves each call (allow rules with tools only).
     pub approval: Option<crate::approval::Requirement>,
-    /// `when = "…"`: the rule matches only where this CEL expression is true (tool rules only).
+    /// `when = "…"`: the rule matches only where this CEL expression is true
+    /// (on a rule that names one kind of subject: tools, resources or prompts).
     pub when: Option<super::expression::Expression>,
     /// `flow = { holds, then }`: what the rule's calls to a sink get once the
     /// session holds the labels named.
@@ -72,15 +62,6 @@ pub enum RateKey {
     ClientTool,
     /// One bucket for everybody.
     All,
-}
-
-impl<'a> Subject<'a> {
-    /// The tool's or prompt's name, or the resource's URI.
-    pub fn name(self) -> &'a str {
-        match self {
-            Subject::Tool(name) | Subject::Resource(name) | Subject::Prompt(name) => name,
-        }
-    }
 }
 
 // === impl Rule ===

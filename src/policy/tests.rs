@@ -383,3 +383,77 @@ arguments = { required = ["date"] }
     assert_eq!(e.rates.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [0]);
     assert_eq!(e.constraints, [2]);
 }
+
+/// Where `text` (a source file) calls the fact-less [`Policy::decide`]: the
+/// 1-based lines of each call, whatever its spacing and line breaks.
+fn factless_calls(text: &str) -> Vec<usize> {
+    // Test modules sit at the end of a file; comments say nothing.
+    let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+    let mut squeezed = String::new();
+    let mut lines = Vec::new();
+    for (n, line) in code.lines().enumerate() {
+        let line = line.split("//").next().unwrap_or_default();
+        for c in line.chars().filter(|c| !c.is_whitespace()) {
+            squeezed.push(c);
+            lines.push(n + 1);
+        }
+    }
+    let mut found = Vec::new();
+    for needle in ["policy.decide(", "Policy::decide("] {
+        found.extend(squeezed.match_indices(needle).map(|(i, _)| lines[i]));
+    }
+    found
+}
+
+/// Every use on the request path is decided with its facts: a call of the
+/// fact-less decision there would leave a condition that reads the claims,
+/// the method, the labels or the arguments undecided, and count an allow
+/// rule as matching (fail open). Only `portcullis check` without a request
+/// may decide knowing nothing of the use.
+#[test]
+fn nothing_on_the_request_path_decides_without_the_uses_facts() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut stack = vec![root.join("src/proxy")];
+    let mut found = Vec::new();
+    let mut read = 0;
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read src/proxy") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let is_test = path.file_stem().is_some_and(|s| s == "tests");
+            if path.extension().is_none_or(|e| e != "rs") || is_test {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("read a source file");
+            read += 1;
+            for line in factless_calls(&text) {
+                found.push(format!(
+                    "{}:{line}: Policy::decide knows nothing of the use; decide it with its facts \
+                     (decide_listed, decide_use, decide_call)",
+                    path.strip_prefix(root).unwrap_or(&path).display()
+                ));
+            }
+        }
+    }
+    assert!(read > 20, "src/proxy was not read");
+    assert!(found.is_empty(), "{}", found.join("\n"));
+    // The scan sees a call however it is spelled, and nothing else.
+    let seen = "let d = config\n    .policy\n    .decide(client, &server, subject);\n";
+    assert_eq!(factless_calls(seen), [2]);
+    assert_eq!(
+        factless_calls("crate::policy::Policy::decide(&p, c, s, x)"),
+        [1]
+    );
+    for fine in [
+        "config.policy.decide_listed(client, name, subject, &facts)",
+        "config.policy.decide_use(client, name, subject, &facts)",
+        "// policy.decide(client, server, subject)",
+        "state.approvals.decide(&id, approve, &by, now)",
+        "#[cfg(test)]\nmod tests { fn f() { policy.decide(a, b, c); } }",
+    ] {
+        assert!(factless_calls(fine).is_empty(), "seen: {fine}");
+    }
+}

@@ -29,8 +29,9 @@
 //! The query is kept (normalized the same way, `?` `,` `;` decoded, `%26` and
 //! `%3D` kept as they are query structure) and forwarded, but it is not part
 //! of the resource's [`CanonicalUri::identity`]: rules and rate-limit buckets
-//! see the URI without its query, because the SDKs' templates ignore query
-//! parameters they do not name (`logs://api?x=1` is `logs://api`).
+//! see the URI without its query (`logs://api?x=1` is `logs://api`): a
+//! template that names no query parameter matches no URI with one, and
+//! the values a template's `{?var}` binds are not judged (the book says so).
 //!
 //! Refused, whatever the rules say ([`UriRefusal`]): an escape whose decoding
 //! would change the URI's structure (`%2F`, `%5C`, `%2E`, `%23`, and in the

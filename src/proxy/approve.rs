@@ -285,7 +285,7 @@ impl Held {
         let facts = Facts {
             claims: self.claims.as_ref(),
             method: Rpc::ToolsCall.name(),
-            arguments: &self.arguments,
+            arguments: Some(&self.arguments),
             annotations: self.annotations.as_ref(),
             labels: &labels,
         };
@@ -428,8 +428,7 @@ fn sse_event(message: &Value) -> String {
 /// (its `requestState`, the answer under its reserved key, the approval id),
 /// whether or not a rule asks for approval.
 pub(super) fn stripped(message: &Request, round: Option<&Value>) -> Bytes {
-    let value = message.forwarded_with(&gate::strip(message.round(), round));
-    Bytes::from(crate::util::canonical::to_vec(&value))
+    Bytes::from(message.forwarded_bytes(&gate::strip(message.round(), round)))
 }
 
 /// The arguments as every person who judges the call sees them: the one

@@ -18,6 +18,8 @@ use super::refusals::{
 };
 use super::task_calls;
 
+use std::borrow::Cow;
+
 use axum::response::Response;
 use bytes::Bytes;
 use http::HeaderMap;
@@ -337,14 +339,15 @@ fn authorize<'t>(
 }
 
 /// The rules' `when` expressions, now that the call's facts are known, and
-/// their `arguments`: the arguments (absent is `{}`) and the decision.
-fn rule_arguments(
+/// their `arguments`: the arguments (absent is `{}`; the call's own,
+/// borrowed) and the decision.
+fn rule_arguments<'c>(
     ctx: &Context,
     forward: &Forward,
-    call: &Call<'_>,
+    call: &Call<'c>,
     entry: &crate::proxy::catalog::ToolEntry,
     labels: &[&'static str],
-) -> Result<(Value, Decision), Rejection> {
+) -> Result<(Cow<'c, Value>, Decision), Rejection> {
     let config = &*forward.live.config;
     let Call {
         client,
@@ -352,9 +355,10 @@ fn rule_arguments(
         message,
         ..
     } = *call;
+    // Borrowed from the call, not copied: arguments can be large.
     let arguments = match message.arguments() {
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(a @ Value::Object(_)) => a.clone(),
+        None | Some(Value::Null) => Cow::Owned(Value::Object(Map::new())),
+        Some(a @ Value::Object(_)) => Cow::Borrowed(a),
         Some(_) => {
             let v = Violation {
                 pointer: String::new(),
@@ -370,7 +374,7 @@ fn rule_arguments(
     let facts = Facts {
         claims: ctx.token.as_ref().map(|t| t.claims()),
         method: Rpc::ToolsCall.name(),
-        arguments: &arguments,
+        arguments: Some(&arguments),
         annotations: entry.definition.get("annotations"),
         labels,
     };

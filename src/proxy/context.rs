@@ -19,7 +19,7 @@ use super::flow;
 use super::forward::Forward;
 use super::state::{AppState, Live, ServerState};
 use crate::proxy::catalog::CallFacts;
-use crate::proxy::respond::Recipient;
+use crate::proxy::respond::{Recipient, Shown};
 use crate::proxy::tasks::TaskScope;
 
 use crate::auth::{ClientId, PresentedToken};
@@ -154,6 +154,15 @@ impl Context {
             client,
             creates: self.rpc == Some(Rpc::ToolsCall),
         });
+        // Observe mode lists every resource, so names every one.
+        let shown = (self.client.clone())
+            .filter(|_| self.mode != Mode::Observe)
+            .map(|client| Shown {
+                state: self.state.clone(),
+                client,
+                token: self.token.clone(),
+                also: Vec::new(),
+            });
         Recipient {
             tasks,
             id: self.id.clone(),
@@ -167,6 +176,7 @@ impl Context {
             call: self.call.clone(),
             trail: self.trail.clone(),
             flow: self.flow.clone(),
+            shown,
         }
     }
 
@@ -193,6 +203,7 @@ impl Context {
             Ok(value) => Ok(Some(value)),
             Err(
                 rejection @ (Rejection::Tool(_)
+                | Rejection::Use(_)
                 | Rejection::NotFound(_)
                 | Rejection::RateLimited(_)
                 | Rejection::SecretInParams(_)),

@@ -14,7 +14,9 @@ use super::flow;
 use super::forward::{upstream, watch_instructions};
 use super::lists::list;
 use super::resource;
-use super::subjects::{authorize_completion, authorize_subscriptions, decide_subject};
+use super::subjects::{
+    UseFacts, authorize_completion, authorize_subscriptions, completed, decide_subject,
+};
 use std::sync::Arc;
 
 use axum::response::Response;
@@ -28,7 +30,7 @@ use crate::auth::ClientId;
 use crate::error::Rejection;
 use crate::mcp::methods::{Class, Method as Rpc};
 use crate::mcp::request::{Ask, Request};
-use crate::policy::Subject;
+use crate::policy::{Kind, Subject};
 
 /// A client's message, classified, bounded, negotiated and scanned, on its
 /// way to one server.
@@ -97,6 +99,15 @@ pub(super) async fn serve(
                 method,
                 Some(Rpc::ResourcesSubscribe | Rpc::ResourcesUnsubscribe)
             );
+            let session = ctx.flow_key(client, forward.name(), &request);
+            let facts = UseFacts::read(
+                (state, config),
+                &session,
+                Kind::Resource,
+                request.method_name(),
+                None,
+            )
+            .await?;
             decide_subject(
                 state,
                 live,
@@ -104,6 +115,7 @@ pub(super) async fn serve(
                 client,
                 server,
                 subject,
+                &facts,
                 takes_tokens,
                 || format!("Resource not found: {uri}"),
             )
@@ -111,7 +123,6 @@ pub(super) async fn serve(
             let (headers, body) = resource::forwarded(&request, headers, body, &canonical);
             if method == Some(Rpc::ResourcesRead) {
                 // What it reads reaches the client: a labelled resource sets its label.
-                let session = ctx.flow_key(client, forward.name(), &request);
                 let (store, labels) = (&state.flows, &config.flow);
                 let uri = canonical.identity();
                 ctx.flow = flow::reading(store, labels, session, forward.name(), uri);
@@ -119,16 +130,28 @@ pub(super) async fn serve(
             forward.relay(&headers, body, ctx.recipient(server)).await
         }
         (_, Class::Prompt) => {
-            let Ask::Prompt { name, .. } = request.ask() else {
+            let Ask::Prompt { name, arguments } = request.ask() else {
                 return Err(untyped(&request));
             };
             let subject = Subject::Prompt(name);
-            decide_subject(state, live, ctx, client, server, subject, true, || {
-                format!("Unknown prompt: {name}")
-            })
+            let session = ctx.flow_key(client, forward.name(), &request);
+            let method = request.method_name();
+            let arguments = Some(arguments.as_ref());
+            let facts =
+                UseFacts::read((state, config), &session, Kind::Prompt, method, arguments).await?;
+            decide_subject(
+                state,
+                live,
+                ctx,
+                client,
+                server,
+                subject,
+                &facts,
+                true,
+                || format!("Unknown prompt: {name}"),
+            )
             .await?;
             // Its messages reach the client: a labelled prompt sets its label.
-            let session = ctx.flow_key(client, forward.name(), &request);
             let (store, labels) = (&state.flows, &config.flow);
             ctx.flow = flow::prompting(store, labels, session, forward.name(), name);
             forward.relay(headers, body, ctx.recipient(server)).await
@@ -139,7 +162,16 @@ pub(super) async fn serve(
                 return Err(untyped(&request));
             };
             let uri = resource::completion_uri(reference)?;
-            let decided = authorize_completion(config, client, server, reference);
+            let session = ctx.flow_key(client, forward.name(), &request);
+            let facts = UseFacts::read(
+                (state, config),
+                &session,
+                completed(reference),
+                request.method_name(),
+                None,
+            )
+            .await?;
+            let decided = authorize_completion(config, ctx, client, server, reference, &facts);
             ctx.observe_or_enforce(decided)?;
             // The server completes on the URI that was decided.
             let body = match &uri {
@@ -154,7 +186,16 @@ pub(super) async fn serve(
                 return Err(untyped(&request));
             };
             let uris = resource::subscribed(uris.as_deref())?;
-            let decided = authorize_subscriptions(config, client, server, &uris);
+            let session = ctx.flow_key(client, forward.name(), &request);
+            let facts = UseFacts::read(
+                (state, config),
+                &session,
+                Kind::Resource,
+                request.method_name(),
+                None,
+            )
+            .await?;
+            let decided = authorize_subscriptions(config, ctx, client, server, &uris, &facts);
             ctx.observe_or_enforce(decided)?;
             // The server subscribes to the URIs that were decided.
             let sent: Vec<&str> = uris.iter().map(|u| u.as_str()).collect();

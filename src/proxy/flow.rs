@@ -21,7 +21,7 @@ use crate::error::{Rejection, ToolRefusal};
 use crate::flow::{FlowStore, Label, Mark, Recording, SessionKey, Then, Via, triggered};
 use crate::mcp::request::Request;
 use crate::mcp::version::Era;
-use crate::policy::{Decision, Policy};
+use crate::policy::{Decision, Kind, Policy};
 use crate::record::trail::Trail;
 use crate::state::Unavailable;
 
@@ -213,13 +213,23 @@ pub(super) async fn labels(
     key: &SessionKey,
     tool: &str,
 ) -> Result<Vec<&'static str>, Rejection> {
-    if !policy.reads_labels() {
+    held_labels((store, policy, flow), key, Kind::Tool)
+        .await
+        .map_err(|e| unavailable(tool, &e, Unreadable::Labels))
+}
+
+/// [`labels`] for a use of a subject of `kind` (a resource, a prompt: the
+/// store's failure as it is, answered as that use's `state_unavailable`);
+/// read only when a condition on that kind of rule reads them.
+pub(super) async fn held_labels(
+    (store, policy, flow): (&dyn FlowStore, &Policy, &crate::flow::FlowSettings),
+    key: &SessionKey,
+    kind: Kind,
+) -> Result<Vec<&'static str>, Unavailable> {
+    if !policy.reads_labels_of(kind) {
         return Ok(Vec::new());
     }
-    let held = store
-        .held(key)
-        .await
-        .map_err(|e| unavailable(tool, &e, Unreadable::Labels))?;
+    let held = store.held(key).await?;
     let mut labels: Vec<&'static str> = crate::flow::current(&held, flow, store.marks_per_label())
         .iter()
         .map(|m| m.label.as_str())

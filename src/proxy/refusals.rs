@@ -154,6 +154,28 @@ pub(super) fn rule_expression_failed(tool: &str, failed: &ExpressionFailed) -> R
     })
 }
 
+/// Why the rules refused a listed use once its facts were known: the deny
+/// rule whose condition is true, or every allow rule whose condition is false.
+fn refused_because(config: &Config, rule: Option<usize>, falsified: &[usize]) -> String {
+    let quote = |i: usize| format!("rules[{i}] (`when = {:?}`)", condition_of(config, i));
+    match rule {
+        Some(i) => format!("{} denies it", quote(i)),
+        None => {
+            let list: Vec<String> = falsified.iter().map(|i| quote(*i)).collect();
+            format!("the condition of {} is false for it", list.join(", "))
+        }
+    }
+}
+
+/// The refusal's `data`: the deciding rule, and the rules whose conditions were false.
+fn name_rules(detail: &mut Map<String, Value>, rule: Option<usize>, falsified: &[usize]) {
+    if let Some(i) = rule {
+        detail.insert("rule".into(), format!("rules[{i}]").into());
+    }
+    let named: Vec<String> = falsified.iter().map(|i| format!("rules[{i}]")).collect();
+    detail.insert("false_conditions".into(), named.into());
+}
+
 /// A listed tool whose call the rules refuse once its call-time facts are
 /// known: a deny rule's `when` is true, or every allow rule's `when` is false.
 pub(super) fn call_not_permitted(
@@ -162,46 +184,103 @@ pub(super) fn call_not_permitted(
     rule: Option<usize>,
     falsified: &[usize],
 ) -> Rejection {
-    let quote = |i: usize| {
-        let when = config
-            .policy
-            .rules
-            .iter()
-            .find(|r| r.index == i)
-            .and_then(|r| r.when.as_ref())
-            .map(|w| w.source().to_owned())
-            .unwrap_or_default();
-        format!("rules[{i}] (`when = {when:?}`)")
-    };
-    let why = match rule {
-        Some(i) => format!("{} denies it", quote(i)),
-        None => {
-            let list: Vec<String> = falsified.iter().map(|i| quote(*i)).collect();
-            format!("the condition of {} is false for it", list.join(", "))
-        }
-    };
+    let why = refused_because(config, rule, falsified);
     let text = format!(
         "This call to `{tool}` is outside what this gateway's policy permits: {why}, so the tool was not run. \
          A call that meets the condition may be allowed; do not retry the same call."
     );
     let mut detail = Map::new();
     detail.insert("tool".into(), tool.into());
-    if let Some(i) = rule {
-        detail.insert("rule".into(), format!("rules[{i}]").into());
-    }
-    detail.insert(
-        "false_conditions".into(),
-        falsified
-            .iter()
-            .map(|i| format!("rules[{i}]"))
-            .collect::<Vec<_>>()
-            .into(),
-    );
+    name_rules(&mut detail, rule, falsified);
     Rejection::Tool(ToolRefusal {
         code: "call_not_permitted",
         text,
         detail,
     })
+}
+
+/// What a refused use of a resource or prompt names: its words in a text
+/// (`the read of resource `…``), its key and value in `data`.
+fn use_of(subject: Subject<'_>, method: &str) -> (String, &'static str, String) {
+    let name = crate::util::text::clip(subject.name());
+    let method = crate::util::text::clip(method);
+    match subject {
+        Subject::Resource(_) => (
+            format!("This {method} of the resource `{name}`"),
+            "resource",
+            name,
+        ),
+        Subject::Prompt(_) => (
+            format!("This {method} of the prompt `{name}`"),
+            "prompt",
+            name,
+        ),
+        Subject::Tool(_) => (format!("This {method} of `{name}`"), "tool", name),
+    }
+}
+
+/// A listed resource or prompt whose use the rules refuse once the use's
+/// facts are known (its session's labels, a prompt's arguments, its
+/// method): `call_not_permitted`, as a listed tool's call gets it.
+pub(super) fn use_not_permitted(
+    config: &Config,
+    subject: Subject<'_>,
+    method: &str,
+    rule: Option<usize>,
+    falsified: &[usize],
+) -> Rejection {
+    let why = refused_because(config, rule, falsified);
+    let (what, key, name) = use_of(subject, method);
+    let text = format!(
+        "{what} is outside what this gateway's policy permits: {why}, so nothing was sent to the server. \
+         A use that meets the condition may be allowed; do not retry the same request."
+    );
+    let mut detail = Map::new();
+    detail.insert(key.into(), name.into());
+    detail.insert("method".into(), crate::util::text::clip(method).into());
+    name_rules(&mut detail, rule, falsified);
+    Rejection::Use(ToolRefusal {
+        code: "call_not_permitted",
+        text,
+        detail,
+    })
+}
+
+/// A resource or prompt use whose rule's condition failed at run time: it
+/// is denied (fail closed), naming the rule, its condition and CEL's reason.
+pub(super) fn use_expression_failed(
+    subject: Subject<'_>,
+    method: &str,
+    failed: &ExpressionFailed,
+) -> Rejection {
+    let reason: String = failed.reason.chars().take(MAX_REASON).collect();
+    let (what, key, name) = use_of(subject, method);
+    let text = format!(
+        "{what} was denied because the condition of rules[{}] (`when = {:?}`) could not be evaluated: {reason}. \
+         A condition that fails denies the use, and nothing was sent to the server; the gateway's operator can \
+         correct the rule, or a request that has the fields it reads may be allowed.",
+        failed.rule, failed.expression
+    );
+    let mut detail = Map::new();
+    detail.insert(key.into(), name.into());
+    detail.insert("method".into(), crate::util::text::clip(method).into());
+    detail.insert("rule".into(), format!("rules[{}]", failed.rule).into());
+    detail.insert("expression".into(), failed.expression.clone().into());
+    detail.insert("error".into(), reason.into());
+    Rejection::Use(ToolRefusal {
+        code: "rule_expression_failed",
+        text,
+        detail,
+    })
+}
+
+/// The condition of rule `index` as written (empty when it has none).
+fn condition_of(config: &Config, index: usize) -> String {
+    (config.policy.rules.iter())
+        .find(|r| r.index == index)
+        .and_then(|r| r.when.as_ref())
+        .map(|w| w.source().to_owned())
+        .unwrap_or_default()
 }
 
 pub(super) fn quarantined(tool: &str, reason: &crate::validate::SchemaError) -> Rejection {

@@ -23,7 +23,7 @@ use crate::auth::ClientId;
 use crate::error::{Rejection, UpstreamKind};
 use crate::mcp::methods::Method as Rpc;
 use crate::mcp::request::{Ask, Request};
-use crate::policy::Subject;
+use crate::policy::{ListFacts, Subject};
 use crate::sanitize::{Report, Sanitizer, Skip};
 use crate::transport::reply::UpstreamError;
 
@@ -79,12 +79,24 @@ pub(super) async fn serve(
                 .map_err(|e| Rejection::StateUnavailable(e.store))?
         }
     };
-    // A task whose tool the client may no longer call is not its to read.
+    // A task whose tool the client may no longer call is not its to read:
+    // decided as its list decides the tool (the token's claims, the tool's
+    // annotations as the catalog holds them, the time), so a condition is
+    // never left undecided here.
+    let claims = forward.caller.token.as_ref().map(|t| t.claims());
+    let known = forward.server.catalog.get();
     let task = task
         .filter(|t| t.era == to.era)
         .filter(|t| {
+            let annotations = (known.as_ref())
+                .and_then(|set| set.tools.get(&t.tool))
+                .and_then(|e| e.definition.get("annotations"));
+            let shown = ListFacts {
+                claims,
+                annotations,
+            };
             policy
-                .decide(client, &server, Subject::Tool(&t.tool))
+                .decide_listed(client, &server, Subject::Tool(&t.tool), &shown)
                 .allowed
         })
         .ok_or(Rejection::UnknownTask)?;

@@ -11,6 +11,8 @@
   {"op":"resources"}                              -> {"resources":[uris],"templates":[uri templates]}
   {"op":"read","uri":U}                           -> {"texts":[text of each content]}
   {"op":"ping"}                                   -> {"pong":true}
+  {"op":"updated","until":U}                      -> {"updated":[URI of each notifications/resources/updated
+                                                     seen so far]}, once U is among them (at most 10 s)
   {"op":"asked"}                                  -> {"asked":[params of each sampling / elicitation
                                                      request the server made so far, as JSON]}
 Sampling requests are answered with the text "ok" and elicitations accepted with {"name":"bob"}.
@@ -48,6 +50,12 @@ def describe(exc: BaseException) -> dict[str, Any]:
 
 # What the sampling and elicitation callbacks received, in order.
 ASKED: list[dict[str, Any]] = []
+UPDATED: list[str] = []
+
+
+async def on_message(message: Any) -> None:
+    if isinstance(message, types.ResourceUpdatedNotification):
+        UPDATED.append(str(message.params.uri))
 
 
 async def on_sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
@@ -115,6 +123,11 @@ async def run_op(client: Client, op: dict[str, Any]) -> dict[str, Any]:
     if op["op"] == "read":
         read = await client.read_resource(op["uri"], cache_mode="refresh")
         return {"texts": [getattr(c, "text", None) for c in read.contents]}
+    if op["op"] == "updated":
+        with anyio.move_on_after(10):
+            while op["until"] not in UPDATED:
+                await anyio.sleep(0.05)
+        return {"updated": list(UPDATED)}
     if op["op"] == "ping":
         await client.send_ping()
         return {"pong": True}
@@ -143,7 +156,11 @@ async def main() -> int:
             transport = streamable_http_client(opts.url, http_client=http)
             elicit = None if opts.elicit == "off" else on_elicitation
             async with Client(
-                transport, mode=opts.mode, sampling_callback=on_sampling, elicitation_callback=elicit
+                transport,
+                mode=opts.mode,
+                sampling_callback=on_sampling,
+                elicitation_callback=elicit,
+                message_handler=on_message,
             ) as client:
                 connected = True
                 for op in ops:

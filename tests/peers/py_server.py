@@ -9,6 +9,7 @@ in text and in an embedded resource), leaky_structured (the same in structuredCo
 (sleeps `seconds`; a cancelled `hang` or `progress` records itself again as `hang:cancelled`, `progress:cancelled`), huge (returns `bytes` bytes of text). Resources: the templates
 `users://{user_id}/profile`, `res://{+path}` and `file:///{+path}` (the last two resolve `..`
 themselves: an admin's profile or item says "ADMIN SECRET", `file:///secret/…` "SECRET KEY").
+With --fixtures, the tool touch sends `notifications/resources/updated` for its `uri` on the call's stream.
 
     $PEERS/venv/bin/python py_server.py --port 0 [--record FILE] [--stateless] [--json] [--fixtures] [--paged N]
     $PEERS/venv/bin/python py_server.py --stdio [--record FILE]
@@ -42,6 +43,8 @@ from mcp.server.mcpserver.prompts.base import UserMessage
 from mcp.server.mcpserver.resources.templates import ResourceSecurity
 from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
 from mcp.types import (
+    ResourceUpdatedNotification,
+    ResourceUpdatedNotificationParams,
     AudioContent,
     CallToolResult,
     CreateMessageRequest,
@@ -374,6 +377,12 @@ def add_fixtures(mcp: MCPServer) -> None:
         answer = await ctx.elicit(message, schema=Contact)
         data = answer.data.model_dump() if getattr(answer, "data", None) is not None else None
         return f"User response: action={answer.action}, content={json.dumps(data)}"
+
+    @mcp.tool(description="Say on this call's stream that the resource `uri` changed.", structured_output=False)
+    async def touch(uri: str, ctx: Context) -> str:
+        updated = ResourceUpdatedNotification(params=ResourceUpdatedNotificationParams(uri=uri))
+        await ctx.session.send_notification(updated, related_request_id=ctx.request_id)
+        return "touched"
 
     @mcp.tool(description="Close the SSE stream mid-call, then answer.", structured_output=False)
     async def test_reconnection(ctx: Context) -> str:

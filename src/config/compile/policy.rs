@@ -15,7 +15,7 @@ use super::super::model::ServerSettings;
 use super::super::raw::{RawConfig, RawRule};
 use crate::policy::expression::Expression;
 use crate::policy::glob::Glob;
-use crate::policy::{Action, Policy, Rate, RateKey, Rule};
+use crate::policy::{Action, Kind, Policy, Rate, RateKey, Rule};
 use crate::ratelimit::{OnBackendError, RateBackend, RateLimitSettings};
 use crate::validate::{CompiledSchema, SchemaLimits};
 
@@ -81,13 +81,21 @@ impl Ctx<'_> {
             };
             let when = match &raw.when {
                 None => None,
-                Some(w) if tools.is_empty() || !resources.is_empty() || !prompts.is_empty() => {
-                    return Err(self.fail(Some(w.span()), &format!("{key}.when"), "`when` decides tool calls; it needs `tools` and no `resources` or `prompts` (put those in a rule of their own)"));
+                Some(w) => {
+                    // A condition reads what one kind of use has: the rule names one kind.
+                    let kind = match (tools.is_empty(), resources.is_empty(), prompts.is_empty()) {
+                        (false, true, true) => Kind::Tool,
+                        (true, false, true) => Kind::Resource,
+                        (true, true, false) => Kind::Prompt,
+                        _ => {
+                            return Err(self.fail(Some(w.span()), &format!("{key}.when"), "a condition reads what one kind of use has (a tool call's arguments and annotations, a resource's `uri`, a prompt's name and arguments), and this rule names more than one of `tools`, `resources` and `prompts`; split it into one rule per kind, each with its own `when`"));
+                        }
+                    };
+                    Some(
+                        Expression::compile_for(w.get_ref(), kind)
+                            .map_err(|e| self.fail(Some(w.span()), &format!("{key}.when"), e))?,
+                    )
                 }
-                Some(w) => Some(
-                    Expression::compile(w.get_ref())
-                        .map_err(|e| self.fail(Some(w.span()), &format!("{key}.when"), e))?,
-                ),
             };
             let allow_with_tools = action == Action::Allow && !tools.is_empty();
             let flow = self.flow_rule(raw, &key, allow_with_tools, flow_sources)?;

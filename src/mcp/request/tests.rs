@@ -417,7 +417,17 @@ proptest! {
         if empty_meta {
             expected["params"].as_object_mut().expect("params").remove("_meta");
         }
-        prop_assert_eq!(request.forwarded_with(round), expected);
+        prop_assert_eq!(request.forwarded_with(round), expected.clone());
+        // The bytes written without copying the arguments are those of the value.
+        prop_assert_eq!(
+            request.forwarded_bytes(round),
+            crate::util::canonical::to_vec(&expected)
+        );
+        let stripped = Round::default();
+        prop_assert_eq!(
+            request.forwarded_bytes(&stripped),
+            crate::util::canonical::to_vec(&request.forwarded_with(&stripped))
+        );
         let carried = Round::from_carried(round.carried());
         prop_assert_eq!(
             carried,

@@ -118,7 +118,7 @@ impl Walk {
 }
 
 /// The 1-based line and column (in characters) of byte `offset` in `source`.
-fn position(source: &str, offset: usize) -> (usize, usize) {
+pub(super) fn position(source: &str, offset: usize) -> (usize, usize) {
     let before = source.get(..offset).unwrap_or(source);
     let line = before.matches('\n').count() + 1;
     let start = before.rfind('\n').map_or(0, |i| i + 1);

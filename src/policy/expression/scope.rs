@@ -7,7 +7,10 @@
 //! rule made a rule set cost what its size times the call's size cost. Here
 //! the environment is made once per process, and each variable is converted
 //! when an expression first reads it, once per decision; strings are
-//! borrowed from the call, never copied.
+//! borrowed from the call, never copied. A JSON variable is converted with
+//! only the members the decision's expressions can read ([`Reads`]), and a
+//! qualified name CEL resolves (`claims.team`) is answered with the member
+//! itself, as CEL's own rule has the most specific name win.
 //!
 //! Invariants: a variable reads as it did when every one was bound up front
 //! (JSON numbers as `int` where they fit, else `uint`, else `double`; objects
@@ -17,13 +20,18 @@
 //! absent when the scope knows nothing of the use (a bare decision, as
 //! `portcullis check` makes without a request), so reading it is an error; a
 //! list's scope ([`ListFacts`]) has everything but the arguments and the
-//! session's labels, with
-//! `method` read as `tools/call`, the call the listed tool would get; `now`
-//! is one instant per decision.
+//! session's labels, with `method` read as the call the listed item promises
+//! (`tools/call`, `resources/read`, `prompts/get`); `now` is one instant per
+//! decision. What is used names itself by its kind alone: `tool` is a tool's
+//! name, `uri` a resource's canonical URI (or, in the templates list, its
+//! template), `prompt` a prompt's name, and none of them reads another
+//! kind's subject; `annotations` belong to tools, `arguments` to tools and
+//! prompts (the `prompts/get` arguments, strings).
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
+use cel::common::traits::Indexer;
 use cel::common::types::{
     CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelTimestamp,
     CelUInt,
@@ -34,16 +42,24 @@ use serde_json::{Map, Value};
 
 use crate::auth::ClientId;
 use crate::mcp::methods::Method;
+use crate::policy::subject::Subject;
+
+use super::reads::{Reads, Shape};
 
 /// What a call knows beyond who calls what where.
 #[derive(Debug, Clone, Copy)]
 pub struct Facts<'a> {
     /// The verified JWT's claims; `None` for key and anonymous clients (an empty map).
     pub claims: Option<&'a Map<String, Value>>,
-    /// The JSON-RPC method (`tools/call`).
+    /// The JSON-RPC method (`tools/call`, `resources/read`, `prompts/get`,
+    /// `completion/complete`, …).
     pub method: &'a str,
-    /// The call's arguments (an object).
-    pub arguments: &'a Value,
+    /// The call's arguments (an object): a tool call's, a `prompts/get`'s.
+    /// `None` where the use carries none a condition may read (a resource, a
+    /// completion): a condition over them is then left to the use that has
+    /// them (an allow rule counts as matching, a deny rule as not), as a list
+    /// leaves it.
+    pub arguments: Option<&'a Value>,
     /// The tool's annotations, as pinned in the catalog; `None` reads as an empty map.
     pub annotations: Option<&'a Value>,
     /// The flow labels the caller's session holds (`private`, `untrusted`),
@@ -51,8 +67,8 @@ pub struct Facts<'a> {
     pub labels: &'a [&'static str],
 }
 
-/// What a tool list knows of the calls it promises: everything a call has
-/// but its arguments.
+/// What a list knows of the uses it promises: everything a use has but its
+/// arguments and the session's labels.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ListFacts<'a> {
     /// The verified JWT's claims of the client listing; `None` for key and
@@ -88,8 +104,11 @@ fn environment() -> Arc<cel::Env> {
 pub(crate) struct Scope<'a> {
     client: &'a ClientId,
     server: &'a str,
-    tool: &'a str,
+    subject: Subject<'a>,
     pub(super) known: Known<'a>,
+    /// What the expressions evaluated in this scope can read of the JSON
+    /// variables: the rest is never converted.
+    reads: &'a Reads,
     arguments: OnceLock<Box<dyn Val + 'a>>,
     claims: OnceLock<Box<dyn Val + 'a>>,
     annotations: OnceLock<Box<dyn Val + 'a>>,
@@ -98,37 +117,47 @@ pub(crate) struct Scope<'a> {
 }
 
 impl<'a> Scope<'a> {
-    /// The scope of `client` using `tool` on `server`; `facts` for a call,
-    /// `None` for a decision that knows nothing of the use.
+    /// The scope of `client` using `subject` on `server`; `facts` for a
+    /// use, `None` for a decision that knows nothing of it. `reads` must
+    /// cover every expression evaluated in it.
     pub(crate) fn new(
         client: &'a ClientId,
         server: &'a str,
-        tool: &'a str,
+        subject: Subject<'a>,
         facts: Option<&'a Facts<'a>>,
+        reads: &'a Reads,
     ) -> Self {
         let known = match facts {
             Some(facts) => Known::Call(facts),
             None => Known::Nothing,
         };
-        Self::knowing(client, server, tool, known)
+        Self::knowing(client, server, subject, known, reads)
     }
 
-    /// The scope of a list showing `tool` on `server` to `client`.
+    /// The scope of a list showing `subject` on `server` to `client`.
     pub(crate) fn listed(
         client: &'a ClientId,
         server: &'a str,
-        tool: &'a str,
+        subject: Subject<'a>,
         facts: &'a ListFacts<'a>,
+        reads: &'a Reads,
     ) -> Self {
-        Self::knowing(client, server, tool, Known::Listed(facts))
+        Self::knowing(client, server, subject, Known::Listed(facts), reads)
     }
 
-    fn knowing(client: &'a ClientId, server: &'a str, tool: &'a str, known: Known<'a>) -> Self {
+    fn knowing(
+        client: &'a ClientId,
+        server: &'a str,
+        subject: Subject<'a>,
+        known: Known<'a>,
+        reads: &'a Reads,
+    ) -> Self {
         Self {
             client,
             server,
-            tool,
+            subject,
             known,
+            reads,
             arguments: OnceLock::new(),
             claims: OnceLock::new(),
             annotations: OnceLock::new(),
@@ -155,45 +184,62 @@ impl<'a> Scope<'a> {
     }
 }
 
-impl<'a> VariableResolver for Scope<'a> {
-    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
-        let text = |s: &'b str| Some(CowVal::owned(CelString::from(s)));
-        match variable {
-            "client" => return text(self.client.name()),
-            "server" => return text(self.server),
-            "tool" => return text(self.tool),
-            _ => {}
-        }
-        let (method, arguments, claims, annotations, labels) = match self.known {
-            Known::Nothing => return None,
-            Known::Call(f) => (
+impl<'a> Scope<'a> {
+    /// What the use knows beyond who uses what where: the method, the
+    /// arguments (a call only), the claims, the annotations and the labels
+    /// (a call only); `None` when nothing of the use is known.
+    #[allow(clippy::type_complexity)]
+    fn facts(
+        &self,
+    ) -> Option<(
+        &'a str,
+        Option<&'a Value>,
+        Option<&'a Map<String, Value>>,
+        Option<&'a Value>,
+        Option<&'a [&'static str]>,
+    )> {
+        match self.known {
+            Known::Nothing => None,
+            Known::Call(f) => Some((
                 f.method,
-                Some(f.arguments),
+                f.arguments,
                 f.claims,
                 f.annotations,
                 Some(f.labels),
-            ),
-            // A list promises the call the tool would get.
-            Known::Listed(f) => (
-                Method::ToolsCall.name(),
-                None,
-                f.claims,
-                f.annotations,
-                None,
-            ),
-        };
-        let value: &'b (dyn Val + 'b) = match variable {
-            "method" => return text(method),
+            )),
+            // A list promises the use its item would get.
+            Known::Listed(f) => {
+                let promised = match self.subject {
+                    Subject::Tool(_) => Method::ToolsCall,
+                    Subject::Resource(_) => Method::ResourcesRead,
+                    Subject::Prompt(_) => Method::PromptsGet,
+                };
+                Some((promised.name(), None, f.claims, f.annotations, None))
+            }
+        }
+    }
+
+    /// The compound variable `name` (or `now`), converted on its first read;
+    /// `None` for a variable the subject's kind never has.
+    fn value<'b>(&'b self, name: &str) -> Option<&'b (dyn Val + 'b)> {
+        match (name, self.subject) {
+            ("annotations", Subject::Resource(_) | Subject::Prompt(_))
+            | ("arguments", Subject::Resource(_)) => return None,
+            _ => {}
+        }
+        let (_, arguments, claims, annotations, labels) = self.facts()?;
+        Some(match name {
             "arguments" => {
                 let arguments = arguments?;
-                &**self.arguments.get_or_init(|| to_val(arguments))
+                let shape = &self.reads.arguments;
+                &**self.arguments.get_or_init(|| read(arguments, shape))
             }
             "claims" => &**self.claims.get_or_init(|| match claims {
-                Some(claims) => object(claims),
+                Some(claims) => object(claims, &self.reads.claims),
                 None => empty(),
             }),
             "annotations" => &**self.annotations.get_or_init(|| match annotations {
-                Some(Value::Object(annotations)) => object(annotations),
+                Some(Value::Object(annotations)) => object(annotations, &self.reads.annotations),
                 _ => empty(),
             }),
             "labels" => {
@@ -209,8 +255,50 @@ impl<'a> VariableResolver for Scope<'a> {
                 .now
                 .get_or_init(|| Box::new(CelTimestamp::from(chrono::Utc::now().fixed_offset()))),
             _ => return None,
-        };
-        Some(CowVal::Borrowed(value))
+        })
+    }
+
+    /// The member a qualified name (`arguments.ticket.team`) selects, when
+    /// every value on its way is a map holding the next member.
+    ///
+    /// CEL asks for a qualified name whole first, then without its last
+    /// member, down to the variable, and selects the members left on what it
+    /// finds: the most specific name wins. Answering the whole name with the
+    /// member spares those lookups and selections; a member that is missing,
+    /// or a value that is not a map, is left to CEL's selection, which fails
+    /// as it always did. Identifiers never hold a dot, so the name's dots are
+    /// the selections'.
+    fn member<'b>(&'b self, name: &str) -> Option<&'b (dyn Val + 'b)> {
+        let dot = name.bytes().position(|b| b == b'.')?;
+        let mut at = self.value(&name[..dot])?;
+        for member in name[dot + 1..].split('.') {
+            let map = at.downcast_ref::<CelMap<'_>>()?;
+            match map.get(&CelString::from(member)) {
+                Ok(CowVal::Borrowed(value)) => at = value,
+                _ => return None,
+            }
+        }
+        Some(at)
+    }
+}
+
+impl<'a> VariableResolver for Scope<'a> {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        let text = |s: &'b str| Some(CowVal::owned(CelString::from(s)));
+        // Each kind names its subject by its own variable, and only by it.
+        match (variable, self.subject) {
+            ("client", _) => text(self.client.name()),
+            ("server", _) => text(self.server),
+            ("tool", Subject::Tool(name))
+            | ("uri", Subject::Resource(name))
+            | ("prompt", Subject::Prompt(name)) => text(name),
+            ("tool" | "uri" | "prompt", _) => None,
+            ("method", _) => text(self.facts()?.0),
+            _ => self
+                .value(variable)
+                .or_else(|| self.member(variable))
+                .map(CowVal::Borrowed),
+        }
     }
 }
 
@@ -229,15 +317,46 @@ pub(super) fn to_val(value: &Value) -> Box<dyn Val + '_> {
         Value::Array(items) => {
             Box::new(CelList::from(items.iter().map(to_val).collect::<Vec<_>>()))
         }
-        Value::Object(map) => object(map),
+        Value::Object(map) => object(map, &Shape::Whole),
     }
 }
 
-fn object(map: &Map<String, Value>) -> Box<dyn Val + '_> {
-    let converted: HashMap<CelMapKey<'_>, Box<dyn Val + '_>> = map
-        .iter()
-        .map(|(k, v)| (CelMapKey::from(k.as_str()), to_val(v)))
-        .collect();
+/// `value` as CEL with only what `shape` reads of it (see [`Reads`]): an
+/// object read by members keeps those it has; anything else is converted
+/// whole, as a selection on it fails alike either way.
+fn read<'v>(value: &'v Value, shape: &Shape) -> Box<dyn Val + 'v> {
+    match value {
+        Value::Object(map) => object(map, shape),
+        other => to_val(other),
+    }
+}
+
+fn object<'v>(map: &'v Map<String, Value>, shape: &Shape) -> Box<dyn Val + 'v> {
+    let converted: HashMap<CelMapKey<'_>, Box<dyn Val + '_>> = match shape {
+        Shape::Whole => map
+            .iter()
+            .map(|(k, v)| (CelMapKey::from(k.as_str()), to_val(v)))
+            .collect(),
+        Shape::Members(members) => {
+            let mut converted = HashMap::with_capacity(members.len().min(map.len()));
+            // A small object is walked (a lookup hashes the name, the walk
+            // compares it with the few names read); a large one is looked up.
+            if map.len() <= 2 * members.len() + 8 {
+                for (k, v) in map {
+                    if let Some(shape) = members.get(k.as_str()) {
+                        converted.insert(CelMapKey::from(k.as_str()), read(v, shape));
+                    }
+                }
+            } else {
+                for (name, shape) in members {
+                    if let Some((k, v)) = map.get_key_value(name) {
+                        converted.insert(CelMapKey::from(k.as_str()), read(v, shape));
+                    }
+                }
+            }
+            converted
+        }
+    };
     Box::new(CelMap::from(converted))
 }
 

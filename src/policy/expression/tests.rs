@@ -6,6 +6,7 @@ use crate::config;
 use crate::policy::{Policy, Subject};
 
 mod agree;
+mod kinds;
 
 pub(super) fn policy(rules: &str) -> Policy {
     let text = format!(
@@ -27,11 +28,18 @@ api_key_sha256 = "{k2}"
         .policy
 }
 
+/// Why the configuration `text` is refused.
+pub(super) fn refusal_of(text: &str) -> String {
+    config::load_str(text, "t.toml", &|_| None)
+        .expect_err("refused")
+        .to_string()
+}
+
 fn facts(arguments: &Value) -> Facts<'_> {
     Facts {
         claims: None,
         method: "tools/call",
-        arguments,
+        arguments: Some(arguments),
         annotations: None,
         labels: &[],
     }
@@ -95,17 +103,18 @@ when = "arguments.n <"
         err.contains("not a valid CEL expression: at column"),
         "{err}"
     );
-    // `when` decides tool calls only.
+    // A condition belongs to a rule of one kind of subject.
     let err = config::load_str(
         &text
-            .replace("tools = [\"*\"]", "resources = [\"*\"]")
+            .replace("tools = [\"*\"]", "tools = [\"*\"]\nresources = [\"*\"]")
             .replace("arguments.n <", "true"),
         "t.toml",
         &|_| None,
     )
     .expect_err("refused")
     .to_string();
-    assert!(err.contains("`when` decides tool calls"), "{err}");
+    assert!(err.contains("rules[0].when"), "{err}");
+    assert!(err.contains("split it into one rule per kind"), "{err}");
 }
 
 /// The evaluation as it was before the scope: a fresh standard context per
@@ -148,7 +157,9 @@ fn eager(
     if let Some(f) = facts {
         let empty = Map::new();
         ctx.add_variable_from_value("method", f.method);
-        ctx.add_variable_from_value("arguments", to_cel(f.arguments));
+        if let Some(arguments) = f.arguments {
+            ctx.add_variable_from_value("arguments", to_cel(arguments));
+        }
         ctx.add_variable_from_value("claims", object(f.claims.unwrap_or(&empty)));
         let annotations = match f.annotations {
             Some(v @ Value::Object(_)) => to_cel(v),
@@ -193,6 +204,16 @@ const READS: &[&str] = &[
     "undeclared == 1",
     "type(arguments.n) == int",
     "arguments == {'n': 1}",
+    // Member selections only, deeper: a scope reading only these converts
+    // only the members they name.
+    "arguments.m.k == 'b' || has(arguments.m.n)",
+    "has(arguments.m.m) && arguments.m.m.l == [1]",
+    "arguments.m.m.n > 1 || arguments.m.team == claims.team",
+    "claims.roles.exists(r, r == 'payments') && has(claims.team)",
+    "arguments.l.m == 1",
+    "claims.team.n == 1",
+    "has(annotations.m.k) || annotations.m.n == null",
+    "arguments.m.l.size() == 2 && 'a' in arguments.m.l",
 ];
 
 fn json_value() -> impl Strategy<Value = Value> {
@@ -226,8 +247,11 @@ pub(super) fn object_of(value: Value) -> Map<String, Value> {
 
 proptest! {
     /// One scope shared by every condition of a decision, reading variables
-    /// on demand, says what a fresh context per condition with every variable
-    /// bound up front said, on generated arguments, claims and annotations.
+    /// on demand and converting only the members the decision's conditions
+    /// (a generated subset of [`READS`]) can read, says what a fresh context
+    /// per condition with every variable bound up front said, on generated
+    /// arguments, claims and annotations; so does each condition alone, in
+    /// a scope converting only what it reads, and in one converting all.
     #[test]
     fn a_shared_scope_decides_as_a_fresh_context_per_condition(
         arguments in json_value(),
@@ -235,25 +259,45 @@ proptest! {
         annotations in proptest::option::of(json_value()),
         with_claims in any::<bool>(),
         call in any::<bool>(),
+        chosen in proptest::collection::vec(any::<bool>(), READS.len()),
+        padding in 0usize..24,
     ) {
-        let arguments = Value::Object(object_of(arguments));
-        let claims = object_of(claims);
+        // Members no condition names, so that a large object is converted
+        // by looking up the members read rather than walking its own.
+        let pad = |mut m: Map<String, Value>| {
+            m.extend((0..padding).map(|i| (format!("pad{i}"), json!(i))));
+            m
+        };
+        let arguments = Value::Object(pad(object_of(arguments)));
+        let claims = pad(object_of(claims));
         let alice = ClientId::named("alice");
         let f = Facts {
             claims: with_claims.then_some(&claims),
             method: "tools/call",
-            arguments: &arguments,
+            arguments: Some(&arguments),
             annotations: annotations.as_ref(),
             labels: &[],
         };
         let facts = call.then_some(&f);
-        let scope = Scope::new(&alice, "flights", "book", facts);
-        let mut context = None;
-        for source in READS {
-            let e = Expression::compile(source).expect("compiles");
-            let shared = e.evaluate_in(&scope, &mut context);
-            let fresh = eager(&e, &alice, "flights", "book", facts);
-            prop_assert_eq!(&shared, &fresh, "{}", source);
+        let conditions: Vec<Expression> = READS
+            .iter()
+            .zip(&chosen)
+            .filter(|(_, c)| **c)
+            .map(|(source, _)| Expression::compile(source).expect("compiles"))
+            .collect();
+        let mut reads = Reads::default();
+        for e in &conditions {
+            reads.merge(e.reads());
+        }
+        let scope = Scope::new(&alice, "flights", Subject::Tool("book"), facts, &reads);
+        let whole = Reads::whole();
+        let everything = Scope::new(&alice, "flights", Subject::Tool("book"), facts, &whole);
+        let (mut context, mut all) = (None, None);
+        for e in &conditions {
+            let source = e.source();
+            let fresh = eager(e, &alice, "flights", "book", facts);
+            prop_assert_eq!(&e.evaluate_in(&scope, &mut context), &fresh, "{}", source);
+            prop_assert_eq!(&e.evaluate_in(&everything, &mut all), &fresh, "{}", source);
             prop_assert_eq!(&e.evaluate(&alice, "flights", "book", facts), &fresh, "{}", source);
         }
     }
@@ -461,7 +505,7 @@ when = "claims.team == 'dev' || arguments.env == 'prod'"
         let facts = Facts {
             claims,
             method: "tools/call",
-            arguments: &arguments,
+            arguments: Some(&arguments),
             annotations: None,
             labels: &[],
         };
@@ -499,7 +543,7 @@ when = "!('untrusted' in labels)"
         let facts = Facts {
             claims: None,
             method: "tools/call",
-            arguments: &arguments,
+            arguments: Some(&arguments),
             annotations: None,
             labels,
         };

@@ -67,6 +67,9 @@ pub(crate) struct Recipient {
     /// reaches the client (a result, or a failure quoting its words): of a
     /// source tool, a labelled resource read or a labelled prompt get.
     pub flow: Option<crate::flow::Recording>,
+    /// Which resources the reply may name (`None` in observe mode, where
+    /// lists show everything).
+    pub shown: Option<super::shown::Shown>,
 }
 
 impl Recipient {
@@ -335,9 +338,11 @@ impl Recipient {
         self.finish(message, raw_len)
     }
 
-    /// True when `message` concerns a task that is not this client's.
+    /// True when `message` concerns a task that is not this client's, or
+    /// names a resource this client's list hides.
     pub(super) fn hides(&self, message: &Value) -> bool {
         (self.tasks.as_ref()).is_some_and(|t| t.hides(&self.server, message))
+            || (self.shown.as_ref()).is_some_and(|s| s.hides(&self.server, message))
     }
 
     /// The final response to a `tools/call`: sanitized when it is a result,

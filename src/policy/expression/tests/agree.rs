@@ -112,7 +112,7 @@ proptest! {
                             let facts = Facts {
                                 claims: claims.as_ref(),
                                 method: "tools/call",
-                                arguments: &arguments,
+                                arguments: Some(&arguments),
                                 annotations: annotations.as_ref(),
                                 labels: &[],
                             };
