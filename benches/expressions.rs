@@ -208,6 +208,7 @@ fn decisions(c: &mut Criterion) {
         method: "tools/call",
         arguments: Some(arguments),
         annotations: Some(&annotations),
+        query: None,
         labels: &[],
     };
     let (allowed, denied) = (facts(&arguments), facts(&dropping));

@@ -11,7 +11,7 @@
 //! `prompts/get`); a tool call's with its `arguments` and optional
 //! `annotations` (the tool's, as the live server would have them pinned;
 //! absent, an empty map), a prompt's with its `arguments` (the `prompts/get`
-//! arguments), a resource's with its canonical `uri`; each outcome is
+//! arguments), a resource's with its canonical `uri` and `query`; each outcome is
 //! printed.
 //!
 //! Invariant: the request names a client, a server and one of `tool`,
@@ -69,14 +69,15 @@ pub fn explain(config: &Config, request: &str, as_json: bool) -> Result<String, 
             known.join(", ")
         ));
     }
-    let canonical;
-    let (kind, subject) = match (&request.tool, &request.resource, &request.prompt) {
-        (Some(t), None, None) => ("tool", Subject::Tool(t)),
-        (None, Some(r), None) => {
-            canonical =
-                uri::canonical(r).map_err(|e| format!("the resource URI is refused: {e}"))?;
-            ("resource", Subject::Resource(canonical.identity()))
+    let canonical = match &request.resource {
+        Some(r) => {
+            Some(uri::canonical(r).map_err(|e| format!("the resource URI is refused: {e}"))?)
         }
+        None => None,
+    };
+    let (kind, subject) = match (&request.tool, &canonical, &request.prompt) {
+        (Some(t), None, None) => ("tool", Subject::Tool(t)),
+        (None, Some(r), None) => ("resource", Subject::Resource(r.identity())),
         (None, None, Some(p)) => ("prompt", Subject::Prompt(p)),
         _ => return Err("the request names exactly one of `tool`, `resource` or `prompt`".into()),
     };
@@ -112,6 +113,8 @@ pub fn explain(config: &Config, request: &str, as_json: bool) -> Result<String, 
         method,
         arguments: (request.resource.is_none()).then_some(&arguments),
         annotations: request.annotations.as_ref(),
+        // A resource's query as the gateway forwards it (canonical).
+        query: canonical.as_ref().map(uri::CanonicalUri::query),
         labels: &labels,
     };
     let resolved =

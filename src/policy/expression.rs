@@ -10,7 +10,8 @@
 //! (fail closed). A list knows everything a call knows but its arguments, so
 //! an expression that does not read `arguments` is evaluated there as the
 //! call would evaluate it (the list and the call agree); one that reads
-//! `arguments` is left to the call ([`Outcome::Deferred`]), and so is every
+//! `arguments` (or a URI's `query`, or the session's `labels`) is left to the
+//! call ([`Outcome::Deferred`]), and so is every
 //! expression that reads a call-time fact where nothing of the use is known.
 //! Whether an expression reads a name is known when it compiles, and so is
 //! whether it reads one the kind of its rule never has (`uri` on a tool
@@ -19,6 +20,7 @@
 
 mod cost;
 mod kind;
+pub mod query;
 mod reads;
 mod scope;
 
@@ -29,8 +31,9 @@ pub use scope::{Facts, ListFacts};
 pub(crate) use scope::{Known, Scope};
 
 /// The names an expression may read that a list does not know.
-const CALL_TIME: [&str; 6] = [
+const CALL_TIME: [&str; 7] = [
     "arguments",
+    "query",
     "claims",
     "annotations",
     "method",
@@ -40,11 +43,12 @@ const CALL_TIME: [&str; 6] = [
 
 /// Every name the context of an expression offers (each kind of rule reads
 /// a part of them: [`variables`]).
-pub const CONTEXT: [&str; 11] = [
+pub const CONTEXT: [&str; 12] = [
     "client",
     "server",
     "tool",
     "uri",
+    "query",
     "prompt",
     "method",
     "arguments",
@@ -62,6 +66,9 @@ pub struct Expression {
     call_time: bool,
     /// Whether it reads the call's arguments, a fact a list lacks.
     reads_arguments: bool,
+    /// Whether it reads a resource URI's query, a fact a list lacks (a
+    /// listed URI is read with whatever query its read will carry).
+    reads_query: bool,
     /// Whether it reads the session's flow labels: they change after a list
     /// (a later call sets one), so a list leaves it to the call too.
     reads_labels: bool,
@@ -125,8 +132,10 @@ impl Expression {
         let refs = program.references();
         let call_time = CALL_TIME.iter().any(|n| refs.has_variable(n));
         let reads_arguments = refs.has_variable("arguments");
+        let reads_query = refs.has_variable("query");
         let reads_labels = refs.has_variable("labels");
         let varies = !reads_arguments
+            && !reads_query
             && !reads_labels
             && (refs.has_variable("claims") || refs.has_variable("now"));
         let reads = Reads::of(program.expression());
@@ -136,6 +145,7 @@ impl Expression {
             program,
             call_time,
             reads_arguments,
+            reads_query,
             reads_labels,
             varies,
         })
@@ -160,6 +170,11 @@ impl Expression {
     /// Whether it reads the call's arguments: a list leaves it to the call.
     pub fn reads_arguments(&self) -> bool {
         self.reads_arguments
+    }
+
+    /// Whether it reads a resource URI's query: a list leaves it to the read.
+    pub fn reads_query(&self) -> bool {
+        self.reads_query
     }
 
     /// Whether it reads the session's flow labels: the call reads them from
@@ -209,13 +224,22 @@ impl Expression {
     ) -> Outcome {
         let deferred = match scope.known {
             Known::Nothing => self.call_time,
-            Known::Listed(_) => self.reads_arguments || self.reads_labels,
-            // A use without arguments of its own (a completion) leaves a
-            // condition over them to the use that has them.
-            Known::Call(f) => self.reads_arguments && f.arguments.is_none(),
+            Known::Listed(_) => self.reads_arguments || self.reads_query || self.reads_labels,
+            // A use without arguments (or a URI) of its own (a completion)
+            // leaves a condition over them to the use that has them.
+            Known::Call(f) => {
+                (self.reads_arguments && f.arguments.is_none())
+                    || (self.reads_query && f.query.is_none())
+            }
         };
         if deferred {
             return Outcome::Deferred;
+        }
+        if self.reads_query
+            && let Some(why) = scope.query_refused()
+        {
+            // Servers would read another query than the one judged.
+            return Outcome::Failed(why.to_owned());
         }
         let context = context.get_or_insert_with(|| scope.context());
         match self.program.execute(context) {
@@ -233,7 +257,8 @@ impl Expression {
 /// The names a condition on a rule of `kind` may read: who uses what where
 /// (the subject by its kind's own name), the method, the claims, the time
 /// and the session's labels; the annotations on tools only; the arguments on
-/// tools (the call's) and prompts (the `prompts/get` arguments).
+/// tools (the call's) and prompts (the `prompts/get` arguments); the URI's
+/// query on resources.
 pub fn variables(kind: Kind) -> &'static [&'static str] {
     match kind {
         Kind::Tool => &[
@@ -248,7 +273,7 @@ pub fn variables(kind: Kind) -> &'static [&'static str] {
             "labels",
         ],
         Kind::Resource => &[
-            "client", "server", "uri", "method", "claims", "now", "labels",
+            "client", "server", "uri", "query", "method", "claims", "now", "labels",
         ],
         Kind::Prompt => &[
             "client",

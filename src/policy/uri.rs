@@ -26,12 +26,14 @@
 //!   (`a//b` → `a/b`); a trailing `/` stays;
 //! - the fragment is dropped (it is checked first, like everything else).
 //!
-//! The query is kept (normalized the same way, `?` `,` `;` decoded, `%26` and
-//! `%3D` kept as they are query structure) and forwarded, but it is not part
-//! of the resource's [`CanonicalUri::identity`]: rules and rate-limit buckets
-//! see the URI without its query (`logs://api?x=1` is `logs://api`): a
-//! template that names no query parameter matches no URI with one, and
-//! the values a template's `{?var}` binds are not judged (the book says so).
+//! The query is kept (normalized the same way, `?` `,` decoded, `%26`, `%3D`,
+//! `%2B` and `%3B` kept as they are query structure to some reader: a
+//! separator, a pair, a form decoder's space, a legacy separator) and
+//! forwarded, but it is not part of the resource's
+//! [`CanonicalUri::identity`]: rules' patterns and rate-limit buckets see the
+//! URI without its query (`logs://api?x=1` is `logs://api`), and a rule's
+//! condition reads the query's parameters as `query`, taken from this same
+//! canonical text, so what is judged is what is forwarded.
 //!
 //! Refused, whatever the rules say ([`UriRefusal`]): an escape whose decoding
 //! would change the URI's structure (`%2F`, `%5C`, `%2E`, `%23`, and in the
@@ -135,6 +137,15 @@ impl CanonicalUri {
     /// The whole canonical URI, query included: what is forwarded upstream.
     pub fn as_str(&self) -> &str {
         &self.text
+    }
+
+    /// The query, without its `?` (empty when there is none): what a
+    /// condition reads as `query` (see [`super::expression::query`]).
+    pub fn query(&self) -> &str {
+        match self.query {
+            Some(q) => &self.text[q + 1..],
+            None => "",
+        }
     }
 
     /// The resource the URI names: the canonical URI without its query. Rules
@@ -520,6 +531,10 @@ fn escape_rule(byte: u8, part: Part) -> Escape {
         // Structure everywhere: a segment, a Windows separator, a dot segment, a fragment.
         b'/' | b'\\' | b'.' | b'#' => Escape::Refuse,
         b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'~' => Escape::Decode,
+        // In a query, form decoders read `+` as a space and older ones split
+        // at `;`: an escape of either stays, so a client's plus or semicolon
+        // reaches every server as the value it sent (see `query`).
+        b'+' | b';' if part == Part::Query => Escape::Keep,
         // Never structure to the SDKs' template matchers.
         b'!' | b'$' | b'\'' | b'(' | b')' | b'*' | b'+' => Escape::Decode,
         b':' | b'@' if authority => Escape::Refuse,

@@ -287,6 +287,7 @@ impl Held {
             method: Rpc::ToolsCall.name(),
             arguments: Some(&self.arguments),
             annotations: self.annotations.as_ref(),
+            query: None,
             labels: &labels,
         };
         let decision = config

@@ -376,6 +376,7 @@ fn rule_arguments<'c>(
         method: Rpc::ToolsCall.name(),
         arguments: Some(&arguments),
         annotations: entry.definition.get("annotations"),
+        query: None,
         labels,
     };
     let mut falsified = Vec::new();

@@ -107,7 +107,8 @@ pub(super) async fn serve(
                 request.method_name(),
                 None,
             )
-            .await?;
+            .await?
+            .of_uri(&canonical);
             decide_subject(
                 state,
                 live,

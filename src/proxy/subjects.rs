@@ -26,14 +26,18 @@ use crate::config::Config;
 use crate::error::Rejection;
 use crate::flow::SessionKey;
 use crate::mcp::request::Reference;
+use crate::policy::uri::CanonicalUri;
 use crate::policy::{Decision, Facts, Kind, ListFacts, Outcome, Subject};
 
 /// What a use of a resource or prompt is decided with beyond who uses what
-/// where: the method as received, a `prompts/get`'s arguments, and the
-/// session's flow labels (read only when some condition reads them).
+/// where: the method as received, a `prompts/get`'s arguments, a resource
+/// URI's query (canonical: the one forwarded), and the session's flow labels
+/// (read only when some condition reads them).
+#[derive(Clone)]
 pub(super) struct UseFacts<'a> {
     method: &'a str,
     arguments: Option<Value>,
+    query: Option<&'a str>,
     labels: Vec<&'static str>,
 }
 
@@ -61,8 +65,18 @@ impl<'a> UseFacts<'a> {
         Ok(Self {
             method,
             arguments,
+            query: None,
             labels,
         })
+    }
+
+    /// These facts for a use of `uri`: its canonical query, the one
+    /// forwarded, is what a condition reads as `query`.
+    pub(super) fn of_uri(self, uri: &'a CanonicalUri) -> Self {
+        Self {
+            query: Some(uri.query()),
+            ..self
+        }
     }
 }
 
@@ -151,6 +165,7 @@ pub(super) fn judge(
         method: facts.method,
         arguments: facts.arguments.as_ref(),
         annotations: None,
+        query: facts.query,
         labels: &facts.labels,
     };
     let mut falsified = Vec::new();
@@ -240,13 +255,14 @@ pub(super) fn authorize_subscriptions(
     ctx: &Context,
     client: &ClientId,
     server: &ServerState,
-    uris: &[crate::policy::uri::CanonicalUri],
+    uris: &[CanonicalUri],
     facts: &UseFacts<'_>,
 ) -> Result<(), Rejection> {
     let name = &server.upstream.settings.name;
     for uri in uris {
         let subject = Subject::Resource(uri.identity());
-        authorize_use(config, ctx, client, name, subject, facts, || {
+        let facts = facts.clone().of_uri(uri);
+        authorize_use(config, ctx, client, name, subject, &facts, || {
             format!("Resource not found: {}", uri.as_str())
         })?;
     }

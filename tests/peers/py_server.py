@@ -179,13 +179,20 @@ def build(record: str | None) -> MCPServer:
         return "reset done"
 
     # Resources for the canonical-URI tests: a template whose variable the SDK
-    # percent-decodes, and two path templates of a server that opted out of the
+    # percent-decodes, one binding query values, and two path templates of a server that opted out of the
     # SDK's traversal check and resolves paths itself (case-insensitively).
     # Each read is recorded as {"tool": "read", "arguments": {"uri": <resolved>}}.
     @mcp.resource("users://{user_id}/profile", description="A user's profile.", mime_type="text/plain")
     def user_profile(user_id: str) -> str:
         ran("read", {"uri": f"users://{user_id}/profile"})
         return f"profile of {user_id}" + (" (ADMIN SECRET)" if user_id == "admin" else "")
+
+    # A template binding query values, read as the SDK decodes them: each read is
+    # recorded with its service and the values the server received.
+    @mcp.resource("logs://{service}{?level,since}", description="A service's log.", mime_type="text/plain")
+    def service_log(service: str, level: str = "info", since: str = "") -> str:
+        ran("read", {"uri": f"logs://{service}", "level": level, "since": since})
+        return f"{service} log at {level}" + (f" since {since}" if since else "")
 
     @mcp.resource("res://{+path}", description="An item.", mime_type="text/plain", security=OPEN_PATHS)
     def res_item(path: str) -> str:

@@ -13,7 +13,7 @@ import sys
 
 from mcp.shared.uri_template import UriTemplate
 
-TEMPLATES = ["users://{user_id}/profile", "res://{+path}", "file:///{+path}"]
+TEMPLATES = ["users://{user_id}/profile", "logs://{service}{?level,since}", "res://{+path}", "file:///{+path}"]
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 //! `portcullis check --explain` on a resource read and a prompt get, run the
 //! way an operator runs it (the real binary): a condition over the
-//! resource's canonical `uri`, a prompt's name and its `arguments`, the
+//! resource's canonical `uri` and its `query`, a prompt's name and its `arguments`, the
 //! claims, the labels and the method is evaluated as the gateway would, and
 //! each outcome printed; a request giving a resource what only a tool or a
 //! prompt has is refused with the reason.
@@ -33,6 +33,12 @@ servers = ["crm"]
 prompts = ["summarize*"]
 action = "allow"
 when = "prompt != 'summarize_all' && arguments.team == claims.team"
+[[rules]]
+clients = ["*"]
+servers = ["crm"]
+resources = ["logs://*"]
+action = "allow"
+when = "!has(query.level) || query.level == 'warn'"
 "#;
 
 #[test]
@@ -42,7 +48,7 @@ fn check_explains_conditions_on_a_resource_read_and_a_prompt_get() {
     fs::write(&config, RULES).expect("write");
     let request = dir.path().join("request.json");
     let ops = r#""client": "alice", "server": "crm", "claims": {"team": "ops"}"#;
-    let cases: [(String, &[&str]); 8] = [
+    let cases: [(String, &[&str]); 11] = [
         (
             // Read in its canonical form: the host is lowercased.
             format!(r#"{{{ops}, "resource": "users://OPS/profile"}}"#),
@@ -88,6 +94,26 @@ fn check_explains_conditions_on_a_resource_read_and_a_prompt_get() {
             format!(r#"{{{ops}, "prompt": "summarize_day"}}"#),
             &[
                 "rules[2] condition is failed: No such key: team",
+                "verdict: refused",
+            ],
+        ),
+        (
+            // The query as forwarded: canonical, decoded once.
+            format!(r#"{{{ops}, "resource": "logs://api?level=w%61rn"}}"#),
+            &[
+                "resource logs://api",
+                "rules[3] condition is true",
+                "verdict: runs",
+            ],
+        ),
+        (
+            format!(r#"{{{ops}, "resource": "logs://api?level=debug"}}"#),
+            &["rules[3] condition is false", "verdict: refused"],
+        ),
+        (
+            format!(r#"{{{ops}, "resource": "logs://api?level=warn&level=debug"}}"#),
+            &[
+                "rules[3] condition is failed: the query names `level` twice",
                 "verdict: refused",
             ],
         ),

@@ -326,3 +326,95 @@ when = "!('private' in labels) || uri.startsWith('file:///secret/')"
     gateway.stop().await;
     server.stop().await;
 }
+
+/// A template binding query values (`logs://{service}{?level,since}`): an
+/// allow rule reads the level, a deny rule the date.
+const QUERY_RULES: &str = r#"
+[[rules]]
+clients = ["*"]
+servers = ["py"]
+resources = ["logs://*"]
+action = "allow"
+when = "!has(query.level) || query.level in ['info', 'warn']"
+
+[[rules]]
+clients = ["*"]
+servers = ["py"]
+resources = ["logs://audit"]
+action = "deny"
+when = "has(query.since) && query.since < '2026'"
+"#;
+
+/// Each `logs://` read the server ran: the service's URI and the values it
+/// received.
+fn log_reads(server: &PeerServer) -> Vec<[String; 3]> {
+    (server.calls().iter())
+        .filter(|c| c["tool"] == "read")
+        .filter(|c| {
+            c["arguments"]["uri"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("logs://"))
+        })
+        .map(|c| {
+            ["uri", "level", "since"].map(|k| c["arguments"][k].as_str().unwrap_or("?").to_owned())
+        })
+        .collect()
+}
+
+/// A condition over a resource URI's `query` judges the values the server
+/// receives (the SDK decodes them; the gateway forwards the canonical query it
+/// judged), through the official Python SDK client and server in both eras:
+/// a read whose level the allow rule refuses, or whose date the deny rule
+/// names, gets `call_not_permitted`; a query servers read differently (a
+/// name twice, a raw `+`) fails the condition and is refused naming the cause;
+/// none of those reaches the server, and what does carries what was judged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_condition_over_the_query_judges_the_values_the_server_reads() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let server = PeerServer::start(Peer::Python).await;
+    let config = Config::new()
+        .server("py", &server.url)
+        .set("timeout", "20s")
+        .raw(&format!("{}\n{QUERY_RULES}", support::clients()));
+    let gateway = TestGateway::start_config(&config).await;
+    let url = gateway.url("py");
+    let mut expected = Vec::new();
+    for (mode, client) in [(Mode::Legacy, support::ALICE), (Mode::Modern, support::BOB)] {
+        let at = format!("{mode:?}");
+        let steps = json!([
+            read("logs://api"),
+            read("logs://api?level=warn"),
+            read("logs://api?level=w%61rn"),
+            read("logs://api?level=debug"),
+            read("logs://api?level=warn&level=debug"),
+            read("logs://api?level=warn+debug"),
+            read("logs://audit?since=2025-01"),
+            read("logs://audit?since=2027-01&level=info"),
+            read("logs://api?level=info&since=a%2Bb"),
+        ]);
+        let out = sdk(Sdk::Python, mode, &url, client, steps).await;
+        served(&out[0], &at);
+        served(&out[1], &at);
+        served(&out[2], &at);
+        refused(&out[3], "rules[0]", "is false", &at);
+        refused(&out[4], "rules[0]", "names `level` twice", &at);
+        refused(&out[5], "rules[0]", "raw `+`", &at);
+        refused(&out[6], "rules[1]", "denies", &at);
+        served(&out[7], &at);
+        served(&out[8], &at);
+        let each = |uri: &str, level: &str, since: &str| [uri, level, since].map(str::to_owned);
+        expected.extend([
+            each("logs://api", "info", ""),
+            each("logs://api", "warn", ""),
+            each("logs://api", "warn", ""),
+            each("logs://audit", "info", "2027-01"),
+            // The client's encoded plus reaches the server as a plus.
+            each("logs://api", "info", "a+b"),
+        ]);
+    }
+    assert_eq!(log_reads(&server), expected);
+    gateway.stop().await;
+    server.stop().await;
+}

@@ -2,7 +2,7 @@
 //! random resources, resolved by the official Python SDK's own template matcher, are one
 //! resource to the gateway whenever the SDK resolves them alike (the canonical form is the
 //! reference's and canonicalizing is idempotent), and a random edit that changes a URI's
-//! structure is always refused.
+//! structure is always refused; and the query values a condition reads are the ones the SDK binds.
 
 use crate::support;
 use support::tiers::{self, Tier};
@@ -350,4 +350,78 @@ fn spellings_that_change_structure_are_always_refused() {
         let edited = format!("{}{edit}{}", &uri[..cut], &uri[cut..]);
         prop_assert!(canonical(&edited).is_err(), "{edited} was accepted as {:?}", canonical(&edited).map(|c| c.as_str().to_owned()));
     });
+}
+
+/// A random query: pairs of a name (the template's, spelled raw or encoded,
+/// or another) and a value made of characters and escapes, some of which a
+/// reader may take for structure (`+`, `;`, `&`, `=`, `,`, `?`, `#`).
+fn query() -> impl Strategy<Value = String> {
+    let name = proptest::sample::select(vec![
+        "level", "since", "lev%65l", "%73ince", "LEVEL", "x", "",
+    ]);
+    let token = proptest::sample::select(vec![
+        "a", "Z", "0", "-", ".", "_", "~", "%20", " ", "%2B", "%2b", "+", ";", "%3B", "%26", "%3D",
+        "=", "%C3%A9", "é", ",", "%2C", "?", "%3F", "/", ":", "@", "!", "*", "'", "(", "%25",
+        "%41", "#x",
+    ]);
+    let value = proptest::collection::vec(token, 0..5).prop_map(|t| t.concat());
+    let pair = (name, any::<bool>(), value).prop_map(|(n, eq, v)| match eq {
+        true => format!("{n}={v}"),
+        false => n.to_owned(),
+    });
+    proptest::collection::vec(pair, 0..4).prop_map(|pairs| pairs.join("&"))
+}
+
+/// Random queries on the Python test server's `logs://{service}{?level,since}`:
+/// wherever a condition may read a query (the gateway neither refuses the
+/// URI nor finds servers would read its query differently), the SDK's own
+/// matcher, given the canonical URI the gateway forwards, binds each of the
+/// template's names to exactly the value the condition reads as `query`, and
+/// binds none the condition does not see. What is judged is what runs.
+#[tokio::test]
+async fn a_condition_reads_the_query_values_the_sdk_binds() {
+    use portcullis::policy::expression::query::parameters;
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let mut runner = TestRunner::default();
+    let mut forwarded = Vec::new();
+    let mut ambiguous = 0;
+    for _ in 0..600 {
+        let q = query().new_tree(&mut runner).expect("tree").current();
+        let Ok(c) = canonical(&format!("logs://api?{q}")) else {
+            continue;
+        };
+        match parameters(c.query()) {
+            Ok(_) => forwarded.push(c),
+            Err(_) => ambiguous += 1,
+        }
+    }
+    let uris: Vec<String> = forwarded.iter().map(|c| c.as_str().to_owned()).collect();
+    let resolved = sdk_resolves(&uris).await;
+    assert_eq!(resolved.len(), uris.len());
+    let mut bound = 0;
+    for (c, sdk) in forwarded.iter().zip(&resolved) {
+        assert_eq!(
+            sdk["template"],
+            "logs://{service}{?level,since}",
+            "{}: {sdk}",
+            c.as_str()
+        );
+        let read = parameters(c.query()).expect("read above");
+        for name in ["level", "since"] {
+            let judged = read
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.as_ref());
+            let runs = sdk["vars"][name].as_str();
+            assert_eq!(judged, runs, "{name} of {}: {sdk}", c.as_str());
+            bound += usize::from(runs.is_some());
+        }
+    }
+    assert!(
+        forwarded.len() >= 150 && ambiguous >= 50 && bound >= 150,
+        "enough of each case to test the property: {} read, {ambiguous} refused, {bound} bound",
+        forwarded.len()
+    );
 }

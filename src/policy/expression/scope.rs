@@ -22,7 +22,9 @@
 //! list's scope ([`ListFacts`]) has everything but the arguments and the
 //! session's labels, with `method` read as the call the listed item promises
 //! (`tools/call`, `resources/read`, `prompts/get`); `now` is one instant per
-//! decision. What is used names itself by its kind alone: `tool` is a tool's
+//! decision; `query` (resources) is a map from parameter names to decoded
+//! values, and a query servers would read differently fails every condition
+//! that reads it ([`super::query`]). What is used names itself by its kind alone: `tool` is a tool's
 //! name, `uri` a resource's canonical URI (or, in the templates list, its
 //! template), `prompt` a prompt's name, and none of them reads another
 //! kind's subject; `annotations` belong to tools, `arguments` to tools and
@@ -62,6 +64,11 @@ pub struct Facts<'a> {
     pub arguments: Option<&'a Value>,
     /// The tool's annotations, as pinned in the catalog; `None` reads as an empty map.
     pub annotations: Option<&'a Value>,
+    /// The query of the resource URI used (canonical, without its `?`;
+    /// empty when it has none), read as `query`. `None` where the use
+    /// carries no URI of its own (a tool, a prompt, a completion): a
+    /// condition over it is then left to the use that has one.
+    pub query: Option<&'a str>,
     /// The flow labels the caller's session holds (`private`, `untrusted`),
     /// read from the state store when some condition reads `labels`.
     pub labels: &'a [&'static str],
@@ -114,6 +121,8 @@ pub(crate) struct Scope<'a> {
     annotations: OnceLock<Box<dyn Val + 'a>>,
     now: OnceLock<Box<dyn Val + 'a>>,
     labels: OnceLock<Box<dyn Val + 'a>>,
+    /// The query's parameters, or why servers would read them differently.
+    query: OnceLock<Result<Box<dyn Val + 'a>, String>>,
 }
 
 impl<'a> Scope<'a> {
@@ -163,6 +172,7 @@ impl<'a> Scope<'a> {
             annotations: OnceLock::new(),
             now: OnceLock::new(),
             labels: OnceLock::new(),
+            query: OnceLock::new(),
         }
     }
 
@@ -219,12 +229,35 @@ impl<'a> Scope<'a> {
         }
     }
 
+    /// The use's `query`, converted on its first read: `None` where the use
+    /// has none, `Err` where servers would read it differently.
+    fn query(&self) -> Option<&Result<Box<dyn Val + 'a>, String>> {
+        let (Known::Call(f), Subject::Resource(_)) = (self.known, self.subject) else {
+            return None;
+        };
+        let text = f.query?;
+        Some(self.query.get_or_init(|| {
+            let each = super::query::parameters(text)?.into_iter().map(|(n, v)| {
+                let value: Box<dyn Val + 'a> = Box::new(CelString::from(v));
+                (CelMapKey::from(n), value)
+            });
+            Ok(Box::new(CelMap::from(each.collect::<HashMap<_, _>>())) as Box<dyn Val + 'a>)
+        }))
+    }
+
+    /// Why the use's query cannot be judged, when servers would read it
+    /// differently (see [`super::query`]).
+    pub(crate) fn query_refused(&self) -> Option<&str> {
+        self.query()?.as_ref().err().map(String::as_str)
+    }
+
     /// The compound variable `name` (or `now`), converted on its first read;
     /// `None` for a variable the subject's kind never has.
     fn value<'b>(&'b self, name: &str) -> Option<&'b (dyn Val + 'b)> {
         match (name, self.subject) {
             ("annotations", Subject::Resource(_) | Subject::Prompt(_))
             | ("arguments", Subject::Resource(_)) => return None,
+            ("query", _) => return self.query()?.as_deref().ok(),
             _ => {}
         }
         let (_, arguments, claims, annotations, labels) = self.facts()?;

@@ -41,6 +41,7 @@ fn facts(arguments: &Value) -> Facts<'_> {
         method: "tools/call",
         arguments: Some(arguments),
         annotations: None,
+        query: None,
         labels: &[],
     }
 }
@@ -276,6 +277,7 @@ proptest! {
             method: "tools/call",
             arguments: Some(&arguments),
             annotations: annotations.as_ref(),
+            query: None,
             labels: &[],
         };
         let facts = call.then_some(&f);
@@ -507,6 +509,7 @@ when = "claims.team == 'dev' || arguments.env == 'prod'"
             method: "tools/call",
             arguments: Some(&arguments),
             annotations: None,
+            query: None,
             labels: &[],
         };
         let decided = p.decide_call(&alice, "flights", "book_flight", &facts);
@@ -545,6 +548,7 @@ when = "!('untrusted' in labels)"
             method: "tools/call",
             arguments: Some(&arguments),
             annotations: None,
+            query: None,
             labels,
         };
         p.decide_call(&alice, "flights", "send", &facts)

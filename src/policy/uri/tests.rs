@@ -51,6 +51,28 @@ fn the_identity_leaves_the_query_out() {
     assert_eq!(c.as_str(), "logs://api/x?level=error");
     assert_eq!(c.identity(), "logs://api/x");
     assert_eq!(canonical("res://h/a").expect("ok").identity(), "res://h/a");
+    assert_eq!(c.query(), "level=error");
+    assert_eq!(canonical("res://h/a").expect("ok").query(), "");
+}
+
+/// In a query, `+` is a space to form decoders and `;` a separator to
+/// legacy ones: a client's `%2B` and `%3B` stay encoded (decoded, a plus
+/// would reach a form decoder as a space), while `%2C` and `%3F` decode
+/// as elsewhere in the query; outside the query `%2B` decodes as before.
+#[test]
+fn a_query_keeps_the_escapes_some_reader_takes_for_structure() {
+    for (spelling, form) in [
+        ("logs://api?q=a%2bb", "logs://api?q=a%2Bb"),
+        ("logs://api?q=a%3bb", "logs://api?q=a%3Bb"),
+        ("logs://api?q=a+b;c", "logs://api?q=a+b;c"),
+        ("logs://api?q=a%2Cb%3F", "logs://api?q=a,b?"),
+        ("logs://a%2Bb?q=1", "logs://a+b?q=1"),
+        ("logs://api?q=%26%3D", "logs://api?q=%26%3D"),
+    ] {
+        let c = canonical(spelling).unwrap_or_else(|e| panic!("{spelling}: {e}"));
+        assert_eq!(c.as_str(), form, "{spelling}");
+        assert_eq!(canonical(form).expect("again").as_str(), form, "idempotent");
+    }
 }
 
 #[test]

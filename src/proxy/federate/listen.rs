@@ -73,7 +73,7 @@ pub(super) async fn listen(
             view.client,
             part.name(),
             subject,
-            &facts,
+            &facts.clone().of_uri(uri),
             || format!("Resource not found: {}", uri.as_str()),
         )
     };

@@ -114,6 +114,7 @@ proptest! {
                                 method: "tools/call",
                                 arguments: Some(&arguments),
                                 annotations: annotations.as_ref(),
+                                query: None,
                                 labels: &[],
                             };
                             let called = p

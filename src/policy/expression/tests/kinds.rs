@@ -41,6 +41,8 @@ fn a_condition_reading_what_its_kind_never_has_is_refused_at_load() {
         ),
         ("tools = [\"*\"]", "uri.startsWith('res://')", "uri"),
         ("tools = [\"*\"]", "prompt == 'p'", "prompt"),
+        ("tools = [\"*\"]", "query.level == 'warn'", "query"),
+        ("prompts = [\"*\"]", "query.size() > 0", "query"),
     ] {
         let err = refusal(&format!("{subjects}\nwhen = {when:?}\n"));
         assert!(err.contains("t.toml:8:8"), "{when}: {err}");
@@ -79,7 +81,7 @@ fn a_condition_reading_what_its_kind_never_has_is_refused_at_load() {
             Kind::Resource,
             "uri.startsWith('users://') && method == 'resources/read' && claims.size() >= 0 \
              && now > timestamp('2020-01-01T00:00:00Z') && !('private' in labels) \
-             && client != '' && server != ''",
+             && client != '' && server != '' && query.size() >= 0",
         ),
         (
             Kind::Prompt,
@@ -119,6 +121,7 @@ fn each_kind_reads_its_own_subject_and_no_other() {
             method,
             arguments: Some(&arguments),
             annotations: None,
+            query: None,
             labels: &[],
         };
         let e = Expression::compile(source).expect("compiles");
@@ -210,6 +213,7 @@ when = "prompt == 'greet' && method == 'prompts/get' && arguments.city != 'Atlan
             method,
             arguments,
             annotations: None,
+            query: None,
             labels,
         };
         p.decide_use(&alice, "flights", subject, &facts)
@@ -296,6 +300,8 @@ const WHENS: &[&str] = &[
     "server == 'crm'",
     "!('untrusted' in labels)",
     "size(labels) == 0 || uri != ''",
+    "!has(query.level) || query.level != 'debug'",
+    "query.level == 'warn' && uri.startsWith('users://')",
     "arguments.city == 'Paris'",
     "has(arguments.city) || prompt == 'greet'",
     "claims.missing == 1",
@@ -346,7 +352,8 @@ fn claims_of(which: usize) -> Option<Map<String, Value>> {
 
 proptest! {
     /// For generated resource and prompt rules, clients and claims: where no
-    /// matching rule's condition reads the labels or a prompt's arguments,
+    /// matching rule's condition reads the labels, a prompt's arguments or a
+    /// resource URI's query,
     /// the list shows a resource or prompt exactly when its read or get is
     /// allowed, whatever the labels and arguments; where one does, one some
     /// use may make is listed.
@@ -363,9 +370,9 @@ proptest! {
             (Subject::Prompt("other"), "prompts/get"),
         ];
         let uses = [
-            (json!({}), &[][..]),
-            (json!({"city": "Paris"}), &["private"][..]),
-            (json!({"city": "Rome"}), &["untrusted", "private"][..]),
+            (json!({}), &[][..], ""),
+            (json!({"city": "Paris"}), &["private"][..], "level=warn"),
+            (json!({"city": "Rome"}), &["untrusted", "private"][..], "level=debug&x=1"),
         ];
         for client in ["alice", "bob"].map(ClientId::named) {
             for server in ["flights", "crm"] {
@@ -376,18 +383,20 @@ proptest! {
                         .filter(|r| r.matches(&client, server, subject))
                         .any(|r| r.when.as_ref().is_some_and(|w| {
                             let refs = w.program.references();
-                            refs.has_variable("labels") || refs.has_variable("arguments")
+                            ["labels", "arguments", "query"].iter().any(|n| refs.has_variable(n))
                         }));
                     for claims in (0..3).map(claims_of) {
                         let known = ListFacts { claims: claims.as_ref(), annotations: None };
                         let listed = p.decide_listed(&client, server, subject, &known).allowed;
                         let mut decided = Vec::new();
-                        for (arguments, labels) in &uses {
+                        for (arguments, labels, query) in &uses {
+                            let resource = matches!(subject, Subject::Resource(_));
                             let facts = Facts {
                                 claims: claims.as_ref(),
                                 method,
-                                arguments: matches!(subject, Subject::Prompt(_)).then_some(arguments),
+                                arguments: (!resource).then_some(arguments),
                                 annotations: None,
+                                query: resource.then_some(*query),
                                 labels,
                             };
                             let used = p
@@ -415,4 +424,91 @@ proptest! {
             }
         }
     }
+}
+
+/// A condition over a resource URI's `query` reads the parameters of the
+/// query forwarded, decoded once; a list and a completion (no URI of their
+/// own) leave it to the read; a query servers would read differently (a
+/// name twice, a raw `+` or `;`) fails every condition that reads it, so
+/// the read is refused whatever the rule's action, naming the cause.
+#[test]
+fn a_condition_over_the_query_decides_the_read_that_carries_it() {
+    let p = policy(
+        r#"
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+resources = ["logs://*"]
+action = "allow"
+when = "!has(query.level) || query.level in ['info', 'warn']"
+[[rules]]
+clients = ["*"]
+servers = ["flights"]
+resources = ["logs://audit"]
+action = "deny"
+when = "has(query.since) && query.since < '2026'"
+"#,
+    );
+    let alice = ClientId::named("alice");
+    let used = |uri, method, query| {
+        let facts = Facts {
+            claims: None,
+            method,
+            arguments: None,
+            annotations: None,
+            query,
+            labels: &[],
+        };
+        p.decide_use(&alice, "flights", Subject::Resource(uri), &facts)
+    };
+    let read = |uri, query| used(uri, "resources/read", Some(query)).map(|d| d.allowed);
+    assert_eq!(read("logs://api", ""), Ok(true));
+    assert_eq!(read("logs://api", "level=warn"), Ok(true));
+    assert_eq!(read("logs://api", "level=w%61rn"), Ok(true), "decoded once");
+    assert_eq!(read("logs://api", "level=debug"), Ok(false));
+    assert_eq!(read("logs://audit", "since=2027-01"), Ok(true));
+    assert_eq!(read("logs://audit", "since=2025-12"), Ok(false));
+    // Read differently by some server: the condition fails, the read is
+    // refused, by the allow rule and by the deny rule alike.
+    for (uri, query, cause) in [
+        (
+            "logs://api",
+            "level=warn&level=debug",
+            "names `level` twice",
+        ),
+        ("logs://api", "level=warn+debug", "raw `+`"),
+        ("logs://api", "level=warn;level=debug", "raw `;`"),
+        (
+            "logs://audit",
+            "since=2027&since=2025",
+            "names `since` twice",
+        ),
+    ] {
+        let failed = used(uri, "resources/read", Some(query)).expect_err(query);
+        assert!(failed.reason.contains(cause), "{query}: {}", failed.reason);
+    }
+    // A listed URI, and a completion on a template: left to the read.
+    let listed = ListFacts::default();
+    assert!(
+        p.decide_listed(&alice, "flights", Subject::Resource("logs://api"), &listed)
+            .allowed
+    );
+    assert_eq!(
+        used("logs://api", "completion/complete", None).map(|d| d.allowed),
+        Ok(true)
+    );
+    // A rule that does not read the query is not failed by one.
+    let plain = policy(
+        "[[rules]]\nclients = [\"*\"]\nservers = [\"flights\"]\nresources = [\"logs://*\"]\naction = \"allow\"\nwhen = \"uri != ''\"\n",
+    );
+    let facts = Facts {
+        claims: None,
+        method: "resources/read",
+        arguments: None,
+        annotations: None,
+        query: Some("a=1&a=2"),
+        labels: &[],
+    };
+    let decided = plain.decide_use(&alice, "flights", Subject::Resource("logs://api"), &facts);
+    assert_eq!(decided.map(|d| d.allowed), Ok(true));
 }
