@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::process::Stdio;
 use std::time::Duration;
 
+use portcullis::policy::expression::query::parameters;
 use portcullis::policy::uri::canonical;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -380,7 +381,6 @@ fn query() -> impl Strategy<Value = String> {
 /// binds none the condition does not see. What is judged is what runs.
 #[tokio::test]
 async fn a_condition_reads_the_query_values_the_sdk_binds() {
-    use portcullis::policy::expression::query::parameters;
     if !tiers::ready(&[Tier::Python]) {
         return;
     }
