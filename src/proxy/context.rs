@@ -154,16 +154,8 @@ impl Context {
             client,
             creates: self.rpc == Some(Rpc::ToolsCall),
         });
-        // Observe mode lists every resource, so names every one.
-        let shown = (self.client.clone())
-            .filter(|_| self.mode != Mode::Observe)
-            .map(|client| Shown {
-                state: self.state.clone(),
-                client,
-                token: self.token.clone(),
-                also: Vec::new(),
-            });
         Recipient {
+            shown: self.shown(),
             tasks,
             id: self.id.clone(),
             method: self.method.clone(),
@@ -176,8 +168,19 @@ impl Context {
             call: self.call.clone(),
             trail: self.trail.clone(),
             flow: self.flow.clone(),
-            shown,
         }
+    }
+
+    /// Which resources a reply may name to this client (`None` in observe
+    /// mode, whose lists show every resource, so name every one).
+    pub(super) fn shown(&self) -> Option<Shown> {
+        (self.client.clone())
+            .filter(|_| self.mode != Mode::Observe)
+            .map(|client| Shown {
+                state: self.state.clone(),
+                client,
+                token: self.token.clone(),
+            })
     }
 
     /// The flow session of a call of `client` to `server` ([`flow::key`]).

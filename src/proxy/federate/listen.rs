@@ -8,7 +8,9 @@
 //! Invariants: each member is asked only for the subscribed resources this
 //! client may read there, each in its canonical form (the one decided); a URI
 //! no member lets it read gets the answer a missing resource gets (observe
-//! mode records that answer and asks every member for every URI); a stream
+//! mode records that answer and asks every member for every URI); an update
+//! about a resource is relayed only when the member that sent it shows it
+//! (observe mode relays every one); a stream
 //! that asked for tool list changes is told when a member's circuit breaker
 //! opens or closes (its tools leave the merged list or come back).
 
@@ -99,6 +101,10 @@ pub(super) async fn listen(
     let readable = |ctx: &Context, part: &Part<'_>, uri: &CanonicalUri| {
         ctx.mode == Mode::Observe || decided(ctx, part, uri).is_ok()
     };
+    // Each member's updates are judged by that member, before the merge
+    // forgets who sent them: the same URI on another member names another
+    // resource.
+    let shown = ctx.shown();
     let mut streams = Vec::new();
     let mut first_failure = None;
     for part in &view.parts {
@@ -118,6 +124,10 @@ pub(super) async fn listen(
             Ok(Reply::Sse { events, .. }) => {
                 let catalog = part.server.catalog.clone();
                 let server = part.name().to_owned();
+                let events = match shown.clone() {
+                    Some(shown) => shown.sent_by(server.clone(), events),
+                    None => events,
+                };
                 // One member's stream breaking (its server died) ends that
                 // member's part, not the others': they keep serving.
                 let events = events.take_while(move |item| {
@@ -182,10 +192,8 @@ pub(super) async fn listen(
     };
     ctx.server = None;
     let mut to = ctx.recipient(first.server);
-    // One stream for every member: a resource any of them shows is shown.
-    if let Some(shown) = &mut to.shown {
-        shown.also = view.parts.iter().map(|p| p.name().to_owned()).collect();
-    }
+    // Judged member by member above: the first member's view is not the others'.
+    to.shown = None;
     Ok(relay(reply, to))
 }
 
