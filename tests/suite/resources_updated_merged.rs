@@ -8,7 +8,8 @@
 //! The same URI on two servers names two resources. Once a reload hides
 //! `test://static-text` on `b` (its stream was subscribed to it before),
 //! `b`'s word that it changed would tell the client that `b` still has it,
-//! however much `a` shows its own.
+//! however much `a` shows its own. Observe mode lists every resource, so
+//! relays every update.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -26,7 +27,7 @@ const TEXT: &str = "test://static-text";
 const BINARY: &str = "test://static-binary";
 
 /// Members `a` and `b`; `a` shows `TEXT`, `b` shows `on_b`; everyone may call `announce`.
-fn config(a: &str, b: &str, on_b: &[&str]) -> String {
+fn config(a: &str, b: &str, on_b: &[&str]) -> Config {
     let rules = format!(
         "[[rules]]\nclients = [\"*\"]\nservers = [\"a\"]\nresources = [\"{TEXT}\"]\naction = \"allow\"\n\
          [[rules]]\nclients = [\"*\"]\nservers = [\"b\"]\nresources = {}\naction = \"allow\"\n\
@@ -44,7 +45,6 @@ fn config(a: &str, b: &str, on_b: &[&str]) -> String {
         .clients()
         .raw(&rules)
         .memory_stores()
-        .render()
 }
 
 /// Replaces the file the way editors do: write aside, rename over.
@@ -139,7 +139,7 @@ async fn a_members_update_is_judged_by_that_member_on_the_merged_listen() {
     support::init();
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("portcullis.toml");
-    std::fs::write(&path, config(&a.url, &b.url, &[TEXT, BINARY])).expect("write");
+    std::fs::write(&path, config(&a.url, &b.url, &[TEXT, BINARY]).render()).expect("write");
     let handle = Gateway::start_file(&path).await.expect("gateway starts");
     let gateway = TestGateway::from_handle(handle);
     let url = gateway.merged_url();
@@ -162,7 +162,7 @@ async fn a_members_update_is_judged_by_that_member_on_the_merged_listen() {
     assert_eq!(until_updated(&seen, 1).await, [TEXT], "b shows it still");
 
     // The reload hides TEXT on b; a still shows its own.
-    replace(&path, &config(&a.url, &b.url, &[BINARY]));
+    replace(&path, &config(&a.url, &b.url, &[BINARY]).render());
     gateway.admin(ADMIN_TOKEN).reloaded().await;
 
     // b's update about TEXT is sent before its update about BINARY, on the
@@ -178,6 +178,38 @@ async fn a_members_update_is_judged_by_that_member_on_the_merged_listen() {
     announce(&url, "a__announce", TEXT).await;
     assert_eq!(until_updated(&seen, 3).await, [TEXT, BINARY, TEXT]);
 
+    reader.abort();
+    gateway.stop().await;
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Observe mode shows every resource, so the merged listen relays every
+/// member's update: `b`'s about a URI its rules would hide included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_mode_relays_every_members_update_on_the_merged_listen() {
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let a = PeerServer::start(Peer::PythonFixtures).await;
+    let b = PeerServer::start(Peer::PythonFixtures).await;
+    let observing = config(&a.url, &b.url, &[BINARY]).gateway("mode", "observe");
+    let gateway = TestGateway::start_config(&observing).await;
+    let url = gateway.merged_url();
+    let (seen, reader) = listen(&url, &[TEXT, BINARY]).await;
+    for _ in 0..200 {
+        if seen
+            .lock()
+            .expect("lock")
+            .contains("notifications/subscriptions/acknowledged")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    announce(&url, "b__announce", TEXT).await;
+    announce(&url, "b__announce", BINARY).await;
+    assert_eq!(until_updated(&seen, 2).await, [TEXT, BINARY]);
     reader.abort();
     gateway.stop().await;
     a.stop().await;
