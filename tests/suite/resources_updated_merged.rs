@@ -9,7 +9,8 @@
 //! `test://static-text` on `b` (its stream was subscribed to it before),
 //! `b`'s word that it changed would tell the client that `b` still has it,
 //! however much `a` shows its own. Observe mode lists every resource, so
-//! relays every update.
+//! relays every update: the gateway's, for every member; a member's own,
+//! for that member.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -26,25 +27,27 @@ const ADMIN_TOKEN: &str = "merged-updates-admin-token";
 const TEXT: &str = "test://static-text";
 const BINARY: &str = "test://static-binary";
 
-/// Members `a` and `b`; `a` shows `TEXT`, `b` shows `on_b`; everyone may call `announce`.
-fn config(a: &str, b: &str, on_b: &[&str]) -> Config {
+/// Members `a` and `b`; `a` shows `TEXT`, `b` shows `on_b` (`b` in
+/// observe mode of its own when `b_observes`); everyone may call `announce`.
+fn config(a: &str, b: &str, on_b: &[&str], b_observes: bool) -> Config {
     let rules = format!(
         "[[rules]]\nclients = [\"*\"]\nservers = [\"a\"]\nresources = [\"{TEXT}\"]\naction = \"allow\"\n\
          [[rules]]\nclients = [\"*\"]\nservers = [\"b\"]\nresources = {}\naction = \"allow\"\n\
          [[rules]]\nclients = [\"*\"]\nservers = [\"a\", \"b\"]\ntools = [\"announce\"]\naction = \"allow\"\n",
         json!(on_b),
     );
-    Config::new()
+    let mut config = Config::new()
         .admin_token(ADMIN_TOKEN)
         .server("a", a)
         .set("timeout", "20s")
         .set("pinning", "off")
         .server("b", b)
         .set("timeout", "20s")
-        .set("pinning", "off")
-        .clients()
-        .raw(&rules)
-        .memory_stores()
+        .set("pinning", "off");
+    if b_observes {
+        config = config.set("mode", "observe");
+    }
+    config.clients().raw(&rules).memory_stores()
 }
 
 /// Replaces the file the way editors do: write aside, rename over.
@@ -139,7 +142,11 @@ async fn a_members_update_is_judged_by_that_member_on_the_merged_listen() {
     support::init();
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("portcullis.toml");
-    std::fs::write(&path, config(&a.url, &b.url, &[TEXT, BINARY]).render()).expect("write");
+    std::fs::write(
+        &path,
+        config(&a.url, &b.url, &[TEXT, BINARY], false).render(),
+    )
+    .expect("write");
     let handle = Gateway::start_file(&path).await.expect("gateway starts");
     let gateway = TestGateway::from_handle(handle);
     let url = gateway.merged_url();
@@ -162,7 +169,7 @@ async fn a_members_update_is_judged_by_that_member_on_the_merged_listen() {
     assert_eq!(until_updated(&seen, 1).await, [TEXT], "b shows it still");
 
     // The reload hides TEXT on b; a still shows its own.
-    replace(&path, &config(&a.url, &b.url, &[BINARY]).render());
+    replace(&path, &config(&a.url, &b.url, &[BINARY], false).render());
     gateway.admin(ADMIN_TOKEN).reloaded().await;
 
     // b's update about TEXT is sent before its update about BINARY, on the
@@ -185,7 +192,9 @@ async fn a_members_update_is_judged_by_that_member_on_the_merged_listen() {
 }
 
 /// Observe mode shows every resource, so the merged listen relays every
-/// member's update: `b`'s about a URI its rules would hide included.
+/// update of a member in observe mode (the gateway's, or the member's own
+/// while the gateway enforces): `b`'s about a URI its rules would hide
+/// included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observe_mode_relays_every_members_update_on_the_merged_listen() {
     if !tiers::ready(&[Tier::Python]) {
@@ -193,8 +202,18 @@ async fn observe_mode_relays_every_members_update_on_the_merged_listen() {
     }
     let a = PeerServer::start(Peer::PythonFixtures).await;
     let b = PeerServer::start(Peer::PythonFixtures).await;
-    let observing = config(&a.url, &b.url, &[BINARY]).gateway("mode", "observe");
-    let gateway = TestGateway::start_config(&observing).await;
+    let gateway_observes = config(&a.url, &b.url, &[BINARY], false).gateway("mode", "observe");
+    for observing in [config(&a.url, &b.url, &[BINARY], true), gateway_observes] {
+        observed(&observing).await;
+    }
+    a.stop().await;
+    b.stop().await;
+}
+
+/// `b` announces `TEXT`, which its rules hide, then `BINARY`: the merged
+/// listen of a gateway configured with `observing` carries both.
+async fn observed(observing: &Config) {
+    let gateway = TestGateway::start_config(observing).await;
     let url = gateway.merged_url();
     let (seen, reader) = listen(&url, &[TEXT, BINARY]).await;
     for _ in 0..200 {
@@ -212,6 +231,4 @@ async fn observe_mode_relays_every_members_update_on_the_merged_listen() {
     assert_eq!(until_updated(&seen, 2).await, [TEXT, BINARY]);
     reader.abort();
     gateway.stop().await;
-    a.stop().await;
-    b.stop().await;
 }
