@@ -117,11 +117,12 @@ impl Context {
     /// The request is now about `server`: it is recorded, and its mode applies.
     pub(super) fn enter(&mut self, server: &ServerState) {
         self.server = Some(server.upstream.settings.name.clone());
-        self.mode = server
-            .upstream
-            .settings
-            .mode
-            .unwrap_or(self.live.config.gateway.mode);
+        self.mode = self.mode_at(server);
+    }
+
+    /// The mode a request about `server` is decided in: its own, else the gateway's.
+    pub(super) fn mode_at(&self, server: &ServerState) -> Mode {
+        (server.upstream.settings.mode).unwrap_or(self.live.config.gateway.mode)
     }
 
     /// How this request's messages reach `server` for `client`: with the
@@ -155,7 +156,7 @@ impl Context {
             creates: self.rpc == Some(Rpc::ToolsCall),
         });
         Recipient {
-            shown: self.shown(),
+            shown: self.shown(self.mode),
             tasks,
             id: self.id.clone(),
             method: self.method.clone(),
@@ -171,11 +172,12 @@ impl Context {
         }
     }
 
-    /// Which resources a reply may name to this client (`None` in observe
-    /// mode, whose lists show every resource, so name every one).
-    pub(super) fn shown(&self) -> Option<Shown> {
+    /// Which resources a reply decided in `mode` may name to this client
+    /// (`None` in observe mode, whose lists show every resource, so name
+    /// every one).
+    pub(super) fn shown(&self, mode: Mode) -> Option<Shown> {
         (self.client.clone())
-            .filter(|_| self.mode != Mode::Observe)
+            .filter(|_| mode != Mode::Observe)
             .map(|client| Shown {
                 state: self.state.clone(),
                 client,

@@ -8,9 +8,10 @@
 //! Invariants: each member is asked only for the subscribed resources this
 //! client may read there, each in its canonical form (the one decided); a URI
 //! no member lets it read gets the answer a missing resource gets (observe
-//! mode records that answer and asks every member for every URI); an update
-//! about a resource is relayed only when the member that sent it shows it
-//! (observe mode relays every one); a stream
+//! mode records that answer); a member is asked for every URI, and every
+//! update it sends about a resource is relayed, when it is in observe mode
+//! (its own, else the gateway's), as its lists show every resource; else an
+//! update is relayed only when the member that sent it shows it; a stream
 //! that asked for tool list changes is told when a member's circuit breaker
 //! opens or closes (its tools leave the merged list or come back).
 
@@ -99,12 +100,8 @@ pub(super) async fn listen(
         ctx.observe_or_enforce(Err::<(), _>(refusal))?;
     }
     let readable = |ctx: &Context, part: &Part<'_>, uri: &CanonicalUri| {
-        ctx.mode == Mode::Observe || decided(ctx, part, uri).is_ok()
+        ctx.mode_at(part.server) == Mode::Observe || decided(ctx, part, uri).is_ok()
     };
-    // Each member's updates are judged by that member, before the merge
-    // forgets who sent them: the same URI on another member names another
-    // resource.
-    let shown = ctx.shown();
     let mut streams = Vec::new();
     let mut first_failure = None;
     for part in &view.parts {
@@ -124,7 +121,10 @@ pub(super) async fn listen(
             Ok(Reply::Sse { events, .. }) => {
                 let catalog = part.server.catalog.clone();
                 let server = part.name().to_owned();
-                let events = match shown.clone() {
+                // Each member's updates are judged by that member, in its
+                // mode, before the merge forgets who sent them: the same URI
+                // on another member names another resource.
+                let events = match ctx.shown(ctx.mode_at(part.server)) {
                     Some(shown) => shown.sent_by(server.clone(), events),
                     None => events,
                 };
