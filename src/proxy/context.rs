@@ -117,11 +117,12 @@ impl Context {
     /// The request is now about `server`: it is recorded, and its mode applies.
     pub(super) fn enter(&mut self, server: &ServerState) {
         self.server = Some(server.upstream.settings.name.clone());
-        self.mode = server
-            .upstream
-            .settings
-            .mode
-            .unwrap_or(self.live.config.gateway.mode);
+        self.mode = self.mode_at(server);
+    }
+
+    /// The mode a request about `server` is decided in: its own, else the gateway's.
+    pub(super) fn mode_at(&self, server: &ServerState) -> Mode {
+        (server.upstream.settings.mode).unwrap_or(self.live.config.gateway.mode)
     }
 
     /// How this request's messages reach `server` for `client`: with the
@@ -154,16 +155,8 @@ impl Context {
             client,
             creates: self.rpc == Some(Rpc::ToolsCall),
         });
-        // Observe mode lists every resource, so names every one.
-        let shown = (self.client.clone())
-            .filter(|_| self.mode != Mode::Observe)
-            .map(|client| Shown {
-                state: self.state.clone(),
-                client,
-                token: self.token.clone(),
-                also: Vec::new(),
-            });
         Recipient {
+            shown: self.shown(self.mode),
             tasks,
             id: self.id.clone(),
             method: self.method.clone(),
@@ -176,8 +169,20 @@ impl Context {
             call: self.call.clone(),
             trail: self.trail.clone(),
             flow: self.flow.clone(),
-            shown,
         }
+    }
+
+    /// Which resources a reply decided in `mode` may name to this client
+    /// (`None` in observe mode, whose lists show every resource, so name
+    /// every one).
+    pub(super) fn shown(&self, mode: Mode) -> Option<Shown> {
+        (self.client.clone())
+            .filter(|_| mode != Mode::Observe)
+            .map(|client| Shown {
+                state: self.state.clone(),
+                client,
+                token: self.token.clone(),
+            })
     }
 
     /// The flow session of a call of `client` to `server` ([`flow::key`]).

@@ -9,7 +9,9 @@ in text and in an embedded resource), leaky_structured (the same in structuredCo
 (sleeps `seconds`; a cancelled `hang` or `progress` records itself again as `hang:cancelled`, `progress:cancelled`), huge (returns `bytes` bytes of text). Resources: the templates
 `users://{user_id}/profile`, `res://{+path}` and `file:///{+path}` (the last two resolve `..`
 themselves: an admin's profile or item says "ADMIN SECRET", `file:///secret/…` "SECRET KEY").
-With --fixtures, the tool touch sends `notifications/resources/updated` for its `uri` on the call's stream.
+With --fixtures, the tool touch sends `notifications/resources/updated` for its `uri` on the call's stream,
+and the tool announce sends it off the call's stream: on every `subscriptions/listen` stream subscribed to
+that exact `uri` (2026-07-28), or on the session's GET stream (the 2025 era).
 
     $PEERS/venv/bin/python py_server.py --port 0 [--record FILE] [--stateless] [--json] [--fixtures] [--paged N]
     $PEERS/venv/bin/python py_server.py --stdio [--record FILE]
@@ -390,6 +392,16 @@ def add_fixtures(mcp: MCPServer) -> None:
         updated = ResourceUpdatedNotification(params=ResourceUpdatedNotificationParams(uri=uri))
         await ctx.session.send_notification(updated, related_request_id=ctx.request_id)
         return "touched"
+
+    @mcp.tool(description="Say on the listening streams that the resource `uri` changed.", structured_output=False)
+    async def announce(uri: str, ctx: Context) -> str:
+        if ctx.protocol_version == "2026-07-28":
+            # The SDK's bus: each listen stream whose acknowledged filter names `uri` carries it.
+            await ctx.notify_resource_updated(uri)
+        else:
+            # No related request: the session's standalone (GET) stream carries it.
+            await ctx.session.send_resource_updated(uri)
+        return "announced"
 
     @mcp.tool(description="Close the SSE stream mid-call, then answer.", structured_output=False)
     async def test_reconnection(ctx: Context) -> str:

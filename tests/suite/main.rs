@@ -92,6 +92,7 @@ mod resources;
 mod resources_references;
 mod resources_spellings;
 mod resources_updated;
+mod resources_updated_merged;
 mod rewrite;
 mod sanitize;
 mod sanitize_framing;

@@ -8,7 +8,10 @@
 //! Invariants: each member is asked only for the subscribed resources this
 //! client may read there, each in its canonical form (the one decided); a URI
 //! no member lets it read gets the answer a missing resource gets (observe
-//! mode records that answer and asks every member for every URI); a stream
+//! mode records that answer); a member is asked for every URI, and every
+//! update it sends about a resource is relayed, when it is in observe mode
+//! (its own, else the gateway's), as its lists show every resource; else an
+//! update is relayed only when the member that sent it shows it; a stream
 //! that asked for tool list changes is told when a member's circuit breaker
 //! opens or closes (its tools leave the merged list or come back).
 
@@ -97,7 +100,7 @@ pub(super) async fn listen(
         ctx.observe_or_enforce(Err::<(), _>(refusal))?;
     }
     let readable = |ctx: &Context, part: &Part<'_>, uri: &CanonicalUri| {
-        ctx.mode == Mode::Observe || decided(ctx, part, uri).is_ok()
+        ctx.mode_at(part.server) == Mode::Observe || decided(ctx, part, uri).is_ok()
     };
     let mut streams = Vec::new();
     let mut first_failure = None;
@@ -118,6 +121,13 @@ pub(super) async fn listen(
             Ok(Reply::Sse { events, .. }) => {
                 let catalog = part.server.catalog.clone();
                 let server = part.name().to_owned();
+                // Each member's updates are judged by that member, in its
+                // mode, before the merge forgets who sent them: the same URI
+                // on another member names another resource.
+                let events = match ctx.shown(ctx.mode_at(part.server)) {
+                    Some(shown) => shown.sent_by(server.clone(), events),
+                    None => events,
+                };
                 // One member's stream breaking (its server died) ends that
                 // member's part, not the others': they keep serving.
                 let events = events.take_while(move |item| {
@@ -182,10 +192,8 @@ pub(super) async fn listen(
     };
     ctx.server = None;
     let mut to = ctx.recipient(first.server);
-    // One stream for every member: a resource any of them shows is shown.
-    if let Some(shown) = &mut to.shown {
-        shown.also = view.parts.iter().map(|p| p.name().to_owned()).collect();
-    }
+    // Judged member by member above: the first member's view is not the others'.
+    to.shown = None;
     Ok(relay(reply, to))
 }
 
