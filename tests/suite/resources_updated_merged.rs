@@ -26,6 +26,8 @@ use support::{ALICE, Config, Peer, PeerServer, TestGateway, modern_call, modern_
 const ADMIN_TOKEN: &str = "merged-updates-admin-token";
 const TEXT: &str = "test://static-text";
 const BINARY: &str = "test://static-binary";
+/// A URI no member's rules let the client read.
+const NOWHERE: &str = "test://nowhere";
 
 /// Members `a` and `b`; `a` shows `TEXT`, `b` shows `on_b` (`b` in
 /// observe mode of its own when `b_observes`); everyone may call `announce`.
@@ -194,7 +196,8 @@ async fn a_members_update_is_judged_by_that_member_on_the_merged_listen() {
 /// Observe mode shows every resource, so the merged listen relays every
 /// update of a member in observe mode (the gateway's, or the member's own
 /// while the gateway enforces): `b`'s about a URI its rules would hide
-/// included.
+/// included, and a URI no member's rules allow is still asked of a member in
+/// observe mode (its refusal recorded, not enforced), not refused whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observe_mode_relays_every_members_update_on_the_merged_listen() {
     if !tiers::ready(&[Tier::Python]) {
@@ -210,12 +213,13 @@ async fn observe_mode_relays_every_members_update_on_the_merged_listen() {
     b.stop().await;
 }
 
-/// `b` announces `TEXT`, which its rules hide, then `BINARY`: the merged
-/// listen of a gateway configured with `observing` carries both.
+/// `b` announces `TEXT`, which its rules hide, `NOWHERE`, which every rule
+/// hides, then `BINARY`: the merged listen of a gateway configured with
+/// `observing` carries all three.
 async fn observed(observing: &Config) {
     let gateway = TestGateway::start_config(observing).await;
     let url = gateway.merged_url();
-    let (seen, reader) = listen(&url, &[TEXT, BINARY]).await;
+    let (seen, reader) = listen(&url, &[TEXT, NOWHERE, BINARY]).await;
     for _ in 0..200 {
         if seen
             .lock()
@@ -227,8 +231,9 @@ async fn observed(observing: &Config) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     announce(&url, "b__announce", TEXT).await;
+    announce(&url, "b__announce", NOWHERE).await;
     announce(&url, "b__announce", BINARY).await;
-    assert_eq!(until_updated(&seen, 2).await, [TEXT, BINARY]);
+    assert_eq!(until_updated(&seen, 3).await, [TEXT, NOWHERE, BINARY]);
     reader.abort();
     gateway.stop().await;
 }

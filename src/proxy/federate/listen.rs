@@ -83,7 +83,10 @@ pub(super) async fn listen(
     // A URI no member lets the client read is refused: with the refusal a
     // listed one's condition gives, else as a missing one. Observe mode
     // records the refusal and asks every member for every URI, as one
-    // server's listen is forwarded whole.
+    // server's listen is forwarded whole; so does a member in observe mode
+    // of its own while the gateway enforces (its lists show every resource,
+    // and it is asked for the URI below).
+    let observing = (view.parts.iter()).any(|p| ctx.mode_at(p.server) == Mode::Observe);
     for uri in &uris {
         let each: Vec<_> = view.parts.iter().map(|p| decided(ctx, p, uri)).collect();
         if each.iter().any(Result::is_ok) {
@@ -97,6 +100,10 @@ pub(super) async fn listen(
             None => Rejection::NotFound(format!("Resource not found: {}", uri.as_str())),
         };
         note_refusal(ctx, &refusal);
+        if observing {
+            ctx.would_refuse = Some(refusal.code());
+            continue;
+        }
         ctx.observe_or_enforce(Err::<(), _>(refusal))?;
     }
     let readable = |ctx: &Context, part: &Part<'_>, uri: &CanonicalUri| {
