@@ -2,7 +2,8 @@
 //! random resources, resolved by the official Python SDK's own template matcher, are one
 //! resource to the gateway whenever the SDK resolves them alike (the canonical form is the
 //! reference's and canonicalizing is idempotent), and a random edit that changes a URI's
-//! structure is always refused; and the query values a condition reads are the ones the SDK binds.
+//! structure is always refused; and the query values a condition reads are the ones the SDKs bind
+//! (Python's and TypeScript's matchers), a query never adding a climbing segment to a path.
 
 use crate::support;
 use support::tiers::{self, Tier};
@@ -258,6 +259,31 @@ async fn sdk_resolves(uris: &[String]) -> Vec<Value> {
     serde_json::from_slice::<Vec<Value>>(&out.stdout).expect("the matcher prints JSON")
 }
 
+/// What the TypeScript SDK's own matcher binds for each URI (see
+/// `tests/peers/uri_match.mjs`).
+async fn ts_sdk_resolves(uris: &[String]) -> Vec<Value> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers/uri_match.mjs");
+    let mut child = tokio::process::Command::new("node")
+        .arg(script)
+        .env("PORTCULLIS_PEERS", peers_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(json!(uris).to_string().as_bytes())
+        .await
+        .expect("write URIs");
+    drop(stdin);
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("the matcher finishes in time")
+        .expect("the matcher runs");
+    serde_json::from_slice::<Vec<Value>>(&out.stdout).expect("the matcher prints JSON")
+}
+
 /// Random spellings of random resources: the gateway's canonical identity is
 /// the reference's, canonicalizing is idempotent, and any two spellings the
 /// SDK resolves to one (template, variables) have one identity — so one
@@ -423,5 +449,72 @@ async fn a_condition_reads_the_query_values_the_sdk_binds() {
         forwarded.len() >= 150 && ambiguous >= 50 && bound >= 150,
         "enough of each case to test the property: {} read, {ambiguous} refused, {bound} bound",
         forwarded.len()
+    );
+}
+
+/// A random query made of path and query structure: `/`, dot segments,
+/// `?` raw and encoded, pairs.
+fn structured_query() -> impl Strategy<Value = String> {
+    let token = proptest::sample::select(vec![
+        "/", ".", "..", "?", "%3F", "=", "&", "level", "level=", "x", "debug", "%20",
+    ]);
+    proptest::collection::vec(token, 0..8).prop_map(|t| t.concat())
+}
+
+/// Random queries on URIs the TypeScript SDK matches against the whole URI
+/// (`logs://{service}{?level}`, `file:///{+path}`): wherever the gateway
+/// forwards the URI, the SDK binds the judged resource's own variable
+/// (`service` is `api`), a `level` that decodes to the value a condition
+/// reads, and a path that a query never makes climb (no `..` segment).
+#[tokio::test]
+async fn the_typescript_sdk_binds_what_was_judged() {
+    use portcullis::policy::expression::query::parameters;
+    if !tiers::ready(&[Tier::Node]) {
+        return;
+    }
+    let mut runner = TestRunner::default();
+    let mut forwarded = Vec::new();
+    for _ in 0..1000 {
+        let q = prop_oneof![query(), structured_query()]
+            .new_tree(&mut runner)
+            .expect("tree")
+            .current();
+        for base in ["logs://api", "file:///public/a"] {
+            if let Ok(c) = canonical(&format!("{base}?{q}")) {
+                forwarded.push(c);
+            }
+        }
+    }
+    let uris: Vec<String> = forwarded.iter().map(|c| c.as_str().to_owned()).collect();
+    let resolved = ts_sdk_resolves(&uris).await;
+    assert_eq!(resolved.len(), uris.len());
+    let (mut levels, mut paths) = (0, 0);
+    for (c, ts) in forwarded.iter().zip(&resolved) {
+        let uri = c.as_str();
+        match ts["template"].as_str() {
+            Some("file:///{+path}") => {
+                let path = ts["vars"]["path"].as_str().expect("path");
+                assert!(!path.split('/').any(|s| s == ".."), "{uri}: {ts}");
+                paths += 1;
+            }
+            Some("logs://{service}{?level}") => {
+                assert_eq!(ts["vars"]["service"], "api", "{uri}: {ts}");
+                // A condition reads the query only where no server would read it otherwise.
+                let Ok(read) = parameters(c.query()) else {
+                    continue;
+                };
+                let judged = read.iter().find(|(n, _)| *n == "level").map(|(_, v)| v);
+                let raw = ts["vars"]["level"].as_str().expect("level");
+                let pair = format!("level={raw}");
+                let decoded = parameters(&pair).expect("one value");
+                assert_eq!(judged, Some(&decoded[0].1), "{uri}: {ts}");
+                levels += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        levels >= 20 && paths >= 100,
+        "enough of each case to test the property: {levels} levels, {paths} paths"
     );
 }
