@@ -26,11 +26,11 @@
 //!   (`a//b` → `a/b`); a trailing `/` stays;
 //! - the fragment is dropped (it is checked first, like everything else).
 //!
-//! The query is kept (normalized the same way, `,` decoded, `%26`, `%3D`,
-//! `%2B`, `%3B` and `%3F` kept as they are query structure to some reader: a
+//! The query is kept (normalized the same way; `%26`, `%3D`, `%2B`, `%3B`,
+//! `%3F` and `%2C` kept as they are query structure to some reader: a
 //! separator, a pair, a form decoder's space, a legacy separator, the TS
-//! SDK's start of a query; a raw `?` in it is encoded as `%3F`, which every
-//! query decoder reads as the `?` it was) and
+//! SDK's start of a query, a list's separator; a raw `?` in it is encoded as
+//! `%3F`, which every query decoder reads as the `?` it was) and
 //! forwarded, but it is not part of the resource's
 //! [`CanonicalUri::identity`]: rules' patterns and rate-limit buckets see the
 //! URI without its query (`logs://api?x=1` is `logs://api`), and a rule's
@@ -558,8 +558,9 @@ fn escape_rule(byte: u8, part: Part) -> Escape {
         // at `;`: an escape of either stays, so a client's plus or semicolon
         // reaches every server as the value it sent (see `query`).
         // So does `?`: the TS SDK's matcher may take a later `?` for the
-        // start of the query (`?x?level=` binds `level`).
-        b'+' | b';' | b'?' if part == Part::Query => Escape::Keep,
+        // start of the query (`?x?level=` binds `level`); and `,`: a list
+        // parameter splits at a raw one only (RFC 6570 §3.2.8, FastMCP).
+        b'+' | b';' | b'?' | b',' if part == Part::Query => Escape::Keep,
         // Never structure to the SDKs' template matchers.
         b'!' | b'$' | b'\'' | b'(' | b')' | b'*' | b'+' => Escape::Decode,
         b':' | b'@' if authority => Escape::Refuse,

@@ -59,16 +59,17 @@ fn the_identity_leaves_the_query_out() {
 /// legacy ones: a client's `%2B` and `%3B` stay encoded (decoded, a plus
 /// would reach a form decoder as a space), and so does `%3F` (the TS SDK's
 /// matcher may take a later raw `?` for the start of the query, so a raw
-/// one is encoded too), while
-/// `%2C` decodes as elsewhere in the query; outside the query `%2B` decodes
-/// as before.
+/// one is encoded too), and so does `%2C` (a list parameter, RFC 6570
+/// §3.2.8 and FastMCP's `{?tags}`, splits at a raw `,` only: `a%2Cb` is
+/// one item, `a,b` two); outside the query `%2B` decodes as before.
 #[test]
 fn a_query_keeps_the_escapes_some_reader_takes_for_structure() {
     for (spelling, form) in [
         ("logs://api?q=a%2bb", "logs://api?q=a%2Bb"),
         ("logs://api?q=a%3bb", "logs://api?q=a%3Bb"),
         ("logs://api?q=a+b;c", "logs://api?q=a+b;c"),
-        ("logs://api?q=a%2Cb%3F", "logs://api?q=a,b%3F"),
+        ("logs://api?q=a%2Cb%3F", "logs://api?q=a%2Cb%3F"),
+        ("logs://api?q=a,b", "logs://api?q=a,b"),
         ("logs://api?q=a%3fb?c", "logs://api?q=a%3Fb%3Fc"),
         ("logs://api?x?level=debug", "logs://api?x%3Flevel=debug"),
         ("logs://a%2Bb?q=1", "logs://a+b?q=1"),
