@@ -8,10 +8,12 @@
 //!
 //! Reading follows RFC 3986 as the official Python SDK's template matcher
 //! does: parameters are separated by `&`, a name ends at the first `=` (a
-//! pair without one has the empty value), names are compared as written
-//! (the canonical form has already decoded what may be decoded), values are
-//! percent-decoded once, and empty pairs (`a=1&&b=2`) and pairs without a
-//! name (`=x`) are skipped. The TS SDK binds a value as forwarded (still
+//! pair without one has the empty value), values are percent-decoded once,
+//! and empty pairs (`a=1&&b=2`) and pairs without a name (`=x`) are
+//! skipped. Names are decoded once too, as FastMCP decodes them (`{?é}`
+//! binds `%C3%A9=x`); the Python SDK compares them as written, but its
+//! template names are ASCII letters, digits and `_`, which the canonical
+//! form spells raw, so it reads the same ones. The TS SDK binds a value as forwarded (still
 //! encoded): decoded once, it is the value a condition reads.
 //!
 //! Invariant: a condition reads a value only when every server would read
@@ -29,12 +31,15 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 
+/// One parameter: its name and its value, each decoded once.
+pub type Parameter<'a> = (Cow<'a, str>, Cow<'a, str>);
+
 /// The parameters of `query` (a canonical URI's query, without its `?`), in
-/// order, values decoded; or why servers would read it differently. One
-/// pass: each name is looked up once among those seen.
-pub fn parameters(query: &str) -> Result<Vec<(&str, Cow<'_, str>)>, String> {
-    let mut out: Vec<(&str, Cow<'_, str>)> = Vec::new();
-    let mut seen: HashSet<&str> = HashSet::new();
+/// order, names and values decoded; or why servers would read it
+/// differently. One pass: each name is looked up once among those seen.
+pub fn parameters(query: &str) -> Result<Vec<Parameter<'_>>, String> {
+    let mut out: Vec<Parameter<'_>> = Vec::new();
+    let mut seen: HashSet<Cow<'_, str>> = HashSet::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         if let Some(c) = pair.chars().find(|c| matches!(c, '+' | ';' | '?')) {
             let (reads, send) = match c {
@@ -59,11 +64,12 @@ pub fn parameters(query: &str) -> Result<Vec<(&str, Cow<'_, str>)>, String> {
             // No template variable has an empty name: the SDKs bind nothing.
             continue;
         }
-        if !seen.insert(name) {
+        let name = decode(name);
+        if !seen.insert(name.clone()) {
             return Err(format!(
                 "the query names `{}` twice: servers read a repeated parameter differently \
                  (the first, the last or both)",
-                crate::util::text::clip_to(name, MAX_QUOTED)
+                crate::util::text::clip_to(&name, MAX_QUOTED)
             ));
         }
         out.push((name, decode(value)));
@@ -110,7 +116,7 @@ mod tests {
     fn read(query: &str) -> Vec<(String, String)> {
         let got = parameters(query).unwrap_or_else(|e| panic!("{query}: {e}"));
         got.into_iter()
-            .map(|(n, v)| (n.to_owned(), v.into_owned()))
+            .map(|(n, v)| (n.into_owned(), v.into_owned()))
             .collect()
     }
 
@@ -138,13 +144,29 @@ mod tests {
             read("q=caf%C3%A9%26more%3Bend"),
             pairs(&[("q", "café&more;end")])
         );
-        assert_eq!(read("%7Ex=1"), pairs(&[("%7Ex", "1")]), "names as written");
+        assert_eq!(read("%7Ex=1"), pairs(&[("~x", "1")]), "names decoded once");
         assert_eq!(read("q=a%3Fb"), pairs(&[("q", "a?b")]), "an encoded `?`");
         assert_eq!(
             read("=x&level=1&=y"),
             pairs(&[("level", "1")]),
             "a pair without a name binds nothing"
         );
+    }
+
+    /// FastMCP decodes a parameter's name (`{?é}` binds `%C3%A9=x`), so
+    /// the condition reads names decoded once too: `query['é']` is what
+    /// such a server binds. The Python and TS SDKs' names are ASCII letters,
+    /// digits and `_`, which the canonical form already spells raw, so they
+    /// read the same names; two spellings of one name are a name twice.
+    #[test]
+    fn names_are_read_decoded_once() {
+        assert_eq!(read("%C3%A9=x"), pairs(&[("é", "x")]));
+        assert_eq!(
+            read("my%20name=x&a%2Cb=y"),
+            pairs(&[("my name", "x"), ("a,b", "y")])
+        );
+        let why = parameters("a%2Cb=1&a,b=2").expect_err("one name, two spellings");
+        assert!(why.contains("names `a,b` twice"), "{why}");
     }
 
     /// The TS SDK matches `{?level}` as `\?level=` anywhere in the URI, so
