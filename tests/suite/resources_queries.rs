@@ -1,7 +1,9 @@
 //! A condition over a resource URI's `query` on every method that carries a
 //! URI, seen from outside: `resources/subscribe` and `resources/unsubscribe`
 //! (handshake era) and each URI of a `subscriptions/listen` (2026-07-28) are
-//! judged with the query they forward, as a read is; a URI whose query would
+//! judged with the query they forward, as a read is; a completion, which
+//! leaves a condition over the query to the read, forwards its resource
+//! without the query; a URI whose query would
 //! make a server's path climb is refused for its spelling; nothing refused
 //! reaches the server, and what does carries the canonical query judged.
 
@@ -104,6 +106,26 @@ async fn every_method_carrying_a_uri_judges_its_query() {
     assert!(
         up.received("logs://api?x%3Flevel=debug"),
         "the canonical query is forwarded"
+    );
+    // A completion leaves a condition over the query to the read, so it
+    // forwards the resource it was decided on, without the query.
+    let reference = json!({"ref": {"type": "ref/resource", "uri": "logs://api?level=debug"},
+        "argument": {"name": "service", "value": "a"}});
+    let r = send(
+        &url,
+        Some(ALICE),
+        false,
+        &message(Some(6), "completion/complete", reference, false),
+    )
+    .await;
+    assert!(!r.text.contains("rules[0]"), "{}", r.text);
+    assert_eq!(
+        up.methods().last().map(String::as_str),
+        Some("completion/complete")
+    );
+    assert!(
+        !up.received("api?level=debug"),
+        "no query the rules did not judge reaches the server"
     );
     gateway.stop().await;
 }
