@@ -24,7 +24,8 @@
 //!   `josé` and `jos%C3%A9` are one spelling;
 //! - dot segments are removed (§5.2.4) and empty segments collapsed
 //!   (`a//b` → `a/b`); a trailing `/` stays;
-//! - the fragment is dropped (it is checked first, like everything else).
+//! - the fragment is dropped (it is checked first, like everything else), and
+//!   so is an empty query (`x?` is `x`).
 //!
 //! The query is kept (normalized the same way; `%26`, `%3D`, `%2B`, `%3B`,
 //! `%3F` and `%2C` kept as they are query structure to some reader: a
@@ -191,8 +192,10 @@ pub fn canonical(uri: &str) -> Result<CanonicalUri, UriRefusal> {
         // Checked like the rest, then dropped.
         normalize(fragment, Part::Fragment, &mut String::new())?;
     }
+    // An empty query is none: every SDK reads `x?` as `x`, but the TS SDK's
+    // matcher would bind `x?` to a template's last variable.
     let (hier, query) = match rest.split_once('?') {
-        Some((h, q)) => (h, Some(q)),
+        Some((h, q)) => (h, Some(q).filter(|q| !q.is_empty())),
         None => (rest, None),
     };
     let mut text = String::with_capacity(uri.len() + 8);

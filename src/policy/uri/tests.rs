@@ -85,7 +85,8 @@ fn a_query_keeps_the_escapes_some_reader_takes_for_structure() {
 /// without a query (`file:///{+path}`) binds the query into its last
 /// variable: `file:///public/a?/../../secret` would reach the server as the
 /// path `public/a?/../../secret`, which a file server joins to `secret`.
-/// A dot segment in the query is refused as one above the root is.
+/// A dot segment in the query is refused as one above the root is, and an
+/// empty query is dropped.
 #[test]
 fn a_query_never_carries_a_dot_segment() {
     for uri in [
@@ -97,6 +98,9 @@ fn a_query_never_carries_a_dot_segment() {
     ] {
         assert_eq!(refused(uri), UriRefusal::QueryDotSegment, "{uri}");
     }
+    // An empty query is none: `users://{id}` binds `alice`, not `alice?`.
+    assert_eq!(canon("users://alice?"), "users://alice");
+    assert_eq!(canon("users://alice?#top"), "users://alice");
     for (uri, form) in [
         ("file:///public/a?x=..", "file:///public/a?x=.."),
         ("file:///public/a?x=a/..b/.c", "file:///public/a?x=a/..b/.c"),
