@@ -114,7 +114,8 @@ pub enum UriRefusal {
     #[error("the authority `{0}` is a dot segment")]
     DotAuthority(String),
     /// `user@name@host`: servers disagree on where the host begins.
-    #[error("the authority `{0}` has more than one `@`; servers disagree on where its host begins")]
+    /// The authority is quoted escaped (`{0:?}`): it is the client's raw text.
+    #[error("the authority {0:?} has more than one `@`; servers disagree on where its host begins")]
     TwoAts(String),
     /// A `.` or `..` segment in a rule's pattern.
     #[error(

@@ -146,6 +146,13 @@ fn spellings_that_change_structure_are_refused() {
     assert_eq!(refused("res://../admin/a"), R::DotAuthority("..".into()));
     assert_eq!(refused("admin/a"), R::NoScheme);
     assert_eq!(refused(""), R::Empty);
+    // A refusal quotes the client's authority escaped: no format character
+    // (a right-to-left override) reaches the client's text or a log raw.
+    let why = refused("res://a@b\u{202e}@c/x").to_string();
+    assert!(
+        !why.contains('\u{202e}') && why.contains("\\u{202e}"),
+        "{why}"
+    );
     assert!(
         delimiter(&refused("res://h/a#%2F")),
         "the fragment is checked too"
