@@ -11,8 +11,9 @@
 //! `prompts/get`); a tool call's with its `arguments` and optional
 //! `annotations` (the tool's, as the live server would have them pinned;
 //! absent, an empty map), a prompt's with its `arguments` (the `prompts/get`
-//! arguments), a resource's with its canonical `uri` and `query`; each outcome is
-//! printed.
+//! arguments), a resource's with its canonical `uri` and `query`; a
+//! completion's without arguments or query (left to the get or the read, as
+//! the gateway leaves them); each outcome is printed.
 //!
 //! Invariant: the request names a client, a server and one of `tool`,
 //! `resource` or `prompt`; anything else is refused with the reason, never
@@ -25,7 +26,7 @@ use serde_json::{Value, json};
 use crate::auth::ClientId;
 use crate::config::Config;
 use crate::flow::Label;
-use crate::mcp::methods::Method;
+use crate::mcp::methods::{Class, Method};
 use crate::policy::{Effective, Facts, Subject, uri};
 
 /// A request to explain, as written in `REQUEST.json`.
@@ -97,6 +98,11 @@ pub fn explain(config: &Config, request: &str, as_json: bool) -> Result<String, 
         (None, Subject::Resource(_)) => Method::ResourcesRead.name(),
         (None, Subject::Prompt(_)) => Method::PromptsGet.name(),
     };
+    // A completion carries no arguments nor query of the prompt's or the
+    // resource's own: the gateway leaves a condition over them to the get
+    // or the read, and so does the explanation.
+    let completion = Method::of(method) == Some(Method::CompletionComplete)
+        || (config.methods.iter()).any(|(n, c)| n == method && c == Class::Completion);
     let arguments = request.arguments.unwrap_or_else(|| json!({}));
     let mut labels = Vec::new();
     for given in &request.labels {
@@ -111,10 +117,10 @@ pub fn explain(config: &Config, request: &str, as_json: bool) -> Result<String, 
     let facts = Facts {
         claims: request.claims.as_ref(),
         method,
-        arguments: (request.resource.is_none()).then_some(&arguments),
+        arguments: (request.resource.is_none() && !completion).then_some(&arguments),
         annotations: request.annotations.as_ref(),
         // A resource's query as the gateway forwards it (canonical).
-        query: canonical.as_ref().map(uri::CanonicalUri::query),
+        query: (canonical.as_ref().filter(|_| !completion)).map(uri::CanonicalUri::query),
         labels: &labels,
     };
     let resolved =

@@ -57,6 +57,13 @@ const PARAMS: &[(&[&str], &str, usize)] = &[
     (&["task", "taskId"], "params.task.taskId", MAX_ID),
 ];
 
+/// Lists of identifiers under `params`, by path: each item is capped.
+const LISTS: &[(&[&str], &str, usize)] = &[(
+    &["notifications", "resourceSubscriptions"],
+    "params.notifications.resourceSubscriptions[]",
+    MAX_URI,
+)];
+
 /// Checks the method, the id and every identifier field of `message`.
 pub(crate) fn check(message: &Message) -> Result<(), Overlong> {
     if let Some(method) = message.method() {
@@ -75,6 +82,16 @@ pub(crate) fn check(message: &Message) -> Result<(), Overlong> {
         }
         if let Some(value) = at {
             within(id_len(value), field, *limit)?;
+        }
+    }
+    // Lists of identifiers: each item under its field's cap.
+    for (path, field, limit) in LISTS {
+        let mut at = params.get(path[0]);
+        for key in &path[1..] {
+            at = at.and_then(|v| v.get(key));
+        }
+        for item in at.and_then(Value::as_array).into_iter().flatten() {
+            within(id_len(item), field, *limit)?;
         }
     }
     Ok(())
@@ -140,5 +157,24 @@ mod tests {
         let ok = message(json!({"jsonrpc":"2.0","id":7,"method":"tools/call",
             "params":{"name":"n".repeat(MAX_NAME),"_meta":{"progressToken":3}}}));
         assert_eq!(check(&ok), Ok(()));
+    }
+
+    /// A `subscriptions/listen` names its URIs in a list: each is held to
+    /// the cap of `params.uri`, as a read of it would be.
+    #[test]
+    fn each_uri_a_listen_subscribes_to_is_bounded() {
+        let listen = |uris: Vec<String>| {
+            message(
+                json!({"jsonrpc":"2.0","id":1,"method":"subscriptions/listen",
+                "params":{"notifications":{"resourceSubscriptions": uris}}}),
+            )
+        };
+        let fits = format!("logs://api?{}", "a".repeat(MAX_URI - 11));
+        assert_eq!(check(&listen(vec![fits.clone(), fits.clone()])), Ok(()));
+        let long = format!("{fits}a");
+        assert_eq!(
+            check(&listen(vec![fits, long])).map_err(|e| (e.field, e.limit)),
+            Err(("params.notifications.resourceSubscriptions[]", MAX_URI))
+        );
     }
 }

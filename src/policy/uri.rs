@@ -24,11 +24,14 @@
 //!   `josé` and `jos%C3%A9` are one spelling;
 //! - dot segments are removed (§5.2.4) and empty segments collapsed
 //!   (`a//b` → `a/b`); a trailing `/` stays;
-//! - the fragment is dropped (it is checked first, like everything else).
+//! - the fragment is dropped (it is checked first, like everything else), and
+//!   so is an empty query (`x?` is `x`).
 //!
-//! The query is kept (normalized the same way, `?` `,` decoded, `%26`, `%3D`,
-//! `%2B` and `%3B` kept as they are query structure to some reader: a
-//! separator, a pair, a form decoder's space, a legacy separator) and
+//! The query is kept (normalized the same way; `%26`, `%3D`, `%2B`, `%3B`,
+//! `%3F` and `%2C` kept as they are query structure to some reader: a
+//! separator, a pair, a form decoder's space, a legacy separator, the TS
+//! SDK's start of a query, a list's separator; a raw `?` in it is encoded as
+//! `%3F`, which every query decoder reads as the `?` it was) and
 //! forwarded, but it is not part of the resource's
 //! [`CanonicalUri::identity`]: rules' patterns and rate-limit buckets see the
 //! URI without its query (`logs://api?x=1` is `logs://api`), and a rule's
@@ -41,12 +44,16 @@
 //! `%3A`, `%40`, and in the host `%5B`, `%5D`), a raw `\`, double encoding (text that still
 //! reads as an escape once decoded: `%252e`, `%25%32%65`), an invalid escape,
 //! escapes that do not decode to UTF-8, a NUL or any other control character
-//! (C0, DEL, C1) raw or encoded, a `..` that climbs above the root, and an
+//! (C0, DEL, C1) raw or encoded, a `..` that climbs above the root, a `.` or
+//! `..` between `/` in the query (the TS SDK reads a query into a template's
+//! last path variable when the template names none, so
+//! `file:///{+path}` binds `public?/../secret`, a path that climbs), and an
 //! authority that is `.` or `..` or has two `@`.
 //!
 //! Invariants: [`canonical`] is idempotent (the canonical form of a canonical
 //! URI is itself); it never yields a URI that carries an encoded `/` or `\`,
-//! a dot segment, an empty segment, a control character or a fragment.
+//! a dot segment (in its path or, between `/`, its query), an empty
+//! segment, a control character or a fragment.
 
 use std::fmt;
 
@@ -97,11 +104,18 @@ pub enum UriRefusal {
     /// A `..` with nothing left to remove.
     #[error("a `..` segment climbs above the root of the URI's path")]
     AboveRoot,
+    /// A `.` or `..` between `/` in the query: a matcher that reads the
+    /// query into a path variable (the TS SDK's) would climb with it.
+    #[error(
+        "the query has a `.` or `..` segment, which a server that reads the query into the path would resolve; encode the value without it"
+    )]
+    QueryDotSegment,
     /// `scheme://./…` or `scheme://../…`.
     #[error("the authority `{0}` is a dot segment")]
     DotAuthority(String),
     /// `user@name@host`: servers disagree on where the host begins.
-    #[error("the authority `{0}` has more than one `@`; servers disagree on where its host begins")]
+    /// The authority is quoted escaped (`{0:?}`): it is the client's raw text.
+    #[error("the authority {0:?} has more than one `@`; servers disagree on where its host begins")]
     TwoAts(String),
     /// A `.` or `..` segment in a rule's pattern.
     #[error(
@@ -179,8 +193,10 @@ pub fn canonical(uri: &str) -> Result<CanonicalUri, UriRefusal> {
         // Checked like the rest, then dropped.
         normalize(fragment, Part::Fragment, &mut String::new())?;
     }
+    // An empty query is none: every SDK reads `x?` as `x`, but the TS SDK's
+    // matcher would bind `x?` to a template's last variable.
     let (hier, query) = match rest.split_once('?') {
-        Some((h, q)) => (h, Some(q)),
+        Some((h, q)) => (h, Some(q).filter(|q| !q.is_empty())),
         None => (rest, None),
     };
     let mut text = String::with_capacity(uri.len() + 8);
@@ -203,6 +219,17 @@ pub fn canonical(uri: &str) -> Result<CanonicalUri, UriRefusal> {
             let at = text.len();
             text.push('?');
             normalize(q, Part::Query, &mut text)?;
+            // A matcher that reads the query into the path's last variable
+            // (the TS SDK's, for a template without a query) must find no
+            // dot segment there; the query's first piece joins that
+            // variable's last segment, so it never is one.
+            if text[at + 1..]
+                .split('/')
+                .skip(1)
+                .any(|s| s == "." || s == "..")
+            {
+                return Err(UriRefusal::QueryDotSegment);
+            }
             Some(at)
         }
         None => None,
@@ -534,7 +561,10 @@ fn escape_rule(byte: u8, part: Part) -> Escape {
         // In a query, form decoders read `+` as a space and older ones split
         // at `;`: an escape of either stays, so a client's plus or semicolon
         // reaches every server as the value it sent (see `query`).
-        b'+' | b';' if part == Part::Query => Escape::Keep,
+        // So does `?`: the TS SDK's matcher may take a later `?` for the
+        // start of the query (`?x?level=` binds `level`); and `,`: a list
+        // parameter splits at a raw one only (RFC 6570 §3.2.8, FastMCP).
+        b'+' | b';' | b'?' | b',' if part == Part::Query => Escape::Keep,
         // Never structure to the SDKs' template matchers.
         b'!' | b'$' | b'\'' | b'(' | b')' | b'*' | b'+' => Escape::Decode,
         b':' | b'@' if authority => Escape::Refuse,
@@ -563,7 +593,12 @@ fn raw_allowed(c: char, part: Part) -> bool {
             Part::Userinfo => c == ':',
             Part::Host => matches!(c, '[' | ']' | ':'),
             Part::Path => matches!(c, ':' | '@' | '/'),
-            Part::Query | Part::Fragment => matches!(c, ':' | '@' | '/' | '?'),
+            // A `?` inside the query is sent encoded: the TS SDK's matcher
+            // may take it for the query's start and bind what precedes it
+            // into the path's last variable (`logs://api?x?level=` binds
+            // `service` to `api?x`); every query decoder reads `%3F` as `?`.
+            Part::Query => matches!(c, ':' | '@' | '/'),
+            Part::Fragment => matches!(c, ':' | '@' | '/' | '?'),
         }
 }
 

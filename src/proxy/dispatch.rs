@@ -174,9 +174,11 @@ pub(super) async fn serve(
             .await?;
             let decided = authorize_completion(config, ctx, client, server, reference, &facts);
             ctx.observe_or_enforce(decided)?;
-            // The server completes on the URI that was decided.
+            // The server completes on the resource that was decided: its
+            // canonical URI without the query, which a completion leaves to
+            // the read (no query reaches a server unjudged).
             let body = match &uri {
-                Some(uri) => resource::with_uris(request, body, &[uri.as_str()]),
+                Some(uri) => resource::with_uris(request, body, &[uri.identity()]),
                 None => body,
             };
             forward.relay(headers, body, ctx.recipient(server)).await

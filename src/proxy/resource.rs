@@ -81,7 +81,8 @@ pub(super) fn with_uris(mut request: Request, body: Bytes, uris: &[&str]) -> Byt
 }
 
 /// The canonical URI of a `completion/complete` on a `ref/resource` naming a
-/// URI (`None` for a prompt or a template, which is decided as listed).
+/// URI (`None` for a prompt or a template, which is decided as listed); it
+/// is forwarded without its query, which only a read judges.
 pub(super) fn completion_uri(reference: &Reference) -> Result<Option<CanonicalUri>, Rejection> {
     match reference {
         Reference::Resource { uri } if !uri.contains('{') => canonical(uri).map(Some),

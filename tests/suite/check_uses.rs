@@ -48,7 +48,7 @@ fn check_explains_conditions_on_a_resource_read_and_a_prompt_get() {
     fs::write(&config, RULES).expect("write");
     let request = dir.path().join("request.json");
     let ops = r#""client": "alice", "server": "crm", "claims": {"team": "ops"}"#;
-    let cases: [(String, &[&str]); 11] = [
+    let cases: [(String, &[&str]); 14] = [
         (
             // Read in its canonical form: the host is lowercased.
             format!(r#"{{{ops}, "resource": "users://OPS/profile"}}"#),
@@ -115,6 +115,30 @@ fn check_explains_conditions_on_a_resource_read_and_a_prompt_get() {
             &[
                 "rules[3] condition is failed: the query names `level` twice",
                 "verdict: refused",
+            ],
+        ),
+        (
+            // A `?` inside the query is forwarded as `%3F`: no `level` here.
+            format!(r#"{{{ops}, "resource": "logs://api?x?level=debug"}}"#),
+            &["rules[3] condition is true", "verdict: runs"],
+        ),
+        (
+            // A completion carries neither a query nor arguments of its
+            // own: the gateway leaves a condition over them to the read or
+            // the get, and so does the explanation.
+            format!(
+                r#"{{{ops}, "resource": "logs://api?level=debug", "method": "completion/complete"}}"#
+            ),
+            &[
+                "rules[3] condition is decided at call time",
+                "verdict: runs",
+            ],
+        ),
+        (
+            format!(r#"{{{ops}, "prompt": "summarize_day", "method": "completion/complete"}}"#),
+            &[
+                "rules[2] condition is decided at call time",
+                "verdict: runs",
             ],
         ),
     ];

@@ -89,6 +89,7 @@ mod resilience_merged;
 mod resilience_stdio;
 mod resolution;
 mod resources;
+mod resources_queries;
 mod resources_references;
 mod resources_spellings;
 mod resources_updated;

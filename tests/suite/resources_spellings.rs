@@ -2,7 +2,9 @@
 //! random resources, resolved by the official Python SDK's own template matcher, are one
 //! resource to the gateway whenever the SDK resolves them alike (the canonical form is the
 //! reference's and canonicalizing is idempotent), and a random edit that changes a URI's
-//! structure is always refused; and the query values a condition reads are the ones the SDK binds.
+//! structure is always refused; and the query values a condition reads are the ones the SDKs bind
+//! (the Python SDK's, the TypeScript SDK's and FastMCP's matchers), a query never adding a climbing
+//! segment to a path.
 
 use crate::support;
 use support::tiers::{self, Tier};
@@ -236,16 +238,18 @@ fn reference(uri: &str) -> String {
     )
 }
 
-/// The resource the SDK's own template matcher resolves each URI to.
-async fn sdk_resolves(uris: &[String]) -> Vec<Value> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers/uri_match.py");
-    let mut child = tokio::process::Command::new(peers_dir().join("venv/bin/python"))
+/// What an SDK's own template matcher binds for each URI: `script` (under
+/// `tests/peers/`) run by `program`, URIs in as JSON, one answer per URI out.
+async fn matcher(program: std::path::PathBuf, script: &str, uris: &[String]) -> Vec<Value> {
+    let script = format!("{}/tests/peers/{script}", env!("CARGO_MANIFEST_DIR"));
+    let mut child = tokio::process::Command::new(program)
         .arg(script)
+        .env("PORTCULLIS_PEERS", peers_dir())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .expect("the Python SDK venv runs");
+        .expect("the matcher runs");
     let mut stdin = child.stdin.take().expect("stdin");
     stdin
         .write_all(json!(uris).to_string().as_bytes())
@@ -256,7 +260,19 @@ async fn sdk_resolves(uris: &[String]) -> Vec<Value> {
         .await
         .expect("the matcher finishes in time")
         .expect("the matcher runs");
-    serde_json::from_slice::<Vec<Value>>(&out.stdout).expect("the matcher prints JSON")
+    let answers: Vec<Value> = serde_json::from_slice(&out.stdout).expect("the matcher prints JSON");
+    assert_eq!(answers.len(), uris.len());
+    answers
+}
+
+/// The resource the Python SDK's matcher resolves each URI to.
+async fn sdk_resolves(uris: &[String]) -> Vec<Value> {
+    matcher(peers_dir().join("venv/bin/python"), "uri_match.py", uris).await
+}
+
+/// What the TypeScript SDK's matcher binds for each URI.
+async fn ts_sdk_resolves(uris: &[String]) -> Vec<Value> {
+    matcher("node".into(), "uri_match.mjs", uris).await
 }
 
 /// Random spellings of random resources: the gateway's canonical identity is
@@ -423,5 +439,137 @@ async fn a_condition_reads_the_query_values_the_sdk_binds() {
         forwarded.len() >= 150 && ambiguous >= 50 && bound >= 150,
         "enough of each case to test the property: {} read, {ambiguous} refused, {bound} bound",
         forwarded.len()
+    );
+}
+
+/// A random query made of path and query structure: `/`, dot segments,
+/// `?` raw and encoded, pairs.
+fn structured_query() -> impl Strategy<Value = String> {
+    let token = proptest::sample::select(vec![
+        "/", ".", "..", "?", "%3F", "=", "&", "level", "level=", "x", "debug", "%20",
+    ]);
+    proptest::collection::vec(token, 0..8).prop_map(|t| t.concat())
+}
+
+/// Random queries on URIs the TypeScript SDK matches against the whole URI
+/// (`logs://{service}{?level}`, `file:///{+path}`): wherever the gateway
+/// forwards the URI, the SDK binds the judged resource's own variable
+/// (`service` is `api`), a `level` that decodes to the value a condition
+/// reads, and a path that a query never makes climb (no `..` segment).
+#[tokio::test]
+async fn the_typescript_sdk_binds_what_was_judged() {
+    use portcullis::policy::expression::query::parameters;
+    if !tiers::ready(&[Tier::Node]) {
+        return;
+    }
+    let mut runner = TestRunner::default();
+    let mut forwarded = Vec::new();
+    for _ in 0..1000 {
+        let q = prop_oneof![query(), structured_query()]
+            .new_tree(&mut runner)
+            .expect("tree")
+            .current();
+        for base in ["logs://api", "file:///public/a"] {
+            if let Ok(c) = canonical(&format!("{base}?{q}")) {
+                forwarded.push(c);
+            }
+        }
+    }
+    let uris: Vec<String> = forwarded.iter().map(|c| c.as_str().to_owned()).collect();
+    let resolved = ts_sdk_resolves(&uris).await;
+    assert_eq!(resolved.len(), uris.len());
+    let (mut levels, mut paths) = (0, 0);
+    for (c, ts) in forwarded.iter().zip(&resolved) {
+        let uri = c.as_str();
+        match ts["template"].as_str() {
+            Some("file:///{+path}") => {
+                let path = ts["vars"]["path"].as_str().expect("path");
+                assert!(!path.split('/').any(|s| s == ".."), "{uri}: {ts}");
+                paths += 1;
+            }
+            Some("logs://{service}{?level}") => {
+                assert_eq!(ts["vars"]["service"], "api", "{uri}: {ts}");
+                // A condition reads the query only where no server would read it otherwise.
+                let Ok(read) = parameters(c.query()) else {
+                    continue;
+                };
+                let judged = read.iter().find(|(n, _)| *n == "level").map(|(_, v)| v);
+                let raw = ts["vars"]["level"].as_str().expect("level");
+                let pair = format!("level={raw}");
+                let decoded = parameters(&pair).expect("one value");
+                assert_eq!(judged, Some(&decoded[0].1), "{uri}: {ts}");
+                levels += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        levels >= 20 && paths >= 100,
+        "enough of each case to test the property: {levels} levels, {paths} paths"
+    );
+}
+
+/// Random queries whose names FastMCP decodes (`%C3%A9` is `é`, `my%20name`
+/// is `my name`, `a%2Cb` is `a,b`): wherever a condition may read the query,
+/// FastMCP's own matcher binds each of its template's query names to exactly
+/// the value the condition reads under that name, and binds none it does not
+/// see.
+#[tokio::test]
+async fn a_condition_reads_the_query_names_fastmcp_decodes() {
+    use portcullis::policy::expression::query::parameters;
+    if !tiers::ready(&[Tier::Python]) {
+        return;
+    }
+    let name = proptest::sample::select(vec![
+        "level",
+        "%C3%A9",
+        "\u{e9}",
+        "my%20name",
+        "my name",
+        "a%2Cb",
+        "a,b",
+        "a",
+        "b",
+    ]);
+    let value = proptest::sample::select(vec!["x", "%20", "%C3%A9", "%2C", ",", "%3D"]);
+    let pairs = proptest::collection::vec((name, value), 0..4).prop_map(|p| {
+        p.iter()
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect::<Vec<_>>()
+            .join("&")
+    });
+    let mut runner = TestRunner::default();
+    let mut forwarded = Vec::new();
+    for _ in 0..300 {
+        let q = pairs.new_tree(&mut runner).expect("tree").current();
+        if let Ok(c) = canonical(&format!("logs://api?{q}"))
+            && parameters(c.query()).is_ok()
+        {
+            forwarded.push(c);
+        }
+    }
+    let uris: Vec<String> = forwarded.iter().map(|c| c.as_str().to_owned()).collect();
+    let program = peers_dir().join("fastmcp-venv/bin/python");
+    let bound = matcher(program, "fastmcp_uri_match.py", &uris).await;
+    let mut compared = 0;
+    for (c, fast) in forwarded.iter().zip(&bound) {
+        let read = parameters(c.query()).expect("read above");
+        for name in ["level", "\u{e9}", "my name", "a", "b"] {
+            let judged = read
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_ref());
+            assert_eq!(
+                judged,
+                fast[name].as_str(),
+                "{name} of {}: {fast}",
+                c.as_str()
+            );
+            compared += usize::from(judged.is_some());
+        }
+    }
+    assert!(
+        compared >= 100,
+        "enough bound names to test the property: {compared}"
     );
 }

@@ -239,7 +239,7 @@ impl<'a> Scope<'a> {
         Some(self.query.get_or_init(|| {
             let each = super::query::parameters(text)?.into_iter().map(|(n, v)| {
                 let value: Box<dyn Val + 'a> = Box::new(CelString::from(v));
-                (CelMapKey::from(n), value)
+                (CelMapKey::from(n.into_owned()), value)
             });
             Ok(Box::new(CelMap::from(each.collect::<HashMap<_, _>>())) as Box<dyn Val + 'a>)
         }))

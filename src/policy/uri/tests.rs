@@ -57,21 +57,56 @@ fn the_identity_leaves_the_query_out() {
 
 /// In a query, `+` is a space to form decoders and `;` a separator to
 /// legacy ones: a client's `%2B` and `%3B` stay encoded (decoded, a plus
-/// would reach a form decoder as a space), while `%2C` and `%3F` decode
-/// as elsewhere in the query; outside the query `%2B` decodes as before.
+/// would reach a form decoder as a space), and so does `%3F` (the TS SDK's
+/// matcher may take a later raw `?` for the start of the query, so a raw
+/// one is encoded too), and so does `%2C` (a list parameter, RFC 6570
+/// §3.2.8 and FastMCP's `{?tags}`, splits at a raw `,` only: `a%2Cb` is
+/// one item, `a,b` two); outside the query `%2B` decodes as before.
 #[test]
 fn a_query_keeps_the_escapes_some_reader_takes_for_structure() {
     for (spelling, form) in [
         ("logs://api?q=a%2bb", "logs://api?q=a%2Bb"),
         ("logs://api?q=a%3bb", "logs://api?q=a%3Bb"),
         ("logs://api?q=a+b;c", "logs://api?q=a+b;c"),
-        ("logs://api?q=a%2Cb%3F", "logs://api?q=a,b?"),
+        ("logs://api?q=a%2Cb%3F", "logs://api?q=a%2Cb%3F"),
+        ("logs://api?q=a,b", "logs://api?q=a,b"),
+        ("logs://api?q=a%3fb?c", "logs://api?q=a%3Fb%3Fc"),
+        ("logs://api?x?level=debug", "logs://api?x%3Flevel=debug"),
         ("logs://a%2Bb?q=1", "logs://a+b?q=1"),
         ("logs://api?q=%26%3D", "logs://api?q=%26%3D"),
     ] {
         let c = canonical(spelling).unwrap_or_else(|e| panic!("{spelling}: {e}"));
         assert_eq!(c.as_str(), form, "{spelling}");
         assert_eq!(canonical(form).expect("again").as_str(), form, "idempotent");
+    }
+}
+
+/// The TS SDK matches a template against the whole URI, so a template
+/// without a query (`file:///{+path}`) binds the query into its last
+/// variable: `file:///public/a?/../../secret` would reach the server as the
+/// path `public/a?/../../secret`, which a file server joins to `secret`.
+/// A dot segment in the query is refused as one above the root is, and an
+/// empty query is dropped.
+#[test]
+fn a_query_never_carries_a_dot_segment() {
+    for uri in [
+        "file:///public/a?/../../secret",
+        "file:///public?x=/..",
+        "file:///public?x=1&/./a",
+        "file:///public?/./",
+        "file:///public/?a/../..",
+    ] {
+        assert_eq!(refused(uri), UriRefusal::QueryDotSegment, "{uri}");
+    }
+    // An empty query is none: `users://{id}` binds `alice`, not `alice?`.
+    assert_eq!(canon("users://alice?"), "users://alice");
+    assert_eq!(canon("users://alice?#top"), "users://alice");
+    for (uri, form) in [
+        ("file:///public/a?x=..", "file:///public/a?x=.."),
+        ("file:///public/a?x=a/..b/.c", "file:///public/a?x=a/..b/.c"),
+        ("file:///public/a?../x", "file:///public/a?../x"),
+    ] {
+        assert_eq!(canon(uri), form, "{uri}");
     }
 }
 
@@ -111,6 +146,13 @@ fn spellings_that_change_structure_are_refused() {
     assert_eq!(refused("res://../admin/a"), R::DotAuthority("..".into()));
     assert_eq!(refused("admin/a"), R::NoScheme);
     assert_eq!(refused(""), R::Empty);
+    // A refusal quotes the client's authority escaped: no format character
+    // (a right-to-left override) reaches the client's text or a log raw.
+    let why = refused("res://a@b\u{202e}@c/x").to_string();
+    assert!(
+        !why.contains('\u{202e}') && why.contains("\\u{202e}"),
+        "{why}"
+    );
     assert!(
         delimiter(&refused("res://h/a#%2F")),
         "the fragment is checked too"
@@ -198,6 +240,12 @@ mod properties {
                     for segment in identity[start..].split('/').skip(1) {
                         prop_assert!(segment != "." && segment != "..", "{}", c);
                     }
+                    // Nor where a matcher reads the query into the path,
+                    // which holds no second `?` for a matcher to start at.
+                    for segment in c.query().split('/').skip(1) {
+                        prop_assert!(segment != "." && segment != "..", "{}", c);
+                    }
+                    prop_assert!(!c.query().contains('?'), "{}", c);
                     prop_assert!(!identity[start..].contains("//"), "{}", c);
                 }
                 if !identity.contains(['*', '?', '[', '\\', '{', '}']) {
