@@ -8,7 +8,6 @@
 //! reaches the server, and what does carries the canonical query judged.
 
 use crate::support;
-use support::tiers::{self, Tier};
 
 use serde_json::json;
 use support::misbehaving::Misbehaving;
@@ -27,9 +26,6 @@ when = "!has(query.level) || query.level == 'warn'"
 
 #[tokio::test]
 async fn every_method_carrying_a_uri_judges_its_query() {
-    if !tiers::ready(&[Tier::Python]) {
-        return;
-    }
     let up = Misbehaving::start().await;
     let gateway = TestGateway::start(&[("m", &up.url)], &format!("{}{RULES}", clients())).await;
     let url = gateway.url("m");

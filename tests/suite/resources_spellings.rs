@@ -458,7 +458,6 @@ fn structured_query() -> impl Strategy<Value = String> {
 /// reads, and a path that a query never makes climb (no `..` segment).
 #[tokio::test]
 async fn the_typescript_sdk_binds_what_was_judged() {
-    use portcullis::policy::expression::query::parameters;
     if !tiers::ready(&[Tier::Node]) {
         return;
     }
@@ -516,7 +515,6 @@ async fn the_typescript_sdk_binds_what_was_judged() {
 /// see.
 #[tokio::test]
 async fn a_condition_reads_the_query_names_fastmcp_decodes() {
-    use portcullis::policy::expression::query::parameters;
     if !tiers::ready(&[Tier::Python]) {
         return;
     }

@@ -33,6 +33,7 @@ const MARKERS: &[(&str, Tier)] = &[
     ("Peer::Everything", Tier::Node),
     ("Sdk::TypeScript", Tier::Node),
     ("Command::new(\"node\")", Tier::Node),
+    ("\"node\".into()", Tier::Node),
     ("join(\"inspector\")", Tier::Node),
     ("AuthServer::start", Tier::Authz),
     ("RedisServer::start", Tier::Redis),
