@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support;
-use futures_util::StreamExt;
 use serde_json::{Value, json};
 use support::tiers::{self, Tier};
 use support::*;
@@ -24,36 +23,6 @@ fn merged(a: &str, b: &str) -> String {
         .clients()
         .allow_all()
         .render()
-}
-
-/// A 2026-era `subscriptions/listen` on the merged view asking for tool list
-/// changes; what the stream carries, as text, grows in the returned buffer.
-async fn listen(url: &str) -> (Arc<Mutex<String>>, tokio::task::JoinHandle<()>) {
-    let body = json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen",
-        "params": {"_meta": modern_meta(), "notifications": {"toolsListChanged": true}}});
-    let response = support::http()
-        .post(url)
-        .bearer_auth(ALICE)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "subscriptions/listen")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("listen");
-    assert_eq!(response.status(), 200);
-    let seen = Arc::new(Mutex::new(String::new()));
-    let into = seen.clone();
-    let task = tokio::spawn(async move {
-        let mut stream = response.bytes_stream();
-        while let Some(Ok(chunk)) = stream.next().await {
-            into.lock()
-                .expect("lock")
-                .push_str(&String::from_utf8_lossy(&chunk));
-        }
-    });
-    (seen, task)
 }
 
 /// Waits until the stream has carried `n` tool list changes.
@@ -83,7 +52,8 @@ async fn the_merged_view_leaves_a_dead_servers_tools_out_and_says_when_they_are_
     let b = PeerServer::start(Peer::PythonStateless).await;
     let gateway = TestGateway::start_raw(&merged(&a.url, &b.url)).await;
     let url = gateway.merged_url();
-    let (seen, reader) = listen(&url).await;
+    let support::Listening { seen, reader } =
+        support::listen(&url, ALICE, json!({"toolsListChanged": true})).await;
     let acknowledged = "notifications/subscriptions/acknowledged";
     for _ in 0..200 {
         if seen.lock().expect("lock").contains(acknowledged) {

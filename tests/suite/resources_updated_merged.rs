@@ -17,11 +17,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support;
-use futures_util::StreamExt;
 use portcullis::Gateway;
 use serde_json::json;
 use support::tiers::{self, Tier};
-use support::{ALICE, Config, Peer, PeerServer, TestGateway, modern_call, modern_meta};
+use support::{ALICE, Config, Peer, PeerServer, TestGateway, modern_call};
 
 const ADMIN_TOKEN: &str = "merged-updates-admin-token";
 const TEXT: &str = "test://static-text";
@@ -59,34 +58,10 @@ fn replace(path: &Path, text: &str) {
     std::fs::rename(&aside, path).expect("rename");
 }
 
-/// A 2026-era listen on the merged view subscribed to `uris`; what the
-/// stream carries, as text, grows in the returned buffer.
+/// A 2026-era listen on the merged view subscribed to `uris`.
 async fn listen(url: &str, uris: &[&str]) -> (Arc<Mutex<String>>, tokio::task::JoinHandle<()>) {
-    let body = json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen",
-        "params": {"_meta": modern_meta(), "notifications": {"resourceSubscriptions": uris}}});
-    let response = support::http()
-        .post(url)
-        .bearer_auth(ALICE)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "subscriptions/listen")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("listen");
-    assert_eq!(response.status(), 200);
-    let seen = Arc::new(Mutex::new(String::new()));
-    let into = seen.clone();
-    let task = tokio::spawn(async move {
-        let mut stream = response.bytes_stream();
-        while let Some(Ok(chunk)) = stream.next().await {
-            into.lock()
-                .expect("lock")
-                .push_str(&String::from_utf8_lossy(&chunk));
-        }
-    });
-    (seen, task)
+    let open = support::listen(url, ALICE, json!({"resourceSubscriptions": uris})).await;
+    (open.seen, open.reader)
 }
 
 /// The URIs of the updates the stream carried so far, in order.

@@ -37,7 +37,10 @@ pub use admin::Admin;
 pub use config::Config;
 pub use peers::{Peer, PeerServer, StdioPeer, alive, signal};
 use portcullis::{Gateway, GatewayHandle};
-pub use raw::{Raw, borrow, modern_call, modern_call_headers, modern_meta, raw_post, tools_call};
+pub use raw::{
+    Listening, Raw, borrow, listen, modern_call, modern_call_headers, modern_meta, raw_post,
+    tools_call,
+};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};

@@ -151,3 +151,46 @@ pub fn modern_call_headers<'a>(key: &'a str, name: &'a str) -> Vec<(&'static str
 pub fn borrow<'a>(headers: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
     headers.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }
+
+/// An open 2026-07-28 `subscriptions/listen` stream: what it carried so far, as
+/// text, grows in `seen` while `reader` runs (abort it to close the stream).
+pub struct Listening {
+    pub seen: std::sync::Arc<std::sync::Mutex<String>>,
+    pub reader: tokio::task::JoinHandle<()>,
+}
+
+/// Opens a `subscriptions/listen` on `url` as `key`, asking for
+/// `notifications` (`{"toolsListChanged": true}`, `{"resourceSubscriptions": [...]}`);
+/// the gateway must answer it with a stream.
+pub async fn listen(url: &str, key: &str, notifications: Value) -> Listening {
+    use futures_util::StreamExt as _;
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen",
+        "params": {"_meta": modern_meta(), "notifications": notifications}});
+    let response = http()
+        .post(url)
+        .bearer_auth(key)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("listen");
+    assert_eq!(
+        response.status(),
+        200,
+        "the listen is answered with a stream"
+    );
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let into = seen.clone();
+    let reader = tokio::spawn(async move {
+        let mut stream = response.bytes_stream();
+        while let Some(Ok(chunk)) = stream.next().await {
+            into.lock()
+                .expect("lock")
+                .push_str(&String::from_utf8_lossy(&chunk));
+        }
+    });
+    Listening { seen, reader }
+}
