@@ -45,6 +45,8 @@ pub(crate) struct Filter {
     client: Option<String>,
     server: Option<String>,
     tool: Option<String>,
+    /// What a resource, prompt, completion or listen request was about, exactly.
+    subject: Option<String>,
     decision: Option<String>,
     /// Observe mode's would-be refusals: a result code, or `*` for any.
     would_refuse: Option<String>,
@@ -64,6 +66,7 @@ impl Filter {
         is(&self.client, "client")
             && is(&self.server, "server")
             && is(&self.tool, "tool")
+            && is(&self.subject, "subject")
             && is(&self.decision, "decision")
             && match self.would_refuse.as_deref() {
                 None | Some("") => true,
