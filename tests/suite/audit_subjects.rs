@@ -6,13 +6,17 @@
 //! its spelling (then the URI as sent); a `prompts/get` carries the
 //! prompt's name (in the merged view, the name its server knows, beside
 //! the server); a `completion/complete` its reference. None of them names a
-//! tool.
+//! tool. A fleet's PostgreSQL table written before the subject existed
+//! gains its column, keeps its rows, and the admin API reads the new rows'
+//! subjects from it.
 
 use crate::support;
 use support::config::Config;
 use support::tiers::{self, Tier};
 
 use serde_json::{Value, json};
+use support::fleet::eventually;
+use support::postgres::PostgresServer;
 use support::{ALICE, Peer, PeerServer, TestGateway, modern_meta, raw_post};
 
 const ADMIN_TOKEN: &str = "audit-subjects-admin-token";
@@ -198,6 +202,82 @@ async fn every_resource_and_prompt_event_says_what_it_was_about() {
     );
     let completions = uses(&events, "completion/complete");
     assert_eq!(completions[0].1, "users://bob/profile", "{completions:?}");
+    gateway.stop().await;
+    py.stop().await;
+}
+
+/// The fleet's table as the first release made it, with its migration noted
+/// and one row of the day (older ones retention would delete).
+const FIRST_SCHEMA: &str = "CREATE TABLE portcullis_events (
+        id BIGSERIAL PRIMARY KEY, key TEXT NOT NULL UNIQUE, replica TEXT NOT NULL,
+        time_ms BIGINT NOT NULL, trace_id TEXT, client TEXT, server TEXT,
+        method TEXT NOT NULL, tool TEXT, decision TEXT NOT NULL, stage TEXT NOT NULL,
+        would_refuse TEXT, violations TEXT NOT NULL DEFAULT '[]',
+        sanitizer TEXT NOT NULL DEFAULT '{}', pin_findings TEXT, upstream_status INTEGER,
+        upstream_latency_us BIGINT, latency_us BIGINT NOT NULL, http_status INTEGER,
+        era TEXT NOT NULL, arguments TEXT, approval TEXT);
+    CREATE TABLE portcullis_migrations (version INTEGER PRIMARY KEY, applied_ms BIGINT NOT NULL);
+    INSERT INTO portcullis_migrations VALUES (1, 0);
+    INSERT INTO portcullis_events (key, replica, time_ms, method, decision, stage, latency_us, era)
+        VALUES ('old:1', 'gw-old', (extract(epoch from now()) * 1000)::bigint, 'resources/read', 'forwarded', 'forwarded', 1, '2026-07-28');";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_table_of_the_first_schema_gains_the_subject_and_keeps_its_rows() {
+    if !tiers::ready(&[Tier::Python, Tier::Postgres]) {
+        return;
+    }
+    let pg = PostgresServer::start();
+    pg.query(FIRST_SCHEMA);
+    let py = PeerServer::start(Peer::PythonFixtures).await;
+    let config = Config::new()
+        .gateway("replica", "gw-new")
+        .server("py", &py.url)
+        .set("timeout", "20s")
+        .clients()
+        .admin_token(ADMIN_TOKEN)
+        .raw(RULES)
+        .section("audit")
+        .set("backend", "postgres")
+        .set("url", pg.url());
+    let gateway = TestGateway::start_config(&config).await;
+    let served = read(&gateway.url("py"), "LOGS://api?level=warn").await;
+    assert!(served["result"].is_object(), "{served}");
+    let hidden = read(&gateway.url("py"), "test://static-binary").await;
+    assert!(hidden["error"].is_object(), "{hidden}");
+
+    let new_rows = "SELECT count(*) FROM portcullis_events WHERE replica = 'gw-new'";
+    let landed = eventually(std::time::Duration::from_secs(20), || {
+        pg.count(new_rows) == 2
+    })
+    .await;
+    assert!(landed, "{} rows", pg.count(new_rows));
+    let rows = pg.query(
+        "SELECT string_agg(replica || ' ' || coalesce(subject, '-'), ', ' ORDER BY id) \
+         FROM portcullis_events",
+    );
+    assert_eq!(
+        rows,
+        "gw-old -, gw-new logs://api?level=warn, gw-new test://static-binary"
+    );
+    assert_eq!(
+        pg.count("SELECT max(version) FROM portcullis_migrations"),
+        2
+    );
+    // The dashboard's API reads the fleet's rows, subjects included.
+    let events = gateway.admin(ADMIN_TOKEN).events().await;
+    let subjects: Vec<&Value> = (events.iter())
+        .filter(|e| e["replica"] == "gw-new")
+        .map(|e| &e["subject"])
+        .collect();
+    assert_eq!(subjects.len(), 2, "{events:#?}");
+    assert!(
+        subjects.contains(&&json!("logs://api?level=warn")),
+        "{events:#?}"
+    );
+    assert!(
+        subjects.contains(&&json!("test://static-binary")),
+        "{events:#?}"
+    );
     gateway.stop().await;
     py.stop().await;
 }
