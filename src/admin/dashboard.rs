@@ -359,4 +359,22 @@ mod tests {
         assert_eq!(keep("invalid_arguments"), 1);
         assert_eq!(keep(""), 4);
     }
+
+    #[test]
+    fn the_subject_filter_keeps_the_uses_of_one_resource_only() {
+        let ev = |method: &str, subject: Option<&str>| json!({"time_ms": 1, "decision": "forwarded", "method": method, "subject": subject});
+        let events = [
+            ev("resources/read", Some("file:///a.md")),
+            ev("resources/read", Some("file:///a.md?rev=2")),
+            ev("prompts/get", Some("greet")),
+            ev("tools/call", None),
+        ];
+        let kept = |q: &str| {
+            let f: Filter = serde_json::from_value(json!({"subject": q})).expect("filter");
+            events.iter().filter(|e| f.keeps(e)).count()
+        };
+        assert_eq!(kept("file:///a.md"), 1);
+        assert_eq!(kept("greet"), 1);
+        assert_eq!(kept(""), 4);
+    }
 }
