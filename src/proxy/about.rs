@@ -12,6 +12,7 @@
 //! merged-view prompt's name without its server prefix, like a tool's).
 //!
 //! Invariants: a tool call has no subject (its name is the event's `tool`);
+//! no secret a detector finds is kept (it is written `[redacted:<kind>]`);
 //! a URI that cannot be canonicalized is kept as sent with its control
 //! characters replaced, so no client text can forge a line of a log or a
 //! row of the dashboard; the whole is bounded by the event
@@ -20,12 +21,17 @@
 
 use crate::mcp::request::{Ask, Reference};
 use crate::policy::uri;
+use crate::sanitize::SanitizeSettings;
 
 /// Most URIs of a `subscriptions/listen` named in its subject; the rest are counted.
 pub(super) const MAX_LISTED: usize = 16;
 
 /// What `ask` is about, for the audit; `None` for every other kind of request.
-pub(super) fn subject(ask: &Ask) -> Option<String> {
+pub(super) fn subject(ask: &Ask, sanitize: &SanitizeSettings) -> Option<String> {
+    asked(ask).map(|subject| redacted(sanitize, subject))
+}
+
+fn asked(ask: &Ask) -> Option<String> {
     match ask {
         Ask::Resource { uri } => Some(forwarded(uri)),
         Ask::Prompt { name, .. } => Some(shown(name)),
@@ -65,6 +71,32 @@ fn listed(uris: &[String]) -> String {
     named.join(" ")
 }
 
+/// `subject` with every secret the detectors find (a token in a URI's
+/// query, say) written `[redacted:<kind>]`, whatever `[sanitize] arguments`
+/// and `[audit] arguments` say: a subject reaches the log line and the spans
+/// as well as the store, and none of them may hold a secret.
+fn redacted(sanitize: &SanitizeSettings, subject: String) -> String {
+    let mut found = crate::sanitize::secrets_in(sanitize, &subject);
+    if found.is_empty() {
+        return subject;
+    }
+    found.sort_by_key(|(start, _, _)| *start);
+    let mut kept = String::with_capacity(subject.len());
+    let mut at = 0;
+    for (start, end, kind) in found {
+        // Overlapping findings: the first one covers the text.
+        if start < at {
+            at = at.max(end);
+            continue;
+        }
+        kept.push_str(&subject[at..start]);
+        kept.push_str(&format!("[redacted:{kind}]"));
+        at = end;
+    }
+    kept.push_str(&subject[at.min(subject.len())..]);
+    kept
+}
+
 /// `text` with every control character written U+FFFD.
 fn shown(text: &str) -> String {
     text.chars()
@@ -77,13 +109,17 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn subject_of(ask: &Ask) -> Option<String> {
+        subject(ask, &crate::sanitize::SanitizeSettings::default())
+    }
+
     fn read(uri: &str) -> Ask {
         Ask::Resource { uri: uri.into() }
     }
 
     #[test]
     fn a_read_is_about_its_canonical_uri_with_the_query_it_forwards() {
-        let about = subject(&read("FILE:///docs/./a.md?rev=2")).unwrap();
+        let about = subject_of(&read("FILE:///docs/./a.md?rev=2")).unwrap();
         assert_eq!(
             about,
             uri::canonical("file:///docs/a.md?rev=2").unwrap().as_str()
@@ -95,7 +131,7 @@ mod tests {
     fn a_uri_without_a_canonical_form_is_kept_as_sent_made_printable() {
         let raw = "file:///docs/%2e%2e/secret\nforged line";
         assert!(uri::canonical(raw).is_err(), "the example must be refused");
-        let about = subject(&read(raw)).unwrap();
+        let about = subject_of(&read(raw)).unwrap();
         assert_eq!(about, "file:///docs/%2e%2e/secret\u{FFFD}forged line");
     }
 
@@ -106,14 +142,14 @@ mod tests {
                 name: "greet".into(),
             },
         };
-        assert_eq!(subject(&prompt).as_deref(), Some("greet"));
+        assert_eq!(subject_of(&prompt).as_deref(), Some("greet"));
         let resource = Ask::Completion {
             reference: Reference::Resource {
                 uri: "file:///a.md?q=1".into(),
             },
         };
-        assert_eq!(subject(&resource).as_deref(), Some("file:///a.md"));
-        assert_eq!(subject(&Ask::Plain), None);
+        assert_eq!(subject_of(&resource).as_deref(), Some("file:///a.md"));
+        assert_eq!(subject_of(&Ask::Plain), None);
     }
 
     #[test]
@@ -125,10 +161,23 @@ mod tests {
             uris: Some(uris),
             tools_list_changed: false,
         };
-        let about = subject(&ask).unwrap();
+        let about = subject_of(&ask).unwrap();
         assert!(about.starts_with("file:///r/0 file:///r/1 "), "{about}");
         assert!(
             about.ends_with(&format!("file:///r/{} (+3 more)", MAX_LISTED - 1)),
+            "{about}"
+        );
+    }
+
+    #[test]
+    fn a_secret_in_a_uri_is_not_kept() {
+        let settings = crate::sanitize::SanitizeSettings::default();
+        let key = "AKIAZ7QWERTYUIOPCANA";
+        let ask = read(&format!("file:///docs/a.md?key={key}"));
+        let about = subject(&ask, &settings).unwrap();
+        assert!(!about.contains(key), "{about}");
+        assert!(
+            about.starts_with("file:///docs/a.md?key=[redacted:"),
             "{about}"
         );
     }
@@ -137,7 +186,7 @@ mod tests {
         #[test]
         fn no_subject_carries_a_control_character(raw in any::<String>()) {
             for ask in [read(&raw), Ask::Prompt { name: raw.clone(), arguments: None }] {
-                let about = subject(&ask).unwrap();
+                let about = subject_of(&ask).unwrap();
                 prop_assert!(!about.chars().any(char::is_control), "{about:?}");
             }
         }
