@@ -5,7 +5,8 @@
 //! a rule (-31022), hidden (answered as a missing resource) or refused for
 //! its spelling (then the URI as sent); a `prompts/get` carries the
 //! prompt's name (in the merged view, the name its server knows, beside
-//! the server); a `completion/complete` its reference. None of them names a
+//! the server); a `completion/complete` its reference; a refused
+//! `subscriptions/listen` the URIs it asked for. None of them names a
 //! tool. A fleet's PostgreSQL table written before the subject existed
 //! gains its column, keeps its rows, and the admin API reads the new rows'
 //! subjects from it.
@@ -130,6 +131,11 @@ async fn every_resource_and_prompt_event_says_what_it_was_about() {
     let reference = json!({"type": "ref/resource", "uri": "USERS://bob/profile?x=1"});
     let params = json!({"ref": reference, "argument": {"name": "user_id", "value": "b"}});
     ask(&url, "completion/complete", None, params).await;
+    // A listen one of whose URIs is hidden: refused whole, as a missing resource.
+    let uris = json!(["test://static-text", "TEST://static-binary"]);
+    let params = json!({"notifications": {"resourceSubscriptions": uris}});
+    let listen = ask(&url, "subscriptions/listen", None, params).await;
+    assert!(listen["error"].is_object(), "{listen}");
     // The merged view: a prompt by its prefixed name, a resource no member shows.
     let merged = gateway.merged_url();
     let got = ask(
@@ -199,6 +205,15 @@ async fn every_resource_and_prompt_event_says_what_it_was_about() {
             ),
         ],
         "{events:#?}"
+    );
+    let listens = uses(&events, "subscriptions/listen");
+    assert_eq!(
+        listens,
+        [(
+            on_py.clone(),
+            json!("test://static-text test://static-binary"),
+            json!("not_found")
+        )],
     );
     let completions = uses(&events, "completion/complete");
     assert_eq!(completions[0].1, "users://bob/profile", "{completions:?}");
