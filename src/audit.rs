@@ -85,6 +85,9 @@ const MIGRATIONS: &[&str] = &[
     // 4: the retries of a request the gateway sent more than once
     // (`{attempts, causes}`).
     "ALTER TABLE events ADD COLUMN retries TEXT;",
+    // 5: what a resource, prompt, completion or listen request was about
+    // (stores written before it keep their rows; theirs have none).
+    "ALTER TABLE events ADD COLUMN subject TEXT;",
 ];
 
 enum Msg {
@@ -419,9 +422,9 @@ fn write(conn: &mut Connection, batch: &[Arc<Event>]) -> rusqlite::Result<()> {
             "INSERT INTO events (time_ms, trace_id, client, server, method, tool, decision,
                 stage, violations, sanitizer, pin_findings, upstream_status,
                 upstream_latency_us, latency_us, http_status, era, arguments, would_refuse,
-                approval, retries)
+                approval, retries, subject)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-                ?19, ?20)",
+                ?19, ?20, ?21)",
         )?;
         for e in batch {
             let json = |v: &Value| v.to_string();
@@ -446,6 +449,7 @@ fn write(conn: &mut Connection, batch: &[Arc<Event>]) -> rusqlite::Result<()> {
                 e.would_refuse,
                 e.approval.as_ref().map(json),
                 (e.retries.as_ref()).and_then(|r| serde_json::to_string(r).ok()),
+                e.subject,
             ])?;
         }
     }
@@ -526,5 +530,49 @@ mod tests {
             })
             .expect("version");
         assert_eq!(versions, MIGRATIONS.len() as i64);
+    }
+
+    #[test]
+    fn a_store_of_the_fourth_schema_gains_the_subject_column_keeps_its_rows_and_takes_new_ones() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("audit.db");
+        {
+            let old = store::open_migrated(&path, &MIGRATIONS[..4]).expect("v4 store");
+            old.execute(
+                "INSERT INTO events (time_ms, method, decision, stage, latency_us, era, retries)
+                 VALUES (?1, 'resources/read', 'forwarded', 'forwarded', 1, '2026', '{}')",
+                params![crate::util::time::now_ms()],
+            )
+            .expect("a v4 row");
+        }
+        let mut conn = store::open_migrated(&path, MIGRATIONS).expect("migrated");
+        let read = Event {
+            time_ms: crate::util::time::now_ms(),
+            method: "resources/read".into(),
+            subject: Some("file:///docs/a.md?rev=2".into()),
+            decision: "forwarded".into(),
+            stage: "forwarded".into(),
+            era: "2026".into(),
+            ..Event::default()
+        };
+        write(&mut conn, &[Arc::new(read)]).expect("a new row");
+        let mut rows = conn
+            .prepare("SELECT method, subject FROM events ORDER BY id")
+            .expect("the new column is there");
+        let rows: Vec<(String, Option<String>)> = rows
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("rows")
+            .collect::<Result<_, _>>()
+            .expect("rows read");
+        assert_eq!(
+            rows,
+            [
+                ("resources/read".to_owned(), None),
+                (
+                    "resources/read".to_owned(),
+                    Some("file:///docs/a.md?rev=2".to_owned())
+                ),
+            ]
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! client-facing HTTP concerns are here; decisions live in `auth`, `policy`,
 //! `ratelimit` and `validate`, the sequence in `pipeline`.
 
+mod about;
 mod approve;
 mod breaker;
 mod call;

@@ -45,6 +45,8 @@ pub(crate) struct Filter {
     client: Option<String>,
     server: Option<String>,
     tool: Option<String>,
+    /// What a resource, prompt, completion or listen request was about, exactly.
+    subject: Option<String>,
     decision: Option<String>,
     /// Observe mode's would-be refusals: a result code, or `*` for any.
     would_refuse: Option<String>,
@@ -64,6 +66,7 @@ impl Filter {
         is(&self.client, "client")
             && is(&self.server, "server")
             && is(&self.tool, "tool")
+            && is(&self.subject, "subject")
             && is(&self.decision, "decision")
             && match self.would_refuse.as_deref() {
                 None | Some("") => true,
@@ -355,5 +358,23 @@ mod tests {
         assert_eq!(keep("*"), 3);
         assert_eq!(keep("invalid_arguments"), 1);
         assert_eq!(keep(""), 4);
+    }
+
+    #[test]
+    fn the_subject_filter_keeps_the_uses_of_one_resource_only() {
+        let ev = |method: &str, subject: Option<&str>| json!({"time_ms": 1, "decision": "forwarded", "method": method, "subject": subject});
+        let events = [
+            ev("resources/read", Some("file:///a.md")),
+            ev("resources/read", Some("file:///a.md?rev=2")),
+            ev("prompts/get", Some("greet")),
+            ev("tools/call", None),
+        ];
+        let kept = |q: &str| {
+            let f: Filter = serde_json::from_value(json!({"subject": q})).expect("filter");
+            events.iter().filter(|e| f.keeps(e)).count()
+        };
+        assert_eq!(kept("file:///a.md"), 1);
+        assert_eq!(kept("greet"), 1);
+        assert_eq!(kept(""), 4);
     }
 }

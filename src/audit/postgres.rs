@@ -36,7 +36,9 @@ const RETENTION_EVERY: Duration = Duration::from_secs(60);
 const MIGRATION_LOCK: i64 = 0x706f_7274_6375_6c6c;
 
 /// Schema versions of the fleet's table, applied in order, each once.
-const MIGRATIONS: &[&str] = &["CREATE TABLE portcullis_events (
+const MIGRATIONS: &[&str] = &[
+    // 1: one row per client request, from every replica.
+    "CREATE TABLE portcullis_events (
         id                  BIGSERIAL PRIMARY KEY,
         key                 TEXT    NOT NULL UNIQUE,
         replica             TEXT    NOT NULL,
@@ -61,7 +63,11 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE portcullis_events (
         approval            TEXT
     );
     CREATE INDEX portcullis_events_time ON portcullis_events (time_ms);
-    CREATE INDEX portcullis_events_replica ON portcullis_events (replica, time_ms);"];
+    CREATE INDEX portcullis_events_replica ON portcullis_events (replica, time_ms);",
+    // 2: what a resource, prompt, completion or listen request was about
+    // (a fleet's rows written before it keep theirs, with none).
+    "ALTER TABLE portcullis_events ADD COLUMN subject TEXT;",
+];
 
 /// The columns of a spooled line, in the table's order; the JSON of the
 /// line is read by PostgreSQL itself (`jsonb_to_recordset`).
@@ -69,7 +75,7 @@ const COLUMNS: &str = "key text, replica text, time_ms bigint, trace_id text, cl
     server text, method text, tool text, decision text, stage text, would_refuse text, \
     violations text, sanitizer text, pin_findings text, upstream_status integer, \
     upstream_latency_us bigint, latency_us bigint, http_status integer, era text, \
-    arguments text, approval text";
+    arguments text, approval text, subject text";
 
 fn insert_sql() -> String {
     let names: Vec<&str> = COLUMNS
@@ -298,7 +304,7 @@ const LATEST: &str = "SELECT json_build_object(
         'pin_findings', pin_findings::json, 'upstream_status', upstream_status,
         'upstream_latency_us', upstream_latency_us, 'latency_us', latency_us,
         'http_status', http_status, 'era', era, 'arguments', arguments::json,
-        'approval', approval::json)::text
+        'approval', approval::json, 'subject', subject)::text
     FROM (SELECT * FROM portcullis_events ORDER BY time_ms DESC, id DESC LIMIT $1) e
     ORDER BY time_ms, id";
 
@@ -453,6 +459,23 @@ mod tests {
         assert!(sql.starts_with("INSERT INTO portcullis_events (key, replica, time_ms,"));
         assert!(sql.contains("AS r(key text, replica text"));
         assert_eq!(sql.matches("approval").count(), 3);
+        assert_eq!(sql.matches("subject").count(), 3);
+    }
+
+    #[test]
+    fn the_subject_column_is_added_by_a_migration_of_its_own() {
+        // A fleet's existing table is altered, not made again: the first
+        // migration stays as every database already applied it.
+        assert!(!MIGRATIONS[0].contains("subject"));
+        let added: Vec<&&str> = MIGRATIONS
+            .iter()
+            .filter(|m| m.contains("subject"))
+            .collect();
+        assert_eq!(
+            added,
+            [&"ALTER TABLE portcullis_events ADD COLUMN subject TEXT;"]
+        );
+        assert!(LATEST.contains("'subject', subject"));
     }
 
     #[test]

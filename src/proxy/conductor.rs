@@ -276,6 +276,8 @@ fn typed(
     let found = scan_outgoing(&ctx.live, &message, body, tool_call);
     let request = Request::typed(message, called).map_err(|u| Rejection::InvalidParams(u.0))?;
     ctx.rpc = request.method();
+    // Known before any step can refuse it, so every refusal is recorded with it.
+    ctx.subject = super::about::subject(request.ask(), &ctx.live.sanitize);
     ctx.observe_or_enforce(outgoing_refusal(&request, found))?;
     Ok(request)
 }

@@ -51,6 +51,9 @@ pub(super) struct Context {
     pub(super) id: Option<Value>,
     pub(super) era: Era,
     pub(super) tool: Option<String>,
+    /// What a resource, prompt, completion or listen request is about, for
+    /// the audit ([`super::about`]); never a tool's name, which is `tool`.
+    pub(super) subject: Option<String>,
     /// In observe mode: what enforcement would have refused the request with.
     pub(super) would_refuse: Option<&'static str>,
     /// The mode the request is decided under.
@@ -89,6 +92,7 @@ impl Context {
             id: None,
             era: Era::Legacy,
             tool: None,
+            subject: None,
             would_refuse: None,
             mode: Mode::Enforce,
             trail,

@@ -135,6 +135,8 @@ pub(super) async fn serve(
                 return Err(untyped(&request));
             };
             let subject = Subject::Prompt(name);
+            // In the merged view: the name the server knows, like a tool's.
+            ctx.subject = Some(name.clone());
             let session = ctx.flow_key(client, forward.name(), &request);
             let method = request.method_name();
             let arguments = Some(arguments.as_ref());

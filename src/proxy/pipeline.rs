@@ -99,6 +99,7 @@ pub(crate) async fn handle(
         e.server = ctx.server.clone();
         e.method = ctx.method.clone();
         e.tool = ctx.tool.clone();
+        e.subject = ctx.subject.clone();
         e.era = ctx.era.as_str().to_owned();
         e.http_status = Some(response.status().as_u16());
         e.would_refuse = ctx.would_refuse.map(str::to_owned);
@@ -113,6 +114,7 @@ pub(crate) async fn handle(
         server = ctx.server.as_deref(),
         method = %ctx.method,
         tool = ctx.tool.as_deref(),
+        subject = ctx.subject.as_deref(),
         era = ctx.era.as_str(),
         outcome,
         mode = ctx.mode.as_str(),

@@ -5,7 +5,8 @@
 //! Place: the bottom of the record layer; it knows no sink. Invariant: an
 //! event handed to a sink has been [bounded](Event::bound), so no client-chosen
 //! identifier reaches a store, a label or a span longer than
-//! [`MAX_KEPT`](crate::util::text::MAX_KEPT) bytes.
+//! [`MAX_KEPT`](crate::util::text::MAX_KEPT) bytes, and no subject (a URI
+//! with its query, a listen's URIs) longer than [`MAX_SUBJECT`] bytes.
 
 use std::collections::BTreeMap;
 
@@ -30,6 +31,12 @@ pub struct Event {
     /// The JSON-RPC method (or the HTTP method before the body was read).
     pub method: String,
     pub tool: Option<String>,
+    /// What a resource, prompt, completion or listen request was about: the
+    /// resource's canonical URI as forwarded (query included), the prompt's
+    /// name, the completion's reference, the URIs listened to; as the
+    /// client sent it (made printable) when it was refused before it could
+    /// be read further. Never a tool's name (that is `tool`).
+    pub subject: Option<String>,
     /// The tool is one the server listed (else metrics count it as `other`).
     #[serde(skip)]
     pub tool_listed: bool,
@@ -88,10 +95,13 @@ pub const APPROVAL_METHOD: &str = "portcullis/approval";
 /// Most violation lines kept per event, and most bytes of each.
 const MAX_VIOLATIONS: usize = 50;
 const MAX_VIOLATION_LINE: usize = 512;
+/// Most bytes of a subject kept: a URI with its query, or a listen's URIs,
+/// outgrows an identifier's bound.
+pub const MAX_SUBJECT: usize = 1024;
 
 impl Event {
     /// Bounds what the event keeps of client-chosen text (method, tool,
-    /// client, violation lines): whatever stage noted it, the store, the
+    /// subject, client, violation lines): whatever stage noted it, the store, the
     /// dashboard ring, the metrics and the spans get at most
     /// [`MAX_KEPT`](crate::mcp::text::MAX_KEPT) bytes of each identifier.
     pub(crate) fn bound(&mut self) {
@@ -100,6 +110,9 @@ impl Event {
             self.method = text::clip(&self.method);
         }
         clip_opt(&mut self.tool);
+        if let Some(subject) = self.subject.as_mut().filter(|s| s.len() > MAX_SUBJECT) {
+            *subject = text::clip_to(subject, MAX_SUBJECT);
+        }
         clip_opt(&mut self.client);
         clip_opt(&mut self.server);
         clip_opt(&mut self.trace_id);
@@ -111,6 +124,27 @@ impl Event {
         for line in &mut self.violations {
             if line.len() > MAX_VIOLATION_LINE {
                 *line = text::clip_to(line, MAX_VIOLATION_LINE);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn a_bounded_subject_keeps_its_start_and_fits_its_bound(subject in ".{0,1500}") {
+            let mut event = Event { subject: Some(subject.clone()), ..Event::default() };
+            event.bound();
+            let kept = event.subject.unwrap();
+            prop_assert!(kept.len() <= MAX_SUBJECT);
+            if subject.len() <= MAX_SUBJECT {
+                prop_assert_eq!(kept, subject);
+            } else {
+                prop_assert!(subject.starts_with(kept.trim_end_matches('…')));
             }
         }
     }

@@ -420,6 +420,20 @@ fn places(haystack: &[u8], needle: &[u8]) -> Vec<usize> {
         .collect()
 }
 
+/// The attribute a request's subject is exported as: the MCP semantic
+/// conventions' own for a resource's URI and a prompt's name, the gateway's
+/// for what they have none for (a completion's reference, a listen's URIs,
+/// an operator's method).
+fn subject_key(method: Option<Rpc>) -> &'static str {
+    match method {
+        Some(Rpc::ResourcesRead | Rpc::ResourcesSubscribe | Rpc::ResourcesUnsubscribe) => {
+            "mcp.resource.uri"
+        }
+        Some(Rpc::PromptsGet) => "gen_ai.prompt.name",
+        _ => "portcullis.subject",
+    }
+}
+
 fn request_attributes(facts: &Facts, event: &Event, error: Option<&str>) -> Vec<KeyValue> {
     let mut a = Vec::with_capacity(20);
     let mut text = |key: &'static str, value: Option<&str>| {
@@ -430,6 +444,7 @@ fn request_attributes(facts: &Facts, event: &Event, error: Option<&str>) -> Vec<
     text("mcp.method.name", facts.mcp_method.as_deref());
     text("gen_ai.tool.name", event.tool.as_deref());
     let method = facts.mcp_method.as_deref().and_then(Rpc::of);
+    text(subject_key(method), event.subject.as_deref());
     if method == Some(Rpc::ToolsCall) {
         text("gen_ai.operation.name", Some("execute_tool"));
     }
@@ -517,5 +532,34 @@ mod tests {
         assert_eq!(h.len(), 32);
         assert_ne!(h, hash("another-session"));
         assert!(!h.contains("a-session"));
+    }
+
+    #[test]
+    fn a_subject_is_exported_under_the_mcp_conventions_name_where_there_is_one() {
+        let attribute = |method: &str, subject: &str| {
+            let facts = Facts {
+                mcp_method: Some(method.into()),
+                ..Facts::default()
+            };
+            let event = Event {
+                method: method.into(),
+                subject: Some(subject.into()),
+                ..Event::default()
+            };
+            let found = request_attributes(&facts, &event, None)
+                .into_iter()
+                .find(|kv| kv.value.as_str() == subject)
+                .map(|kv| kv.key.as_str().to_owned());
+            found.unwrap_or_default()
+        };
+        assert_eq!(
+            attribute("resources/read", "file:///a?x=1"),
+            "mcp.resource.uri"
+        );
+        assert_eq!(attribute("prompts/get", "greet"), "gen_ai.prompt.name");
+        assert_eq!(
+            attribute("completion/complete", "greet"),
+            "portcullis.subject"
+        );
     }
 }

@@ -31,6 +31,7 @@ mod approvals_edges;
 mod approvals_render;
 mod approvals_settings;
 mod audit;
+mod audit_subjects;
 mod bad_input;
 mod battery;
 mod battery_clients;

@@ -257,6 +257,12 @@ pub fn own_stores(config: &mut portcullis::config::Config, dir: &std::path::Path
     {
         config.audit.database = dir.join(&config.audit.database).display().to_string();
     }
+    // A fleet audit's spool too: else it lands in the crate's directory.
+    if let portcullis::audit::AuditBackend::Postgres { spool, .. } = &mut config.audit.backend
+        && std::path::Path::new(spool.as_str()).is_relative()
+    {
+        *spool = dir.join(&*spool).display().to_string();
+    }
 }
 
 /// A configuration file in a directory of its own: the store paths its
