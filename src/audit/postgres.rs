@@ -67,6 +67,9 @@ const MIGRATIONS: &[&str] = &[
     // 2: what a resource, prompt, completion or listen request was about
     // (a fleet's rows written before it keep theirs, with none).
     "ALTER TABLE portcullis_events ADD COLUMN subject TEXT;",
+    // 3: the retries of a request the gateway sent more than once
+    // (`{attempts, causes}`), as the SQLite store has kept them since its 4th.
+    "ALTER TABLE portcullis_events ADD COLUMN retries TEXT;",
 ];
 
 /// The columns of a spooled line, in the table's order; the JSON of the
@@ -75,7 +78,7 @@ const COLUMNS: &str = "key text, replica text, time_ms bigint, trace_id text, cl
     server text, method text, tool text, decision text, stage text, would_refuse text, \
     violations text, sanitizer text, pin_findings text, upstream_status integer, \
     upstream_latency_us bigint, latency_us bigint, http_status integer, era text, \
-    arguments text, approval text, subject text";
+    arguments text, approval text, subject text, retries text";
 
 fn insert_sql() -> String {
     let names: Vec<&str> = COLUMNS
@@ -304,7 +307,7 @@ const LATEST: &str = "SELECT json_build_object(
         'pin_findings', pin_findings::json, 'upstream_status', upstream_status,
         'upstream_latency_us', upstream_latency_us, 'latency_us', latency_us,
         'http_status', http_status, 'era', era, 'arguments', arguments::json,
-        'approval', approval::json, 'subject', subject)::text
+        'approval', approval::json, 'subject', subject, 'retries', retries::json)::text
     FROM (SELECT * FROM portcullis_events ORDER BY time_ms DESC, id DESC LIMIT $1) e
     ORDER BY time_ms, id";
 
@@ -460,6 +463,53 @@ mod tests {
         assert!(sql.contains("AS r(key text, replica text"));
         assert_eq!(sql.matches("approval").count(), 3);
         assert_eq!(sql.matches("subject").count(), 3);
+    }
+
+    /// A fleet's table keeps every column the SQLite store keeps (its own
+    /// `key` and `replica` besides): a field added to one store and not the
+    /// other was silently dropped from a fleet's audit (`retries` was).
+    #[test]
+    fn the_fleets_table_has_every_column_of_the_sqlite_store() {
+        let columns = |sql: &str| -> Vec<String> {
+            let mut names = Vec::new();
+            for m in sql.split(';') {
+                if let Some((_, body)) = m.split_once("CREATE TABLE") {
+                    let inner = body.split_once('(').map(|(_, b)| b).unwrap_or_default();
+                    for line in inner.lines() {
+                        let word = line.split_whitespace().next().unwrap_or_default();
+                        if word.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                            && !word.is_empty()
+                        {
+                            names.push(word.to_owned());
+                        }
+                    }
+                }
+                if let Some((_, rest)) = m.split_once("ADD COLUMN") {
+                    names.extend(rest.split_whitespace().next().map(str::to_owned));
+                }
+            }
+            names
+        };
+        let sqlite: std::collections::BTreeSet<String> = (crate::audit::MIGRATIONS.iter())
+            .flat_map(|m| columns(m))
+            .filter(|c| c != "id")
+            .collect();
+        let fleet: std::collections::BTreeSet<String> = (MIGRATIONS.iter())
+            .flat_map(|m| columns(m))
+            .filter(|c| !["id", "key", "replica"].contains(&c.as_str()))
+            .collect();
+        assert_eq!(sqlite, fleet);
+        // And every one is written and read back.
+        for column in &fleet {
+            assert!(
+                COLUMNS.contains(&format!("{column} ")),
+                "{column} is not shipped"
+            );
+            assert!(
+                LATEST.contains(&format!("'{column}', {column}")),
+                "{column} is not read"
+            );
+        }
     }
 
     #[test]

@@ -276,7 +276,8 @@ async fn a_fleet_table_of_the_first_schema_gains_the_subject_and_keeps_its_rows(
     );
     assert_eq!(
         pg.count("SELECT max(version) FROM portcullis_migrations"),
-        2
+        3,
+        "every later migration applied (3 adds `retries`)"
     );
     // The dashboard's API reads the fleet's rows, subjects included.
     let events = gateway.admin(ADMIN_TOKEN).events().await;
