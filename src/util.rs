@@ -9,6 +9,7 @@
 pub mod canonical;
 pub mod duration;
 pub mod escape;
+pub mod percent;
 pub mod sqlite;
 pub mod text;
 pub mod time;

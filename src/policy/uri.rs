@@ -57,6 +57,8 @@
 
 use std::fmt;
 
+use crate::util::percent::{hex_pair, hex_pair_at, push_escape};
+
 /// A URI in canonical form.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CanonicalUri {
@@ -531,24 +533,6 @@ fn normalize(text: &str, part: Part, out: &mut String) -> Result<(), UriRefusal>
         }
     }
     Ok(())
-}
-
-fn hex_pair(bytes: &[u8], at: usize) -> Option<u8> {
-    let hi = (*bytes.get(at + 1)? as char).to_digit(16)?;
-    let lo = (*bytes.get(at + 2)? as char).to_digit(16)?;
-    Some((hi * 16 + lo) as u8)
-}
-
-/// Whether `bytes[at..]` starts with two hex digits.
-fn hex_pair_at(bytes: &[u8], at: usize) -> bool {
-    bytes.len() >= at + 2 && bytes[at].is_ascii_hexdigit() && bytes[at + 1].is_ascii_hexdigit()
-}
-
-fn push_escape(out: &mut String, byte: u8) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    out.push('%');
-    out.push(HEX[usize::from(byte >> 4)] as char);
-    out.push(HEX[usize::from(byte & 0xF)] as char);
 }
 
 /// What an escape of `byte` becomes in `part`.

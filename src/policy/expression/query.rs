@@ -31,6 +31,8 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 
+use crate::util::percent::decode;
+
 /// One parameter: its name and its value, each decoded once.
 pub type Parameter<'a> = (Cow<'a, str>, Cow<'a, str>);
 
@@ -79,35 +81,6 @@ pub fn parameters(query: &str) -> Result<Vec<Parameter<'_>>, String> {
 
 /// Most bytes of the client's query quoted in a refusal.
 const MAX_QUOTED: usize = 64;
-
-/// `value` with its escapes decoded. The canonical form leaves only escapes
-/// of UTF-8 text, so the decoding never fails; should it ever meet another,
-/// the escape is kept as written.
-fn decode(value: &str) -> Cow<'_, str> {
-    if !value.contains('%') {
-        return Cow::Borrowed(value);
-    }
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |at: usize| (*bytes.get(at)? as char).to_digit(16);
-        match (bytes[i], hex(i + 1), hex(i + 2)) {
-            (b'%', Some(hi), Some(lo)) => {
-                out.push((hi * 16 + lo) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    match String::from_utf8(out) {
-        Ok(decoded) => Cow::Owned(decoded),
-        Err(_) => Cow::Borrowed(value),
-    }
-}
 
 #[cfg(test)]
 mod tests {
